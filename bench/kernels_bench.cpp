@@ -1,0 +1,172 @@
+// Kernel benchmarks: one JSON line per measurement on stdout.
+//  - matmul: Troupe's ops::matmul next to the same OpenBLAS sgemm called directly (ratio = ours /
+//    direct) and oneDNN's sgemm (the alternative backend), 1 and 2 threads;
+//  - matmul-cores: the same work as one 2-thread GEMM at a time vs two 1-thread GEMMs on two threads
+//    (how kernels should use the cores under the actor runtime);
+//  - conv2d 1x64x128x128, 64->64, 3x3: forward, backward-data, backward-weight;
+//  - layernorm and softmax effective GB/s next to a memcpy of the same bytes.
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dnnl.hpp>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "troupe/kernels/conv.hpp"
+#include "troupe/kernels/layernorm.hpp"
+#include "troupe/kernels/matmul.hpp"
+#include "troupe/kernels/rng.hpp"
+#include "troupe/kernels/softmax.hpp"
+#include "troupe/kernels/threading.hpp"
+
+using namespace troupe;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(const std::function<void()>& f) {
+  const auto t0 = Clock::now();
+  f();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Median seconds of each function, measured alternately (one call of each per round) so that
+// machine noise hits all of them alike.
+std::vector<double> median_alternating(const std::vector<std::function<void()>>& fs, int rounds) {
+  for (const auto& f : fs) f();  // warm-up
+  std::vector<std::vector<double>> t(fs.size());
+  for (int r = 0; r < rounds; ++r)
+    for (std::size_t i = 0; i < fs.size(); ++i) t[i].push_back(seconds(fs[i]));
+  std::vector<double> med;
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    med.push_back(v[v.size() / 2]);
+  }
+  return med;
+}
+
+std::string env_label() {
+  const char* e = std::getenv("TROUPE_BENCH_ENV");
+  return e ? e : "default";
+}
+
+std::string context() {
+  return std::string("\"openblas_env\":\"") + env_label() + "\",\"openblas_core\":\"" + openblas_get_corename() + "\"";
+}
+
+Tensor randn(const Shape& s, std::uint64_t seed) {
+  Tensor t = Tensor::empty(s);
+  Generator(seed).normal_(t);
+  return t;
+}
+
+void bench_matmul() {
+  for (int threads : {1, 2}) {
+    set_kernel_threads(threads);
+    for (std::int64_t n : {128, 256, 512, 1024, 2048}) {
+      Tensor a = randn({n, n}, 1), b = randn({n, n}, 2);
+      Tensor c = Tensor::empty({n, n});
+      const int in = static_cast<int>(n);
+      const float* ap = a.data<float>();
+      const float* bp = b.data<float>();
+      float* cp = c.data<float>();
+      const int rounds = n >= 1024 ? 5 : 15;
+      const auto t = median_alternating(
+          {[&] { ops::matmul(a, b); },
+           [&] { cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, in, in, in, 1.f, ap, in, bp, in, 0.f, cp, in); },
+           [&] { dnnl_sgemm('N', 'N', n, n, n, 1.f, ap, n, bp, n, 0.f, cp, n); }},
+          rounds);
+      const double flop = 2.0 * n * n * n;
+      std::printf(
+          "{\"bench\":\"matmul\",\"n\":%lld,\"threads\":%d,\"gflops\":%.1f,\"blas_gflops\":%.1f,\"ratio\":%.3f,"
+          "\"onednn_gflops\":%.1f,%s}\n",
+          static_cast<long long>(n), threads, flop / t[0] / 1e9, flop / t[1] / 1e9, t[1] / t[0], flop / t[2] / 1e9,
+          context().c_str());
+      std::fflush(stdout);
+    }
+  }
+}
+
+void bench_cores() {
+  const std::int64_t n = 1024;
+  const int per_worker = 4;
+  std::vector<Tensor> as, bs;
+  for (int i = 0; i < 2 * per_worker; ++i) as.push_back(randn({n, n}, 10 + i)), bs.push_back(randn({n, n}, 30 + i));
+  auto run_range = [&](int begin, int end) {
+    for (int i = begin; i < end; ++i) ops::matmul(as[i], bs[i]);
+  };
+  const auto t = median_alternating(
+      {[&] {
+         set_kernel_threads(2);
+         run_range(0, 2 * per_worker);
+       },
+       [&] {
+         set_kernel_threads(1);
+         std::thread w([&] { run_range(0, per_worker); });
+         run_range(per_worker, 2 * per_worker);
+         w.join();
+       }},
+      5);
+  const double flop = 2.0 * n * n * n * 2 * per_worker;
+  std::printf("{\"bench\":\"matmul-cores\",\"n\":1024,\"mode\":\"one-gemm-2-threads\",\"gflops\":%.1f,%s}\n",
+              flop / t[0] / 1e9, context().c_str());
+  std::printf("{\"bench\":\"matmul-cores\",\"n\":1024,\"mode\":\"two-gemms-1-thread-each\",\"gflops\":%.1f,%s}\n",
+              flop / t[1] / 1e9, context().c_str());
+  std::fflush(stdout);
+}
+
+void bench_conv() {
+  for (int threads : {1, 2}) {
+    set_kernel_threads(threads);
+    Tensor x = randn({1, 64, 128, 128}, 3), w = randn({64, 64, 3, 3}, 4), bias = randn({64}, 5);
+    ops::Conv2dParams p;
+    p.pad_h = p.pad_w = 1;
+    Tensor y = ops::conv2d(x, w, bias, p);
+    Tensor g = randn(y.shape(), 6);
+    const auto t = median_alternating({[&] { ops::conv2d(x, w, bias, p); },
+                                       [&] { ops::conv2d_backward_data(g, w, x.shape(), p); },
+                                       [&] { ops::conv2d_backward_weight(g, x, w.shape(), p); }},
+                                      5);
+    const double gflop = 2.0 * 64 * 64 * 9 * 128 * 128 / 1e9;
+    std::printf(
+        "{\"bench\":\"conv2d\",\"shape\":\"1x64x128x128,64->64,3x3\",\"threads\":%d,\"forward_ms\":%.2f,"
+        "\"backward_data_ms\":%.2f,\"backward_weight_ms\":%.2f,\"forward_gflops\":%.1f,%s}\n",
+        threads, t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, gflop / t[0], context().c_str());
+    std::fflush(stdout);
+  }
+}
+
+void bench_bandwidth() {
+  set_kernel_threads(1);
+  const std::int64_t rows = 4096, cols = 1024;
+  Tensor x = randn({rows, cols}, 7), gamma = randn({cols}, 8), beta = randn({cols}, 9);
+  Tensor dst = Tensor::empty({rows, cols});
+  const double bytes = 2.0 * rows * cols * 4;  // one read and one write of the tensor
+  const auto t = median_alternating({[&] { ops::layernorm(x, gamma, beta); }, [&] { ops::softmax(x, -1); },
+                                     [&] { std::memcpy(dst.raw_data(), x.raw_data(), x.nbytes()); }},
+                                    11);
+  std::printf(
+      "{\"bench\":\"layernorm\",\"shape\":\"4096x1024\",\"gbps\":%.1f,\"memcpy_gbps\":%.1f,\"ratio\":%.3f,%s}\n",
+      bytes / t[0] / 1e9, bytes / t[2] / 1e9, t[2] / t[0], context().c_str());
+  std::printf("{\"bench\":\"softmax\",\"shape\":\"4096x1024\",\"gbps\":%.1f,\"memcpy_gbps\":%.1f,\"ratio\":%.3f,%s}\n",
+              bytes / t[1] / 1e9, bytes / t[2] / 1e9, t[2] / t[1], context().c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string only = argc > 1 ? argv[1] : "";
+  if (only.empty() || only == "matmul") bench_matmul();
+  if (only.empty() || only == "cores") bench_cores();
+  if (only.empty() || only == "conv2d") bench_conv();
+  if (only.empty() || only == "bandwidth") bench_bandwidth();
+  return 0;
+}

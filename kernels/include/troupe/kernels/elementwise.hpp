@@ -1,0 +1,67 @@
+#pragma once
+// Elementwise ops: binary arithmetic with NumPy broadcasting, scalar forms, activations and math
+// functions, and the backward of each (computed from the forward input x).
+
+#include "troupe/kernels/tensor.hpp"
+
+namespace troupe::ops {
+
+/// The binary arithmetic ops.
+enum class BinaryOp { add, sub, mul, div };
+/// The unary functions; gelu is the tanh approximation.
+enum class UnaryOp { relu, gelu, silu, exp, log, tanh, sqrt, rsqrt, neg };
+
+/// Name of a binary op ("add", ...), as registered in the kernel registry.
+const char* to_string(BinaryOp op);
+/// Name of a unary op ("relu", ...), as registered; its backward is registered as "<name>_backward".
+const char* to_string(UnaryOp op);
+
+/// a (op) b with broadcasting; both f32 on the same device.
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+/// a (op) s for a scalar s.
+Tensor binary(BinaryOp op, const Tensor& a, double s);
+/// Elementwise a + b (broadcasting).
+inline Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::add, a, b); }
+/// Elementwise a - b (broadcasting).
+inline Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::sub, a, b); }
+/// Elementwise a * b (broadcasting).
+inline Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::mul, a, b); }
+/// Elementwise a / b (broadcasting).
+inline Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::div, a, b); }
+/// a + s.
+inline Tensor add(const Tensor& a, double s) { return binary(BinaryOp::add, a, s); }
+/// a - s.
+inline Tensor sub(const Tensor& a, double s) { return binary(BinaryOp::sub, a, s); }
+/// a * s.
+inline Tensor mul(const Tensor& a, double s) { return binary(BinaryOp::mul, a, s); }
+/// a / s.
+inline Tensor div(const Tensor& a, double s) { return binary(BinaryOp::div, a, s); }
+
+/// f(x) elementwise.
+Tensor unary(UnaryOp op, const Tensor& x);
+/// grad * f'(x) elementwise: the backward of unary(op, x).
+Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x);
+/// Backward of relu with a slope for x <= 0: grad where x > 0, negative_slope * grad elsewhere.
+/// negative_slope = 0 is the exact relu gradient; 0.01 is the custom ReLU gradient.
+Tensor relu_backward(const Tensor& grad, const Tensor& x, double negative_slope = 0.0);
+
+/// max(x, 0).
+inline Tensor relu(const Tensor& x) { return unary(UnaryOp::relu, x); }
+/// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+inline Tensor gelu(const Tensor& x) { return unary(UnaryOp::gelu, x); }
+/// x * sigmoid(x).
+inline Tensor silu(const Tensor& x) { return unary(UnaryOp::silu, x); }
+/// e^x.
+inline Tensor exp(const Tensor& x) { return unary(UnaryOp::exp, x); }
+/// Natural logarithm.
+inline Tensor log(const Tensor& x) { return unary(UnaryOp::log, x); }
+/// Hyperbolic tangent.
+inline Tensor tanh(const Tensor& x) { return unary(UnaryOp::tanh, x); }
+/// Square root.
+inline Tensor sqrt(const Tensor& x) { return unary(UnaryOp::sqrt, x); }
+/// 1 / sqrt(x).
+inline Tensor rsqrt(const Tensor& x) { return unary(UnaryOp::rsqrt, x); }
+/// -x.
+inline Tensor neg(const Tensor& x) { return unary(UnaryOp::neg, x); }
+
+}  // namespace troupe::ops

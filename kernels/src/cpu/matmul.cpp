@@ -1,0 +1,133 @@
+#include "troupe/kernels/matmul.hpp"
+
+#include <cblas.h>
+
+#include <dnnl.hpp>
+
+#include "troupe/kernels/registry.hpp"
+
+namespace troupe::ops {
+
+namespace {
+
+// How BLAS sees the last two dims of an operand: the stored matrix, transposed or not, and its
+// leading dimension. `ok` is false when the layout needs a copy first.
+struct BlasLayout {
+  bool ok = false;
+  bool trans = false;
+  std::int64_t ld = 0;
+};
+
+BlasLayout blas_layout(const Tensor& t) {
+  const int r = t.dim();
+  const std::int64_t rows = t.shape()[r - 2], cols = t.shape()[r - 1];
+  const std::int64_t s0 = t.strides()[r - 2], s1 = t.strides()[r - 1];
+  if ((s1 == 1 || cols == 1) && s0 >= std::max<std::int64_t>(cols, 1)) return {true, false, s0};
+  if ((s0 == 1 || rows == 1) && s1 >= std::max<std::int64_t>(rows, 1)) return {true, true, s1};
+  return {};
+}
+
+Shape batch_of(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  TROUPE_CHECK(a.defined() && b.defined(), invalid_argument, "matmul: undefined input");
+  TROUPE_CHECK(a.dim() >= 2 && b.dim() >= 2, shape_mismatch, "matmul: inputs need rank >= 2, got ", shape_str(a.shape()),
+               " and ", shape_str(b.shape()));
+  TROUPE_CHECK(a.dtype() == b.dtype(), dtype_mismatch, "matmul: dtypes differ: ", a.str(), " and ", b.str());
+  TROUPE_CHECK(a.dtype() == DType::f32 || a.dtype() == DType::bf16, dtype_mismatch, "matmul: ", a.str(),
+               " has dtype ", dtype_name(a.dtype()), "; matmul takes f32 or bf16");
+  const std::int64_t m = a.size(trans_a ? -1 : -2), ka = a.size(trans_a ? -2 : -1);
+  const std::int64_t kb = b.size(trans_b ? -1 : -2), n = b.size(trans_b ? -2 : -1);
+  TROUPE_CHECK(ka == kb, shape_mismatch, "matmul: inner dimensions differ: a ", shape_str(a.shape()),
+               trans_a ? " (transposed)" : "", " gives K=", ka, ", b ", shape_str(b.shape()),
+               trans_b ? " (transposed)" : "", " gives K=", kb);
+  Shape out_shape = broadcast_shapes(batch_of(a), batch_of(b), "matmul (batch dims)");
+  out_shape.push_back(m);
+  out_shape.push_back(n);
+  std::vector<Tensor> out{Tensor::empty(out_shape, a.dtype(), a.device())};
+  dispatch("matmul", {a, b}, out,
+           Attrs().set("trans_a", std::int64_t{trans_a}).set("trans_b", std::int64_t{trans_b}));
+  return out[0];
+}
+
+namespace {
+
+// The batch offsets (in elements) of operand `t` for each batch index of `batch`, broadcasting.
+std::vector<std::int64_t> batch_offsets(const Tensor& t, const Shape& batch) {
+  Shape tb = batch_of(t);
+  Strides ts(t.strides().begin(), t.strides().end() - 2);
+  const std::size_t lead = batch.size() - tb.size();
+  const std::int64_t count = shape_numel(batch);
+  std::vector<std::int64_t> offs(static_cast<std::size_t>(count), 0);
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::int64_t rem = i, off = 0;
+    for (std::size_t d = batch.size(); d-- > 0;) {
+      const std::int64_t idx = rem % batch[d];
+      rem /= batch[d];
+      if (d >= lead && tb[d - lead] != 1) off += idx * ts[d - lead];
+    }
+    offs[static_cast<std::size_t>(i)] = off;
+  }
+  return offs;
+}
+
+void matmul_f32(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  Tensor a = in[0], b = in[1];
+  BlasLayout la = blas_layout(a), lb = blas_layout(b);
+  if (!la.ok) a = a.contiguous(), la = blas_layout(a);
+  if (!lb.ok) b = b.contiguous(), lb = blas_layout(b);
+  const bool ta = la.trans != (attrs.get_int("trans_a") != 0);
+  const bool tb = lb.trans != (attrs.get_int("trans_b") != 0);
+  Tensor& c = out[0];
+  const std::int64_t m = c.size(-2), n = c.size(-1);
+  const std::int64_t k = attrs.get_int("trans_a") ? a.size(-2) : a.size(-1);
+  float* cp = c.data<float>();
+  if (k == 0) {
+    std::fill_n(cp, c.numel(), 0.f);
+    return;
+  }
+  const Shape batch = batch_of(c);
+  const auto ao = batch_offsets(a, batch), bo = batch_offsets(b, batch);
+  const float* ap = a.data<float>();
+  const float* bp = b.data<float>();
+  for (std::size_t i = 0; i < ao.size(); ++i)
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+                static_cast<int>(n), static_cast<int>(k), 1.f, ap + ao[i], static_cast<int>(la.ld), bp + bo[i],
+                static_cast<int>(lb.ld), 0.f, cp + static_cast<std::int64_t>(i) * m * n, static_cast<int>(n));
+}
+
+// bf16 x bf16 -> bf16 with f32 accumulation on oneDNN (AVX-512 BF16 / AMX where the CPU has them).
+void matmul_bf16(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  Tensor& c = out[0];
+  const Shape batch = batch_of(c);
+  const std::int64_t bsz = shape_numel(batch), m = c.size(-2), n = c.size(-1);
+  auto dense3 = [&](Tensor t, bool trans, std::int64_t rows, std::int64_t cols) {
+    if (trans) t = t.transpose(-1, -2);
+    Shape full = batch;
+    full.push_back(rows);
+    full.push_back(cols);
+    return t.expand(full).contiguous().reshape({bsz, rows, cols});
+  };
+  const std::int64_t k = attrs.get_int("trans_a") ? in[0].size(-2) : in[0].size(-1);
+  Tensor a = dense3(in[0], attrs.get_int("trans_a") != 0, m, k);
+  Tensor b = dense3(in[1], attrs.get_int("trans_b") != 0, k, n);
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  dnnl::memory::desc ad({bsz, m, k}, dt::bf16, tag::abc), bd({bsz, k, n}, dt::bf16, tag::abc),
+      cd({bsz, m, n}, dt::bf16, tag::abc);
+  dnnl::matmul prim(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), engine));
+  dnnl::stream stream(engine);
+  dnnl::memory am(ad, engine, a.raw_data()), bm(bd, engine, b.raw_data()), cm(cd, engine, c.raw_data());
+  prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  stream.wait();
+}
+
+}  // namespace
+
+TROUPE_REGISTER_KERNEL("matmul", cpu, f32, matmul_f32);
+TROUPE_REGISTER_KERNEL("matmul", cpu, bf16, matmul_bf16);
+
+}  // namespace troupe::ops

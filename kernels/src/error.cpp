@@ -1,0 +1,23 @@
+#include "troupe/kernels/error.hpp"
+
+namespace troupe {
+
+const char* to_string(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::invalid_argument: return "invalid argument";
+    case ErrorKind::shape_mismatch: return "shape mismatch";
+    case ErrorKind::dtype_mismatch: return "dtype mismatch";
+    case ErrorKind::device_mismatch: return "device mismatch";
+    case ErrorKind::out_of_range: return "out of range";
+    case ErrorKind::missing_kernel: return "missing kernel";
+    case ErrorKind::unsupported: return "unsupported";
+    case ErrorKind::io: return "i/o error";
+    case ErrorKind::runtime: return "runtime error";
+  }
+  return "error";
+}
+
+Error::Error(ErrorKind kind, const std::string& message)
+    : std::runtime_error(std::string(to_string(kind)) + ": " + message), kind_(kind) {}
+
+}  // namespace troupe

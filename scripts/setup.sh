@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Troupe needs to build, test and benchmark. Idempotent and quiet:
+# does nothing when everything is present. Runs as root, or through sudo.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libcaf-dev libucx-dev libboost-dev
+  libopenblas-dev libdnnl-dev
+  libgtest-dev libgmock-dev
+  python3
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+  sudo=()
+elif command -v sudo >/dev/null 2>&1; then
+  sudo=(sudo)
+else
+  echo "setup.sh: need root or sudo to install: ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "setup.sh: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,118 @@
+// matmul / batched matmul against a double reference: transposes, views, broadcasting, bf16.
+#include <gtest/gtest.h>
+
+#include "kernels/reference.hpp"
+#include "troupe/kernels/matmul.hpp"
+
+using namespace troupe;
+using namespace troupe::test;
+
+namespace {
+
+// C[b] = op(A[b]) op(B[b]) with batch broadcasting, in double.
+std::vector<double> ref_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, Shape& out) {
+  const auto av = values(a), bv = values(b);
+  const int ra = a.dim(), rb = b.dim();
+  const std::int64_t m = ta ? a.size(-1) : a.size(-2), k = ta ? a.size(-2) : a.size(-1);
+  const std::int64_t n = tb ? b.size(-2) : b.size(-1);
+  Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  Shape batch = broadcast_shapes(ba, bb, "ref");
+  out = batch;
+  out.push_back(m);
+  out.push_back(n);
+  std::vector<double> r(static_cast<std::size_t>(shape_numel(out)));
+  const std::int64_t nb = shape_numel(batch);
+  auto base = [&](std::int64_t bi, const Shape& s, std::int64_t mat) {
+    const auto idx = unravel(bi, batch);
+    std::int64_t f = 0;
+    const std::size_t lead = batch.size() - s.size();
+    for (std::size_t d = 0; d < s.size(); ++d) f = f * s[d] + (s[d] == 1 ? 0 : idx[lead + d]);
+    return f * mat;
+  };
+  for (std::int64_t bi = 0; bi < nb; ++bi) {
+    const std::int64_t oa = base(bi, ba, a.size(-1) * a.size(-2)), ob = base(bi, bb, b.size(-1) * b.size(-2));
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (std::int64_t p = 0; p < k; ++p) {
+          const double x = ta ? av[oa + p * a.size(-1) + i] : av[oa + i * a.size(-1) + p];
+          const double y = tb ? bv[ob + j * b.size(-1) + p] : bv[ob + p * b.size(-1) + j];
+          s += x * y;
+        }
+        r[(bi * m + i) * n + j] = s;
+      }
+  }
+  (void)ra;
+  (void)rb;
+  return r;
+}
+
+void check(const Tensor& a, const Tensor& b, bool ta, bool tb, double rtol = 1e-5, double atol = 1e-5) {
+  Shape out;
+  const auto r = ref_matmul(a, b, ta, tb, out);
+  expect_close(ops::matmul(a, b, ta, tb), r, out, rtol, atol);
+}
+
+}  // namespace
+
+TEST(Matmul, ShapesAndTransposes) {
+  std::uint64_t seed = 1;
+  for (auto [m, k, n] : std::vector<std::array<std::int64_t, 3>>{{1, 1, 1}, {3, 5, 7}, {17, 1, 9}, {64, 33, 65}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        Tensor a = random_tensor(ta ? Shape{k, m} : Shape{m, k}, seed++);
+        Tensor b = random_tensor(tb ? Shape{n, k} : Shape{k, n}, seed++);
+        check(a, b, ta, tb);
+      }
+}
+
+TEST(Matmul, ViewsNeedNoCopyAndStillAgree) {
+  Tensor a = random_tensor({9, 6}, 3).transpose(0, 1);         // [6, 9] transposed storage
+  Tensor b = random_tensor({9, 20}, 4).slice(1, 2, 14);        // [9, 12], row stride 20
+  check(a, b, false, false);
+  Tensor c = random_tensor({9, 12}, 5).slice(1, 0, 12, 3);     // [9, 4], stride 3: needs a copy
+  check(a, c, false, false);
+}
+
+TEST(Matmul, BatchedWithBroadcast) {
+  check(random_tensor({4, 3, 5}, 1), random_tensor({4, 5, 2}, 2), false, false);
+  check(random_tensor({2, 3, 3, 5}, 3), random_tensor({5, 4}, 4), false, false);       // b broadcast
+  check(random_tensor({2, 1, 5, 3}, 5), random_tensor({1, 3, 4, 5}, 6), true, true);  // both broadcast
+  check(random_tensor({3, 4, 6}, 7).transpose(1, 2), random_tensor({3, 4, 2}, 8), false, false);
+}
+
+TEST(Matmul, Bf16MatchesF32WithinBf16Precision) {
+  Tensor a = random_tensor({2, 16, 32}, 11), b = random_tensor({2, 32, 8}, 12);
+  Tensor ab = a.to(DType::bf16), bb = b.to(DType::bf16);
+  // Reference from the bf16-rounded inputs in double; output is rounded to bf16 (8 bits of mantissa).
+  Shape out;
+  const auto r = ref_matmul(ab, bb, false, false, out);
+  Tensor c = ops::matmul(ab, bb);
+  EXPECT_EQ(c.dtype(), DType::bf16);
+  expect_close(c, r, out, 1e-2, 1e-2);
+  Shape out_t;
+  const auto rt = ref_matmul(ab, bb.transpose(1, 2).contiguous(), false, true, out_t);
+  expect_close(ops::matmul(ab, bb.transpose(1, 2).contiguous(), false, true), rt, out_t, 1e-2, 1e-2);
+}
+
+TEST(Matmul, ZeroInnerDimensionGivesZeros) {
+  Tensor c = ops::matmul(Tensor::empty({3, 0}), Tensor::empty({0, 4}));
+  expect_close(c, std::vector<double>(12, 0.0), {3, 4});
+}
+
+TEST(Matmul, BadInput) {
+  try {
+    ops::matmul(random_tensor({3, 4}, 1), random_tensor({5, 2}, 2));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::shape_mismatch);
+    EXPECT_NE(m.find("matmul"), std::string::npos);
+    EXPECT_NE(m.find("[3, 4]"), std::string::npos) << m;
+    EXPECT_NE(m.find("[5, 2]"), std::string::npos) << m;
+  }
+  EXPECT_THROW(ops::matmul(random_tensor({3}, 1), random_tensor({3, 2}, 2)), Error);
+  EXPECT_THROW(ops::matmul(random_tensor({2, 3}, 1), random_tensor({3, 2}, 2).to(DType::bf16)), Error);
+  EXPECT_THROW(ops::matmul(Tensor::zeros({2, 2}, DType::i32), Tensor::zeros({2, 2}, DType::i32)), Error);
+  EXPECT_THROW(ops::matmul(random_tensor({2, 2, 3}, 1), random_tensor({3, 3, 2}, 2)), Error);
+}
