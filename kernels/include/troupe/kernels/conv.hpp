@@ -1,0 +1,24 @@
+#pragma once
+// 2-D convolution, NCHW, with stride and zero padding: forward and the three backward parts.
+
+#include <cstdint>
+
+#include "troupe/kernels/tensor.hpp"
+
+namespace troupe::ops {
+
+/// Stride and padding of a convolution.
+struct Conv2dParams {
+  std::int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+};
+
+/// y[N, O, Ho, Wo] = conv(x[N, C, H, W], w[O, C, kh, kw]) + bias[O] (bias may be undefined).
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p);
+/// d loss / d x from grad[N, O, Ho, Wo] and the weight.
+Tensor conv2d_backward_data(const Tensor& grad, const Tensor& w, const Shape& input_shape, const Conv2dParams& p);
+/// d loss / d w from grad and the forward input.
+Tensor conv2d_backward_weight(const Tensor& grad, const Tensor& x, const Shape& weight_shape, const Conv2dParams& p);
+/// d loss / d bias: grad summed over N, Ho and Wo.
+Tensor conv2d_backward_bias(const Tensor& grad);
+
+}  // namespace troupe::ops

@@ -1,0 +1,13 @@
+#pragma once
+// Fused, numerically stable softmax cross-entropy and its backward.
+
+#include "troupe/kernels/tensor.hpp"
+
+namespace troupe::ops {
+
+/// Mean over N of -log_softmax(logits)[n, targets[n]]; logits [N, C] f32, targets [N] i32/i64; 0-d result.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+/// dlogits = (softmax(logits) - onehot(targets)) * grad_loss / N; grad_loss is 0-d.
+Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets);
+
+}  // namespace troupe::ops

@@ -1,0 +1,37 @@
+#pragma once
+// Kernels of the gradient path: chunked squared L2 norm (for global-norm clipping), in-place scaling,
+// and the SGD-with-momentum and AdamW parameter updates (PyTorch semantics).
+
+#include <cstdint>
+
+#include "troupe/kernels/tensor.hpp"
+
+namespace troupe::ops {
+
+/// Elements per chunk of squared_norm: each chunk is summed in float lanes, chunk sums in double.
+constexpr std::int64_t kNormChunk = 4096;
+
+/// Sum of squares of an f32 tensor, computed chunk by chunk (bounded error, deterministic order).
+double squared_norm(const Tensor& x);
+/// x *= s in place (x dense f32).
+void scale_(const Tensor& x, double s);
+
+/// Hyper-parameters of SGD (torch.optim.SGD).
+struct SgdParams {
+  double lr = 0.01, momentum = 0.0, weight_decay = 0.0, dampening = 0.0;
+  bool nesterov = false;
+};
+/// One SGD step on `param` with `grad`; `momentum_buf` holds the velocity (ignored when momentum is 0).
+/// On the first step the buffer is set to the gradient, as PyTorch does.
+void sgd_update_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p,
+                 bool first_step);
+
+/// Hyper-parameters of AdamW (torch.optim.AdamW, decoupled weight decay).
+struct AdamWParams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+};
+/// One AdamW step; m and v are the moment buffers; step counts from 1.
+void adamw_update_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p,
+                   std::int64_t step);
+
+}  // namespace troupe::ops

@@ -1,0 +1,19 @@
+#pragma once
+// Softmax and log-softmax along one axis, with their backward passes.
+
+#include <cstdint>
+
+#include "troupe/kernels/tensor.hpp"
+
+namespace troupe::ops {
+
+/// Numerically stable softmax of `x` along `axis`.
+Tensor softmax(const Tensor& x, std::int64_t axis = -1);
+/// Numerically stable log-softmax of `x` along `axis`.
+Tensor log_softmax(const Tensor& x, std::int64_t axis = -1);
+/// Gradient wrt the input of softmax, given the output gradient and y = softmax(x).
+Tensor softmax_backward(const Tensor& grad, const Tensor& y, std::int64_t axis = -1);
+/// Gradient wrt the input of log_softmax, given the output gradient and y = log_softmax(x).
+Tensor log_softmax_backward(const Tensor& grad, const Tensor& y, std::int64_t axis = -1);
+
+}  // namespace troupe::ops

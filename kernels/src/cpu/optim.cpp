@@ -1,0 +1,139 @@
+#include "troupe/kernels/optim.hpp"
+
+#include <cmath>
+
+#include "troupe/kernels/registry.hpp"
+
+namespace troupe::ops {
+
+namespace {
+
+void check_dense(const char* op, const char* role, const Tensor& t, const Tensor& like) {
+  TROUPE_CHECK(t.defined() && t.dtype() == DType::f32 && t.is_contiguous(), dtype_mismatch, op, ": ", role, " ",
+               t.str(), " must be a dense f32 tensor");
+  TROUPE_CHECK(t.shape() == like.shape(), shape_mismatch, op, ": ", role, " ", shape_str(t.shape()),
+               " must match the parameter ", shape_str(like.shape()));
+}
+
+void squared_norm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
+  const float* x = in[0].data<float>();
+  const std::int64_t n = in[0].numel();
+  double total = 0;
+  for (std::int64_t c = 0; c < n; c += kNormChunk) {
+    // 16 float lanes per chunk: short sums (256 terms each) keep float error small and vectorise.
+    float lanes[16] = {};
+    const std::int64_t end = std::min(n, c + kNormChunk);
+    std::int64_t i = c;
+    for (; i + 16 <= end; i += 16)
+      for (int l = 0; l < 16; ++l) lanes[l] += x[i + l] * x[i + l];
+    double chunk = 0;
+    for (; i < end; ++i) chunk += static_cast<double>(x[i]) * x[i];
+    for (float l : lanes) chunk += l;
+    total += chunk;
+  }
+  // The result travels as two floats (hi + lo) so that no double precision is lost.
+  out[0].data<float>()[0] = static_cast<float>(total);
+  out[0].data<float>()[1] = static_cast<float>(total - static_cast<double>(static_cast<float>(total)));
+}
+
+void scale_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& a) {
+  const float s = static_cast<float>(a.get_double("scale"));
+  float* x = in[0].data<float>();
+  for (std::int64_t i = 0, n = in[0].numel(); i < n; ++i) x[i] *= s;
+}
+
+void sgd_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& a) {
+  float *p = in[0].data<float>(), *buf = in[2].defined() ? in[2].data<float>() : nullptr;
+  const float* g = in[1].data<float>();
+  const double lr = a.get_double("lr"), mom = a.get_double("momentum"), wd = a.get_double("weight_decay");
+  const double damp = a.get_double("dampening");
+  const bool nesterov = a.get_int("nesterov") != 0, first = a.get_int("first_step") != 0;
+  for (std::int64_t i = 0, n = in[0].numel(); i < n; ++i) {
+    double d = g[i] + wd * p[i];
+    if (mom != 0) {
+      const double b = first ? d : mom * buf[i] + (1 - damp) * d;
+      buf[i] = static_cast<float>(b);
+      d = nesterov ? d + mom * b : b;
+    }
+    p[i] = static_cast<float>(p[i] - lr * d);
+  }
+}
+
+void adamw_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& a) {
+  float *p = in[0].data<float>(), *m = in[2].data<float>(), *v = in[3].data<float>();
+  const float* g = in[1].data<float>();
+  const double lr = a.get_double("lr"), b1 = a.get_double("beta1"), b2 = a.get_double("beta2");
+  const double eps = a.get_double("eps"), wd = a.get_double("weight_decay");
+  const auto step = static_cast<double>(a.get_int("step"));
+  const double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
+  const double step_size = lr / bc1, decay = 1 - lr * wd;
+  for (std::int64_t i = 0, n = in[0].numel(); i < n; ++i) {
+    const double mi = b1 * m[i] + (1 - b1) * g[i];
+    const double vi = b2 * v[i] + (1 - b2) * static_cast<double>(g[i]) * g[i];
+    m[i] = static_cast<float>(mi);
+    v[i] = static_cast<float>(vi);
+    p[i] = static_cast<float>(p[i] * decay - step_size * mi / (std::sqrt(vi / bc2) + eps));
+  }
+}
+
+}  // namespace
+
+double squared_norm(const Tensor& x) {
+  TROUPE_CHECK(x.defined() && x.dtype() == DType::f32, dtype_mismatch, "squared_norm: ", x.str(), " must be f32");
+  std::vector<Tensor> out{Tensor::empty({2}, DType::f32, x.device())};
+  dispatch("squared_norm", {x.contiguous()}, out);
+  const auto hl = out[0].to_vector<float>();
+  return static_cast<double>(hl[0]) + hl[1];
+}
+
+void scale_(const Tensor& x, double s) {
+  check_dense("scale_", "tensor", x, x);
+  std::vector<Tensor> none;
+  dispatch("scale_", {x}, none, Attrs().set("scale", s));
+}
+
+void sgd_update_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p,
+                 bool first_step) {
+  check_dense("sgd_update_", "param", param, param);
+  check_dense("sgd_update_", "grad", grad, param);
+  if (p.momentum != 0) check_dense("sgd_update_", "momentum buffer", momentum_buf, param);
+  TROUPE_CHECK(p.lr >= 0 && p.momentum >= 0, invalid_argument, "sgd_update_: lr and momentum must be >= 0");
+  TROUPE_CHECK(!p.nesterov || (p.momentum > 0 && p.dampening == 0), invalid_argument,
+               "sgd_update_: nesterov needs momentum > 0 and dampening 0");
+  std::vector<Tensor> none;
+  dispatch("sgd_update_", {param, grad, p.momentum != 0 ? momentum_buf : Tensor()}, none,
+           Attrs()
+               .set("lr", p.lr)
+               .set("momentum", p.momentum)
+               .set("weight_decay", p.weight_decay)
+               .set("dampening", p.dampening)
+               .set("nesterov", std::int64_t{p.nesterov})
+               .set("first_step", std::int64_t{first_step}));
+}
+
+void adamw_update_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p,
+                   std::int64_t step) {
+  check_dense("adamw_update_", "param", param, param);
+  check_dense("adamw_update_", "grad", grad, param);
+  check_dense("adamw_update_", "first moment", m, param);
+  check_dense("adamw_update_", "second moment", v, param);
+  TROUPE_CHECK(step >= 1, invalid_argument, "adamw_update_: step counts from 1, got ", step);
+  TROUPE_CHECK(p.beta1 >= 0 && p.beta1 < 1 && p.beta2 >= 0 && p.beta2 < 1, invalid_argument,
+               "adamw_update_: betas must be in [0, 1), got ", p.beta1, ", ", p.beta2);
+  std::vector<Tensor> none;
+  dispatch("adamw_update_", {param, grad, m, v}, none,
+           Attrs()
+               .set("lr", p.lr)
+               .set("beta1", p.beta1)
+               .set("beta2", p.beta2)
+               .set("eps", p.eps)
+               .set("weight_decay", p.weight_decay)
+               .set("step", step));
+}
+
+TROUPE_REGISTER_KERNEL("squared_norm", cpu, f32, squared_norm_kernel);
+TROUPE_REGISTER_KERNEL("scale_", cpu, f32, scale_kernel);
+TROUPE_REGISTER_KERNEL("sgd_update_", cpu, f32, sgd_kernel);
+TROUPE_REGISTER_KERNEL("adamw_update_", cpu, f32, adamw_kernel);
+
+}  // namespace troupe::ops

@@ -1,0 +1,123 @@
+// CPU softmax / log-softmax. Inputs are made dense by the front end; the kernels walk the tensor
+// as [outer, n, inner] with the softmax axis of length n and element stride inner.
+
+#include "troupe/kernels/softmax.hpp"
+
+#include <cmath>
+
+#include "troupe/kernels/registry.hpp"
+
+namespace troupe {
+namespace {
+
+struct Layout {
+  std::int64_t outer = 1, n = 1, inner = 1;
+};
+
+Layout layout_of(const Shape& s, int axis) {
+  Layout l;
+  for (int i = 0; i < axis; ++i) l.outer *= s[i];
+  l.n = s[axis];
+  for (std::size_t i = axis + 1; i < s.size(); ++i) l.inner *= s[i];
+  return l;
+}
+
+// attr "axis" (normalised), "log" (0/1). in[0] x dense, out[0] y dense.
+void softmax_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
+  const float* x = in[0].data<float>();
+  float* y = out[0].data<float>();
+  const bool log = a.get_int("log") != 0;
+  const Layout l = layout_of(in[0].shape(), static_cast<int>(a.get_int("axis")));
+  for (std::int64_t o = 0; o < l.outer; ++o)
+    for (std::int64_t j = 0; j < l.inner; ++j) {
+      const std::int64_t base = o * l.n * l.inner + j;
+      float m = -INFINITY;
+      for (std::int64_t k = 0; k < l.n; ++k) m = std::fmax(m, x[base + k * l.inner]);
+      if (std::isinf(m) && m < 0) m = 0.0f;  // all -inf row: avoid inf - inf
+      double s = 0.0;
+      for (std::int64_t k = 0; k < l.n; ++k) s += std::exp(static_cast<double>(x[base + k * l.inner]) - m);
+      if (log) {
+        const double lse = m + std::log(s);
+        for (std::int64_t k = 0; k < l.n; ++k)
+          y[base + k * l.inner] = static_cast<float>(x[base + k * l.inner] - lse);
+      } else {
+        for (std::int64_t k = 0; k < l.n; ++k)
+          y[base + k * l.inner] = static_cast<float>(std::exp(static_cast<double>(x[base + k * l.inner]) - m) / s);
+      }
+    }
+}
+TROUPE_REGISTER_KERNEL("softmax", cpu, f32, softmax_kernel);
+
+// in[0] grad, in[1] y. softmax: dx = y * (g - sum(g*y)); log: dx = g - exp(y) * sum(g).
+void softmax_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
+  const float* g = in[0].data<float>();
+  const float* y = in[1].data<float>();
+  float* dx = out[0].data<float>();
+  const bool log = a.get_int("log") != 0;
+  const Layout l = layout_of(in[0].shape(), static_cast<int>(a.get_int("axis")));
+  for (std::int64_t o = 0; o < l.outer; ++o)
+    for (std::int64_t j = 0; j < l.inner; ++j) {
+      const std::int64_t base = o * l.n * l.inner + j;
+      double s = 0.0;
+      for (std::int64_t k = 0; k < l.n; ++k) {
+        const std::int64_t i = base + k * l.inner;
+        s += log ? static_cast<double>(g[i]) : static_cast<double>(g[i]) * y[i];
+      }
+      for (std::int64_t k = 0; k < l.n; ++k) {
+        const std::int64_t i = base + k * l.inner;
+        dx[i] = log ? static_cast<float>(g[i] - std::exp(static_cast<double>(y[i])) * s)
+                    : static_cast<float>(y[i] * (g[i] - s));
+      }
+    }
+}
+TROUPE_REGISTER_KERNEL("softmax_backward", cpu, f32, softmax_backward_kernel);
+
+void check_f32(const char* op, const char* what, const Tensor& t) {
+  TROUPE_CHECK(t.defined(), invalid_argument, op, ": ", what, " is undefined");
+  TROUPE_CHECK(t.dtype() == DType::f32, dtype_mismatch, op, ": ", what, " must be f32, got ", t.str());
+}
+
+Tensor forward(const char* op, const Tensor& x, std::int64_t axis, bool log) {
+  check_f32(op, "x", x);
+  TROUPE_CHECK(x.dim() > 0, invalid_argument, op, ": needs at least one dimension, got ", x.str());
+  const int ax = normalize_axis(axis, x.shape().size(), op);
+  Tensor xd = x.contiguous();
+  Tensor y = Tensor::empty(x.shape(), DType::f32, x.device());
+  std::vector<Tensor> outs{y};
+  dispatch("softmax", {xd}, outs, Attrs().set("axis", std::int64_t{ax}).set("log", std::int64_t{log ? 1 : 0}));
+  return y;
+}
+
+Tensor backward(const char* op, const Tensor& grad, const Tensor& y, std::int64_t axis, bool log) {
+  check_f32(op, "grad", grad);
+  check_f32(op, "y", y);
+  TROUPE_CHECK(grad.shape() == y.shape(), shape_mismatch, op, ": grad shape ", shape_str(grad.shape()),
+               " does not match y shape ", shape_str(y.shape()));
+  TROUPE_CHECK(y.dim() > 0, invalid_argument, op, ": needs at least one dimension, got ", y.str());
+  const int ax = normalize_axis(axis, y.shape().size(), op);
+  Tensor gd = grad.contiguous(), yd = y.contiguous();
+  Tensor dx = Tensor::empty(y.shape(), DType::f32, y.device());
+  std::vector<Tensor> outs{dx};
+  dispatch("softmax_backward", {gd, yd}, outs,
+           Attrs().set("axis", std::int64_t{ax}).set("log", std::int64_t{log ? 1 : 0}));
+  return dx;
+}
+
+}  // namespace
+
+namespace ops {
+
+Tensor softmax(const Tensor& x, std::int64_t axis) { return forward("softmax", x, axis, false); }
+
+Tensor log_softmax(const Tensor& x, std::int64_t axis) { return forward("log_softmax", x, axis, true); }
+
+Tensor softmax_backward(const Tensor& grad, const Tensor& y, std::int64_t axis) {
+  return backward("softmax_backward", grad, y, axis, false);
+}
+
+Tensor log_softmax_backward(const Tensor& grad, const Tensor& y, std::int64_t axis) {
+  return backward("log_softmax_backward", grad, y, axis, true);
+}
+
+}  // namespace ops
+}  // namespace troupe

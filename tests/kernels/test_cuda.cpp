@@ -1,0 +1,50 @@
+// The CUDA backend. Needs a GPU: every test that runs kernels skips cleanly when none is present.
+#include <gtest/gtest.h>
+
+#include "kernels/reference.hpp"
+#include "troupe/kernels/cuda.hpp"
+#include "troupe/kernels/elementwise.hpp"
+#include "troupe/kernels/optim.hpp"
+
+using namespace troupe;
+using namespace troupe::test;
+
+#define REQUIRE_GPU() \
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+TEST(Cuda, RoundTripCopy) {
+  REQUIRE_GPU();
+  Tensor x = random_tensor({37, 5}, 1);
+  Tensor d = x.to(Device::cuda(0));
+  EXPECT_EQ(d.device(), Device::cuda(0));
+  EXPECT_EQ(values(d.to(Device::cpu())), values(x));
+}
+
+TEST(Cuda, AddMatchesHost) {
+  REQUIRE_GPU();
+  Tensor a = random_tensor({1000, 3}, 2), b = random_tensor({1000, 3}, 3);
+  Tensor c = ops::add(a.to(Device::cuda(0)), b.to(Device::cuda(0)));
+  EXPECT_EQ(c.device(), Device::cuda(0));
+  expect_close(c, values(ops::add(a, b)), {1000, 3}, 0, 0);
+}
+
+TEST(Cuda, SquaredNormMatchesDoubleReference) {
+  REQUIRE_GPU();
+  Tensor x = random_tensor({1000003}, 4, -2, 2);
+  double ref = 0;
+  for (double v : values(x)) ref += v * v;
+  EXPECT_NEAR(ops::squared_norm(x.to(Device::cuda(0))), ref, 1e-6 * ref);
+}
+
+TEST(Cuda, MissingDeviceIsAClearError) {
+  if (!cuda_built()) {
+    try {
+      Tensor::empty({2}, DType::f32, Device::cuda(0));
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::unsupported);
+    }
+    return;
+  }
+  EXPECT_THROW(Tensor::empty({2}, DType::f32, Device::cuda(99)), Error);
+}
