@@ -34,15 +34,20 @@ void softmax_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, con
       float m = -INFINITY;
       for (std::int64_t k = 0; k < l.n; ++k) m = std::fmax(m, x[base + k * l.inner]);
       if (std::isinf(m) && m < 0) m = 0.0f;  // all -inf row: avoid inf - inf
+      // One float exp per element (x - m <= 0, so no overflow), kept in y; the sum runs in double.
       double s = 0.0;
-      for (std::int64_t k = 0; k < l.n; ++k) s += std::exp(static_cast<double>(x[base + k * l.inner]) - m);
+      for (std::int64_t k = 0; k < l.n; ++k) {
+        const float e = std::exp(x[base + k * l.inner] - m);
+        y[base + k * l.inner] = e;
+        s += e;
+      }
       if (log) {
         const double lse = m + std::log(s);
         for (std::int64_t k = 0; k < l.n; ++k)
           y[base + k * l.inner] = static_cast<float>(x[base + k * l.inner] - lse);
       } else {
-        for (std::int64_t k = 0; k < l.n; ++k)
-          y[base + k * l.inner] = static_cast<float>(std::exp(static_cast<double>(x[base + k * l.inner]) - m) / s);
+        const float inv = static_cast<float>(1.0 / s);
+        for (std::int64_t k = 0; k < l.n; ++k) y[base + k * l.inner] *= inv;
       }
     }
 }
