@@ -8,6 +8,7 @@ packages=(
   libcaf-dev libucx-dev libboost-dev
   libopenblas-dev libdnnl-dev
   libgtest-dev libgmock-dev
+  nlohmann-json3-dev
   python3
 )
 

@@ -8,7 +8,7 @@ std::size_t dtype_size(DType t) {
   switch (t) {
     case DType::f32: case DType::i32: return 4;
     case DType::f16: case DType::bf16: return 2;
-    case DType::i64: return 8;
+    case DType::i64: case DType::f64: return 8;
     case DType::u8: return 1;
   }
   return 0;
@@ -22,17 +22,18 @@ const char* dtype_name(DType t) {
     case DType::i32: return "i32";
     case DType::i64: return "i64";
     case DType::u8: return "u8";
+    case DType::f64: return "f64";
   }
   return "?";
 }
 
 DType parse_dtype(std::string_view name) {
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8})
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8, DType::f64})
     if (name == dtype_name(t)) return t;
-  fail(ErrorKind::invalid_argument, "unknown dtype '", name, "'; expected one of f32, f16, bf16, i32, i64, u8");
+  fail(ErrorKind::invalid_argument, "unknown dtype '", name, "'; expected one of f32, f64, f16, bf16, i32, i64, u8");
 }
 
-bool is_floating(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
+bool is_floating(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16; }
 
 Half float_to_half(float f) {
   std::uint32_t x;

@@ -11,7 +11,7 @@
 namespace troupe {
 
 /// The element type of a tensor.
-enum class DType : std::uint8_t { f32, f16, bf16, i32, i64, u8 };
+enum class DType : std::uint8_t { f32, f16, bf16, i32, i64, u8, f64 };
 
 /// Bytes per element of `t`.
 std::size_t dtype_size(DType t);
@@ -19,7 +19,7 @@ std::size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 /// Parses a short name ("f32", "bf16", ...); throws troupe::Error for unknown names.
 DType parse_dtype(std::string_view name);
-/// True for f32, f16 and bf16.
+/// True for f32, f16, bf16 and f64.
 bool is_floating(DType t);
 
 /// IEEE binary16 value stored as its bit pattern.
@@ -61,6 +61,7 @@ template <> constexpr DType dtype_of<BFloat16>() { return DType::bf16; }
 template <> constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
 template <> constexpr DType dtype_of<std::int64_t>() { return DType::i64; }
 template <> constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
+template <> constexpr DType dtype_of<double>() { return DType::f64; }
 
 /// Calls `f(T{})` with T the C++ type of `t`; one switch instead of one per kernel.
 template <class F>
@@ -72,6 +73,7 @@ decltype(auto) visit_dtype(DType t, F&& f) {
     case DType::i32: return f(std::int32_t{});
     case DType::i64: return f(std::int64_t{});
     case DType::u8: return f(std::uint8_t{});
+    case DType::f64: return f(double{});
   }
   return f(float{});
 }
