@@ -78,13 +78,14 @@ TEST(DType, NamesSizesAndParsing) {
   EXPECT_EQ(dtype_size(DType::bf16), 2u);
   EXPECT_EQ(dtype_size(DType::i64), 8u);
   EXPECT_EQ(dtype_size(DType::u8), 1u);
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8})
+  EXPECT_EQ(dtype_size(DType::f64), 8u);
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8})
     EXPECT_EQ(parse_dtype(dtype_name(t)), t);
   try {
-    parse_dtype("f64");
+    parse_dtype("f128");
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("f64"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("f128"), std::string::npos);
     EXPECT_EQ(e.kind(), ErrorKind::invalid_argument);
   }
 }

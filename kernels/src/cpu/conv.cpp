@@ -1,10 +1,9 @@
 // Convolution as im2col + GEMM (OpenBLAS): each image's patches become a [C*kh*kw, Ho*Wo] matrix.
 #include "troupe/kernels/conv.hpp"
 
-#include <cblas.h>
-
+#include "cpu/blas.hpp"
+#include "cpu/float_kernels.hpp"
 #include "troupe/kernels/reduce.hpp"
-#include "troupe/kernels/registry.hpp"
 
 namespace troupe::ops {
 
@@ -44,37 +43,39 @@ Geometry geometry_of(const Attrs& a) {
 }
 
 // col[(c, i, j), (y, x)] = img[c, y*sh - ph + i, x*sw - pw + j] (0 outside).
-void im2col(const Geometry& g, const float* img, float* col) {
+template <class T>
+void im2col(const Geometry& g, const T* img, T* col) {
   for (std::int64_t c = 0; c < g.c; ++c)
     for (std::int64_t i = 0; i < g.kh; ++i)
       for (std::int64_t j = 0; j < g.kw; ++j) {
-        float* row = col + ((c * g.kh + i) * g.kw + j) * g.pixels();
+        T* row = col + ((c * g.kh + i) * g.kw + j) * g.pixels();
         for (std::int64_t y = 0; y < g.ho; ++y) {
           const std::int64_t iy = y * g.sh - g.ph + i;
-          float* out = row + y * g.wo;
+          T* out = row + y * g.wo;
           if (iy < 0 || iy >= g.h) {
-            std::fill_n(out, g.wo, 0.f);
+            std::fill_n(out, g.wo, T(0));
             continue;
           }
-          const float* src = img + (c * g.h + iy) * g.w;
+          const T* src = img + (c * g.h + iy) * g.w;
           for (std::int64_t x = 0; x < g.wo; ++x) {
             const std::int64_t ix = x * g.sw - g.pw + j;
-            out[x] = ix >= 0 && ix < g.w ? src[ix] : 0.f;
+            out[x] = ix >= 0 && ix < g.w ? src[ix] : T(0);
           }
         }
       }
 }
 
 // The adjoint of im2col: img[c, ...] += col[(c, i, j), (y, x)].
-void col2im(const Geometry& g, const float* col, float* img) {
+template <class T>
+void col2im(const Geometry& g, const T* col, T* img) {
   for (std::int64_t c = 0; c < g.c; ++c)
     for (std::int64_t i = 0; i < g.kh; ++i)
       for (std::int64_t j = 0; j < g.kw; ++j) {
-        const float* row = col + ((c * g.kh + i) * g.kw + j) * g.pixels();
+        const T* row = col + ((c * g.kh + i) * g.kw + j) * g.pixels();
         for (std::int64_t y = 0; y < g.ho; ++y) {
           const std::int64_t iy = y * g.sh - g.ph + i;
           if (iy < 0 || iy >= g.h) continue;
-          float* dst = img + (c * g.h + iy) * g.w;
+          T* dst = img + (c * g.h + iy) * g.w;
           for (std::int64_t x = 0; x < g.wo; ++x) {
             const std::int64_t ix = x * g.sw - g.pw + j;
             if (ix >= 0 && ix < g.w) dst[ix] += row[y * g.wo + x];
@@ -85,49 +86,48 @@ void col2im(const Geometry& g, const float* col, float* img) {
 
 int I(std::int64_t v) { return static_cast<int>(v); }
 
+template <class T>
 void forward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
   const Geometry g = geometry_of(a);
-  const float *x = in[0].data<float>(), *w = in[1].data<float>();
-  const float* b = in.size() > 2 && in[2].defined() ? in[2].data<float>() : nullptr;
-  float* y = out[0].data<float>();
-  std::vector<float> col(static_cast<std::size_t>(g.patch() * g.pixels()));
+  const T *x = in[0].data<T>(), *w = in[1].data<T>();
+  const T* b = in.size() > 2 && in[2].defined() ? in[2].data<T>() : nullptr;
+  T* y = out[0].data<T>();
+  std::vector<T> col(static_cast<std::size_t>(g.patch() * g.pixels()));
   for (std::int64_t n = 0; n < g.n; ++n) {
     im2col(g, x + n * g.c * g.h * g.w, col.data());
-    float* yn = y + n * g.o * g.pixels();
-    for (std::int64_t o = 0; o < g.o; ++o) std::fill_n(yn + o * g.pixels(), g.pixels(), b ? b[o] : 0.f);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, I(g.o), I(g.pixels()), I(g.patch()), 1.f, w,
-                I(g.patch()), col.data(), I(g.pixels()), 1.f, yn, I(g.pixels()));
+    T* yn = y + n * g.o * g.pixels();
+    for (std::int64_t o = 0; o < g.o; ++o) std::fill_n(yn + o * g.pixels(), g.pixels(), b ? b[o] : T(0));
+    cpu::gemm(CblasNoTrans, CblasNoTrans, I(g.o), I(g.pixels()), I(g.patch()), T(1), w, I(g.patch()), col.data(),
+              I(g.pixels()), T(1), yn, I(g.pixels()));
   }
 }
 
+template <class T>
 void backward_data_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
   const Geometry g = geometry_of(a);
-  const float *dy = in[0].data<float>(), *w = in[1].data<float>();
-  float* dx = out[0].data<float>();
-  std::fill_n(dx, out[0].numel(), 0.f);
-  std::vector<float> col(static_cast<std::size_t>(g.patch() * g.pixels()));
+  const T *dy = in[0].data<T>(), *w = in[1].data<T>();
+  T* dx = out[0].data<T>();
+  std::fill_n(dx, out[0].numel(), T(0));
+  std::vector<T> col(static_cast<std::size_t>(g.patch() * g.pixels()));
   for (std::int64_t n = 0; n < g.n; ++n) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, I(g.patch()), I(g.pixels()), I(g.o), 1.f, w, I(g.patch()),
-                dy + n * g.o * g.pixels(), I(g.pixels()), 0.f, col.data(), I(g.pixels()));
+    cpu::gemm(CblasTrans, CblasNoTrans, I(g.patch()), I(g.pixels()), I(g.o), T(1), w, I(g.patch()),
+              dy + n * g.o * g.pixels(), I(g.pixels()), T(0), col.data(), I(g.pixels()));
     col2im(g, col.data(), dx + n * g.c * g.h * g.w);
   }
 }
 
+template <class T>
 void backward_weight_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
   const Geometry g = geometry_of(a);
-  const float *dy = in[0].data<float>(), *x = in[1].data<float>();
-  float* dw = out[0].data<float>();
-  std::fill_n(dw, out[0].numel(), 0.f);
-  std::vector<float> col(static_cast<std::size_t>(g.patch() * g.pixels()));
+  const T *dy = in[0].data<T>(), *x = in[1].data<T>();
+  T* dw = out[0].data<T>();
+  std::fill_n(dw, out[0].numel(), T(0));
+  std::vector<T> col(static_cast<std::size_t>(g.patch() * g.pixels()));
   for (std::int64_t n = 0; n < g.n; ++n) {
     im2col(g, x + n * g.c * g.h * g.w, col.data());
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, I(g.o), I(g.patch()), I(g.pixels()), 1.f,
-                dy + n * g.o * g.pixels(), I(g.pixels()), col.data(), I(g.pixels()), 1.f, dw, I(g.patch()));
+    cpu::gemm(CblasNoTrans, CblasTrans, I(g.o), I(g.patch()), I(g.pixels()), T(1), dy + n * g.o * g.pixels(),
+              I(g.pixels()), col.data(), I(g.pixels()), T(1), dw, I(g.patch()));
   }
-}
-
-void check_f32(const char* op, const Tensor& t, const char* role) {
-  TROUPE_CHECK(t.defined() && t.dtype() == DType::f32, dtype_mismatch, op, ": ", role, " ", t.str(), " must be f32");
 }
 
 Shape output_shape(const Geometry& g) { return {g.n, g.o, g.ho, g.wo}; }
@@ -135,15 +135,15 @@ Shape output_shape(const Geometry& g) { return {g.n, g.o, g.ho, g.wo}; }
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
-  check_f32("conv2d", x, "input");
-  check_f32("conv2d", w, "weight");
+  cpu::check_float("conv2d", "input", x);
+  cpu::check_float_like("conv2d", "weight", w, "input", x);
   const Geometry g = geometry("conv2d", x.shape(), w.shape(), p);
   if (bias.defined()) {
-    check_f32("conv2d", bias, "bias");
+    cpu::check_float_like("conv2d", "bias", bias, "input", x);
     TROUPE_CHECK(bias.shape() == Shape{g.o}, shape_mismatch, "conv2d: bias ", shape_str(bias.shape()), " must be [",
                  g.o, "]");
   }
-  std::vector<Tensor> out{Tensor::empty(output_shape(g), DType::f32, x.device())};
+  std::vector<Tensor> out{Tensor::empty(output_shape(g), x.dtype(), x.device())};
   std::vector<Tensor> in{x.contiguous(), w.contiguous()};
   if (bias.defined()) in.push_back(bias.contiguous());
   dispatch("conv2d", in, out, geometry_attrs(x.shape(), w.shape(), p));
@@ -151,24 +151,24 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
 }
 
 Tensor conv2d_backward_data(const Tensor& grad, const Tensor& w, const Shape& input_shape, const Conv2dParams& p) {
-  check_f32("conv2d_backward_data", grad, "grad");
-  check_f32("conv2d_backward_data", w, "weight");
+  cpu::check_float("conv2d_backward_data", "grad", grad);
+  cpu::check_float_like("conv2d_backward_data", "weight", w, "grad", grad);
   const Geometry g = geometry("conv2d_backward_data", input_shape, w.shape(), p);
   TROUPE_CHECK(grad.shape() == output_shape(g), shape_mismatch, "conv2d_backward_data: grad ",
                shape_str(grad.shape()), " must be ", shape_str(output_shape(g)));
-  std::vector<Tensor> out{Tensor::empty(input_shape, DType::f32, grad.device())};
+  std::vector<Tensor> out{Tensor::empty(input_shape, grad.dtype(), grad.device())};
   dispatch("conv2d_backward_data", {grad.contiguous(), w.contiguous()}, out,
            geometry_attrs(input_shape, w.shape(), p));
   return out[0];
 }
 
 Tensor conv2d_backward_weight(const Tensor& grad, const Tensor& x, const Shape& weight_shape, const Conv2dParams& p) {
-  check_f32("conv2d_backward_weight", grad, "grad");
-  check_f32("conv2d_backward_weight", x, "input");
+  cpu::check_float("conv2d_backward_weight", "grad", grad);
+  cpu::check_float_like("conv2d_backward_weight", "input", x, "grad", grad);
   const Geometry g = geometry("conv2d_backward_weight", x.shape(), weight_shape, p);
   TROUPE_CHECK(grad.shape() == output_shape(g), shape_mismatch, "conv2d_backward_weight: grad ",
                shape_str(grad.shape()), " must be ", shape_str(output_shape(g)));
-  std::vector<Tensor> out{Tensor::empty(weight_shape, DType::f32, grad.device())};
+  std::vector<Tensor> out{Tensor::empty(weight_shape, grad.dtype(), grad.device())};
   dispatch("conv2d_backward_weight", {grad.contiguous(), x.contiguous()}, out,
            geometry_attrs(x.shape(), weight_shape, p));
   return out[0];
@@ -180,8 +180,8 @@ Tensor conv2d_backward_bias(const Tensor& grad) {
   return sum(grad, {0, 2, 3});
 }
 
-TROUPE_REGISTER_KERNEL("conv2d", cpu, f32, forward_kernel);
-TROUPE_REGISTER_KERNEL("conv2d_backward_data", cpu, f32, backward_data_kernel);
-TROUPE_REGISTER_KERNEL("conv2d_backward_weight", cpu, f32, backward_weight_kernel);
+TROUPE_REGISTER_FLOAT_KERNELS("conv2d", forward_kernel);
+TROUPE_REGISTER_FLOAT_KERNELS("conv2d_backward_data", backward_data_kernel);
+TROUPE_REGISTER_FLOAT_KERNELS("conv2d_backward_weight", backward_weight_kernel);
 
 }  // namespace troupe::ops

@@ -4,32 +4,34 @@
 
 #include <algorithm>
 
-#include "troupe/kernels/registry.hpp"
+#include "cpu/float_kernels.hpp"
 
 namespace troupe {
 namespace {
 
 // in: weight [V, D], ids i64 dense; out: y [n, D].
+template <class T>
 void embedding_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
-  const float* w = in[0].data<float>();
+  const T* w = in[0].data<T>();
   const std::int64_t* id = in[1].data<std::int64_t>();
-  float* y = out[0].data<float>();
+  T* y = out[0].data<T>();
   const std::int64_t d = in[0].shape()[1], n = in[1].numel();
   for (std::int64_t i = 0; i < n; ++i) std::copy(w + id[i] * d, w + (id[i] + 1) * d, y + i * d);
 }
-TROUPE_REGISTER_KERNEL("embedding", cpu, f32, embedding_kernel);
+TROUPE_REGISTER_FLOAT_KERNELS("embedding", embedding_kernel);
 
 // in: grad [n*D] dense, ids i64 dense; out: dw [V, D] (zeroed here).
+template <class T>
 void embedding_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
-  const float* g = in[0].data<float>();
+  const T* g = in[0].data<T>();
   const std::int64_t* id = in[1].data<std::int64_t>();
-  float* dw = out[0].data<float>();
+  T* dw = out[0].data<T>();
   const std::int64_t d = out[0].shape()[1], n = in[1].numel();
-  std::fill(dw, dw + out[0].numel(), 0.0f);
+  std::fill(dw, dw + out[0].numel(), T(0));
   for (std::int64_t i = 0; i < n; ++i)
     for (std::int64_t j = 0; j < d; ++j) dw[id[i] * d + j] += g[i * d + j];
 }
-TROUPE_REGISTER_KERNEL("embedding_backward", cpu, f32, embedding_backward_kernel);
+TROUPE_REGISTER_FLOAT_KERNELS("embedding_backward", embedding_backward_kernel);
 
 Tensor checked_ids(const char* op, const Tensor& ids, std::int64_t v) {
   TROUPE_CHECK(ids.defined(), invalid_argument, op, ": ids is undefined");
@@ -57,22 +59,20 @@ Tensor checked_ids(const char* op, const Tensor& ids, std::int64_t v) {
 namespace ops {
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
-  TROUPE_CHECK(weight.defined() && weight.dtype() == DType::f32, dtype_mismatch,
-               "embedding: weight must be a defined f32 tensor, got ", weight.str());
+  cpu::check_float("embedding", "weight", weight);
   TROUPE_CHECK(weight.dim() == 2, shape_mismatch, "embedding: weight must be [V, D], got ",
                shape_str(weight.shape()));
   Tensor id = checked_ids("embedding", ids, weight.shape()[0]);
   Shape s = ids.shape();
   s.push_back(weight.shape()[1]);
-  Tensor y = Tensor::empty(s);
+  Tensor y = Tensor::empty(s, weight.dtype());
   std::vector<Tensor> outs{y};
   dispatch("embedding", {weight.contiguous(), id}, outs);
   return y;
 }
 
 Tensor embedding_backward(const Tensor& grad, const Tensor& ids, std::int64_t num_embeddings) {
-  TROUPE_CHECK(grad.defined() && grad.dtype() == DType::f32, dtype_mismatch,
-               "embedding_backward: grad must be a defined f32 tensor, got ", grad.str());
+  cpu::check_float("embedding_backward", "grad", grad);
   TROUPE_CHECK(num_embeddings >= 0, invalid_argument, "embedding_backward: num_embeddings must be >= 0, got ",
                num_embeddings);
   Tensor id = checked_ids("embedding_backward", ids, num_embeddings);
@@ -80,7 +80,7 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& ids, std::int64_t nu
   TROUPE_CHECK(grad.dim() == ids.dim() + 1 && Shape(grad.shape().begin(), grad.shape().end() - 1) == expect,
                shape_mismatch, "embedding_backward: grad shape ", shape_str(grad.shape()),
                " must be ids shape ", shape_str(expect), " + [D]");
-  Tensor dw = Tensor::empty({num_embeddings, grad.shape().back()});
+  Tensor dw = Tensor::empty({num_embeddings, grad.shape().back()}, grad.dtype());
   std::vector<Tensor> outs{dw};
   dispatch("embedding_backward", {grad.contiguous(), id}, outs);
   return dw;

@@ -1,10 +1,9 @@
 #include "troupe/kernels/matmul.hpp"
 
-#include <cblas.h>
-
 #include <dnnl.hpp>
 
-#include "troupe/kernels/registry.hpp"
+#include "cpu/blas.hpp"
+#include "cpu/float_kernels.hpp"
 
 namespace troupe::ops {
 
@@ -36,8 +35,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   TROUPE_CHECK(a.dim() >= 2 && b.dim() >= 2, shape_mismatch, "matmul: inputs need rank >= 2, got ", shape_str(a.shape()),
                " and ", shape_str(b.shape()));
   TROUPE_CHECK(a.dtype() == b.dtype(), dtype_mismatch, "matmul: dtypes differ: ", a.str(), " and ", b.str());
-  TROUPE_CHECK(a.dtype() == DType::f32 || a.dtype() == DType::bf16, dtype_mismatch, "matmul: ", a.str(),
-               " has dtype ", dtype_name(a.dtype()), "; matmul takes f32 or bf16");
+  TROUPE_CHECK(a.dtype() == DType::f32 || a.dtype() == DType::f64 || a.dtype() == DType::bf16, dtype_mismatch,
+               "matmul: ", a.str(), " has dtype ", dtype_name(a.dtype()), "; matmul takes f32, f64 or bf16");
   const std::int64_t m = a.size(trans_a ? -1 : -2), ka = a.size(trans_a ? -2 : -1);
   const std::int64_t kb = b.size(trans_b ? -1 : -2), n = b.size(trans_b ? -2 : -1);
   TROUPE_CHECK(ka == kb, shape_mismatch, "matmul: inner dimensions differ: a ", shape_str(a.shape()),
@@ -73,7 +72,9 @@ std::vector<std::int64_t> batch_offsets(const Tensor& t, const Shape& batch) {
   return offs;
 }
 
-void matmul_f32(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+// f32 and f64 through BLAS ?gemm, one call per batch entry on the strided operands.
+template <class T>
+void matmul_blas(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
   Tensor a = in[0], b = in[1];
   BlasLayout la = blas_layout(a), lb = blas_layout(b);
   if (!la.ok) a = a.contiguous(), la = blas_layout(a);
@@ -83,19 +84,19 @@ void matmul_f32(const std::vector<Tensor>& in, std::vector<Tensor>& out, const A
   Tensor& c = out[0];
   const std::int64_t m = c.size(-2), n = c.size(-1);
   const std::int64_t k = attrs.get_int("trans_a") ? a.size(-2) : a.size(-1);
-  float* cp = c.data<float>();
+  T* cp = c.data<T>();
   if (k == 0) {
-    std::fill_n(cp, c.numel(), 0.f);
+    std::fill_n(cp, c.numel(), T(0));
     return;
   }
   const Shape batch = batch_of(c);
   const auto ao = batch_offsets(a, batch), bo = batch_offsets(b, batch);
-  const float* ap = a.data<float>();
-  const float* bp = b.data<float>();
+  const T* ap = a.data<T>();
+  const T* bp = b.data<T>();
   for (std::size_t i = 0; i < ao.size(); ++i)
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-                static_cast<int>(n), static_cast<int>(k), 1.f, ap + ao[i], static_cast<int>(la.ld), bp + bo[i],
-                static_cast<int>(lb.ld), 0.f, cp + static_cast<std::int64_t>(i) * m * n, static_cast<int>(n));
+    cpu::gemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), T(1), ap + ao[i], static_cast<int>(la.ld), bp + bo[i], static_cast<int>(lb.ld), T(0),
+              cp + static_cast<std::int64_t>(i) * m * n, static_cast<int>(n));
 }
 
 // bf16 x bf16 -> bf16 with f32 accumulation on oneDNN (AVX-512 BF16 / AMX where the CPU has them).
@@ -127,7 +128,7 @@ void matmul_bf16(const std::vector<Tensor>& in, std::vector<Tensor>& out, const 
 
 }  // namespace
 
-TROUPE_REGISTER_KERNEL("matmul", cpu, f32, matmul_f32);
+TROUPE_REGISTER_FLOAT_KERNELS("matmul", matmul_blas);
 TROUPE_REGISTER_KERNEL("matmul", cpu, bf16, matmul_bf16);
 
 }  // namespace troupe::ops

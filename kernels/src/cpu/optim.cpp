@@ -2,49 +2,55 @@
 
 #include <cmath>
 
-#include "troupe/kernels/registry.hpp"
+#include "cpu/float_kernels.hpp"
 
 namespace troupe::ops {
 
 namespace {
 
-void check_dense(const char* op, const char* role, const Tensor& t, const Tensor& like) {
-  TROUPE_CHECK(t.defined() && t.dtype() == DType::f32 && t.is_contiguous(), dtype_mismatch, op, ": ", role, " ",
-               t.str(), " must be a dense f32 tensor");
-  TROUPE_CHECK(t.shape() == like.shape(), shape_mismatch, op, ": ", role, " ", shape_str(t.shape()),
-               " must match the parameter ", shape_str(like.shape()));
+// The kernels update in place, so every operand must be dense and in the parameter's dtype.
+void check_dense(const char* op, const char* role, const Tensor& t, const Tensor& param) {
+  cpu::check_float_like(op, role, t, "parameter", param);
+  TROUPE_CHECK(t.is_contiguous(), invalid_argument, op, ": ", role, " ", t.str(),
+               " must be dense; call contiguous() first");
+  TROUPE_CHECK(t.shape() == param.shape(), shape_mismatch, op, ": ", role, " ", shape_str(t.shape()),
+               " must match the parameter ", shape_str(param.shape()));
 }
 
+template <class T>
 void squared_norm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
-  const float* x = in[0].data<float>();
+  const T* x = in[0].data<T>();
   const std::int64_t n = in[0].numel();
   double total = 0;
   for (std::int64_t c = 0; c < n; c += kNormChunk) {
-    // 16 float lanes per chunk: short sums (256 terms each) keep float error small and vectorise.
-    float lanes[16] = {};
+    // 16 lanes of T per chunk: short sums (256 terms each) keep the error small and vectorise.
+    T lanes[16] = {};
     const std::int64_t end = std::min(n, c + kNormChunk);
     std::int64_t i = c;
     for (; i + 16 <= end; i += 16)
       for (int l = 0; l < 16; ++l) lanes[l] += x[i + l] * x[i + l];
     double chunk = 0;
     for (; i < end; ++i) chunk += static_cast<double>(x[i]) * x[i];
-    for (float l : lanes) chunk += l;
+    for (T l : lanes) chunk += l;
     total += chunk;
   }
-  // The result travels as two floats (hi + lo) so that no double precision is lost.
-  out[0].data<float>()[0] = static_cast<float>(total);
-  out[0].data<float>()[1] = static_cast<float>(total - static_cast<double>(static_cast<float>(total)));
+  // The result travels as two values of T (hi + lo) so that no double precision is lost in f32.
+  T* hl = out[0].data<T>();
+  hl[0] = static_cast<T>(total);
+  hl[1] = static_cast<T>(total - static_cast<double>(hl[0]));
 }
 
+template <class T>
 void scale_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& a) {
-  const float s = static_cast<float>(a.get_double("scale"));
-  float* x = in[0].data<float>();
+  const T s = static_cast<T>(a.get_double("scale"));
+  T* x = in[0].data<T>();
   for (std::int64_t i = 0, n = in[0].numel(); i < n; ++i) x[i] *= s;
 }
 
+template <class T>
 void sgd_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& a) {
-  float *p = in[0].data<float>(), *buf = in[2].defined() ? in[2].data<float>() : nullptr;
-  const float* g = in[1].data<float>();
+  T *p = in[0].data<T>(), *buf = in[2].defined() ? in[2].data<T>() : nullptr;
+  const T* g = in[1].data<T>();
   const double lr = a.get_double("lr"), mom = a.get_double("momentum"), wd = a.get_double("weight_decay");
   const double damp = a.get_double("dampening");
   const bool nesterov = a.get_int("nesterov") != 0, first = a.get_int("first_step") != 0;
@@ -52,16 +58,17 @@ void sgd_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs
     double d = g[i] + wd * p[i];
     if (mom != 0) {
       const double b = first ? d : mom * buf[i] + (1 - damp) * d;
-      buf[i] = static_cast<float>(b);
+      buf[i] = static_cast<T>(b);
       d = nesterov ? d + mom * b : b;
     }
-    p[i] = static_cast<float>(p[i] - lr * d);
+    p[i] = static_cast<T>(p[i] - lr * d);
   }
 }
 
+template <class T>
 void adamw_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& a) {
-  float *p = in[0].data<float>(), *m = in[2].data<float>(), *v = in[3].data<float>();
-  const float* g = in[1].data<float>();
+  T *p = in[0].data<T>(), *m = in[2].data<T>(), *v = in[3].data<T>();
+  const T* g = in[1].data<T>();
   const double lr = a.get_double("lr"), b1 = a.get_double("beta1"), b2 = a.get_double("beta2");
   const double eps = a.get_double("eps"), wd = a.get_double("weight_decay");
   const auto step = static_cast<double>(a.get_int("step"));
@@ -70,20 +77,20 @@ void adamw_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Att
   for (std::int64_t i = 0, n = in[0].numel(); i < n; ++i) {
     const double mi = b1 * m[i] + (1 - b1) * g[i];
     const double vi = b2 * v[i] + (1 - b2) * static_cast<double>(g[i]) * g[i];
-    m[i] = static_cast<float>(mi);
-    v[i] = static_cast<float>(vi);
-    p[i] = static_cast<float>(p[i] * decay - step_size * mi / (std::sqrt(vi / bc2) + eps));
+    m[i] = static_cast<T>(mi);
+    v[i] = static_cast<T>(vi);
+    p[i] = static_cast<T>(p[i] * decay - step_size * mi / (std::sqrt(vi / bc2) + eps));
   }
 }
 
 }  // namespace
 
 double squared_norm(const Tensor& x) {
-  TROUPE_CHECK(x.defined() && x.dtype() == DType::f32, dtype_mismatch, "squared_norm: ", x.str(), " must be f32");
-  std::vector<Tensor> out{Tensor::empty({2}, DType::f32, x.device())};
+  cpu::check_float("squared_norm", "input", x);
+  std::vector<Tensor> out{Tensor::empty({2}, x.dtype(), x.device())};
   dispatch("squared_norm", {x.contiguous()}, out);
-  const auto hl = out[0].to_vector<float>();
-  return static_cast<double>(hl[0]) + hl[1];
+  const auto hl = out[0].to(Device::cpu()).to(DType::f64).to_vector<double>();
+  return hl[0] + hl[1];
 }
 
 void scale_(const Tensor& x, double s) {
@@ -131,9 +138,9 @@ void adamw_update_(const Tensor& param, const Tensor& grad, const Tensor& m, con
                .set("step", step));
 }
 
-TROUPE_REGISTER_KERNEL("squared_norm", cpu, f32, squared_norm_kernel);
-TROUPE_REGISTER_KERNEL("scale_", cpu, f32, scale_kernel);
-TROUPE_REGISTER_KERNEL("sgd_update_", cpu, f32, sgd_kernel);
-TROUPE_REGISTER_KERNEL("adamw_update_", cpu, f32, adamw_kernel);
+TROUPE_REGISTER_FLOAT_KERNELS("squared_norm", squared_norm_kernel);
+TROUPE_REGISTER_FLOAT_KERNELS("scale_", scale_kernel);
+TROUPE_REGISTER_FLOAT_KERNELS("sgd_update_", sgd_kernel);
+TROUPE_REGISTER_FLOAT_KERNELS("adamw_update_", adamw_kernel);
 
 }  // namespace troupe::ops

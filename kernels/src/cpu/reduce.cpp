@@ -6,42 +6,42 @@
 #include <cmath>
 #include <limits>
 
-#include "troupe/kernels/registry.hpp"
+#include "cpu/float_kernels.hpp"
 
 namespace troupe {
 namespace {
 
 // in[0]: dense [outer * inner]; out[0]: dense [outer]; attr "inner", "mode" (0 sum, 1 mean, 2 max).
+template <class T>
 void reduce_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
-  const float* x = in[0].data<float>();
-  float* y = out[0].data<float>();
+  const T* x = in[0].data<T>();
+  T* y = out[0].data<T>();
   const std::int64_t inner = a.get_int("inner");
   const std::int64_t mode = a.get_int("mode");
   const std::int64_t outer = out[0].numel();
   for (std::int64_t o = 0; o < outer; ++o) {
-    const float* p = x + o * inner;
+    const T* p = x + o * inner;
     if (mode == 2) {
-      float m = -std::numeric_limits<float>::infinity();
+      T m = -std::numeric_limits<T>::infinity();
       bool nan = false;
       for (std::int64_t i = 0; i < inner; ++i) {
         if (std::isnan(p[i])) nan = true;
         if (p[i] > m) m = p[i];
       }
-      y[o] = nan ? std::numeric_limits<float>::quiet_NaN() : m;
+      y[o] = nan ? std::numeric_limits<T>::quiet_NaN() : m;
     } else {
       double s = 0.0;
       for (std::int64_t i = 0; i < inner; ++i) s += p[i];
       if (mode == 1) s = inner > 0 ? s / static_cast<double>(inner) : std::numeric_limits<double>::quiet_NaN();
-      y[o] = static_cast<float>(s);
+      y[o] = static_cast<T>(s);
     }
   }
 }
-TROUPE_REGISTER_KERNEL("reduce", cpu, f32, reduce_kernel);
+TROUPE_REGISTER_FLOAT_KERNELS("reduce", reduce_kernel);
 
 Tensor reduce_impl(const char* op, const Tensor& x, std::vector<std::int64_t> axes, bool keepdim,
                    std::int64_t mode) {
-  TROUPE_CHECK(x.defined(), invalid_argument, op, ": the input tensor is undefined");
-  TROUPE_CHECK(x.dtype() == DType::f32, dtype_mismatch, op, ": expected an f32 tensor, got ", x.str());
+  cpu::check_float(op, "input", x);
   const std::size_t rank = x.shape().size();
   std::vector<bool> reduced(rank, axes.empty());
   for (auto ax : axes) {
@@ -69,7 +69,7 @@ Tensor reduce_impl(const char* op, const Tensor& x, std::vector<std::int64_t> ax
   if (mode == 2)
     TROUPE_CHECK(inner > 0, invalid_argument, op, ": cannot take the max over an empty extent of ", x.str());
   Tensor dense = (rank > 0 ? x.permute(perm) : x).contiguous();
-  Tensor out = Tensor::empty(keepdim ? keep_shape : out_shape);
+  Tensor out = Tensor::empty(keepdim ? keep_shape : out_shape, x.dtype());
   std::vector<Tensor> outs{out};
   dispatch("reduce", {dense}, outs, Attrs().set("inner", inner).set("mode", mode));
   return out;

@@ -4,8 +4,9 @@
 #include "troupe/kernels/softmax.hpp"
 
 #include <cmath>
+#include <limits>
 
-#include "troupe/kernels/registry.hpp"
+#include "cpu/float_kernels.hpp"
 
 namespace troupe {
 namespace {
@@ -23,41 +24,43 @@ Layout layout_of(const Shape& s, int axis) {
 }
 
 // attr "axis" (normalised), "log" (0/1). in[0] x dense, out[0] y dense.
+template <class T>
 void softmax_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
-  const float* x = in[0].data<float>();
-  float* y = out[0].data<float>();
+  const T* x = in[0].data<T>();
+  T* y = out[0].data<T>();
   const bool log = a.get_int("log") != 0;
   const Layout l = layout_of(in[0].shape(), static_cast<int>(a.get_int("axis")));
   for (std::int64_t o = 0; o < l.outer; ++o)
     for (std::int64_t j = 0; j < l.inner; ++j) {
       const std::int64_t base = o * l.n * l.inner + j;
-      float m = -INFINITY;
+      T m = -std::numeric_limits<T>::infinity();
       for (std::int64_t k = 0; k < l.n; ++k) m = std::fmax(m, x[base + k * l.inner]);
-      if (std::isinf(m) && m < 0) m = 0.0f;  // all -inf row: avoid inf - inf
-      // One float exp per element (x - m <= 0, so no overflow), kept in y; the sum runs in double.
+      if (std::isinf(m) && m < 0) m = T(0);  // all -inf row: avoid inf - inf
+      // One exp in T per element (x - m <= 0, so no overflow), kept in y; the sum runs in double.
       double s = 0.0;
       for (std::int64_t k = 0; k < l.n; ++k) {
-        const float e = std::exp(x[base + k * l.inner] - m);
+        const T e = std::exp(x[base + k * l.inner] - m);
         y[base + k * l.inner] = e;
         s += e;
       }
       if (log) {
         const double lse = m + std::log(s);
         for (std::int64_t k = 0; k < l.n; ++k)
-          y[base + k * l.inner] = static_cast<float>(x[base + k * l.inner] - lse);
+          y[base + k * l.inner] = static_cast<T>(x[base + k * l.inner] - lse);
       } else {
-        const float inv = static_cast<float>(1.0 / s);
+        const T inv = static_cast<T>(1.0 / s);
         for (std::int64_t k = 0; k < l.n; ++k) y[base + k * l.inner] *= inv;
       }
     }
 }
-TROUPE_REGISTER_KERNEL("softmax", cpu, f32, softmax_kernel);
+TROUPE_REGISTER_FLOAT_KERNELS("softmax", softmax_kernel);
 
 // in[0] grad, in[1] y. softmax: dx = y * (g - sum(g*y)); log: dx = g - exp(y) * sum(g).
+template <class T>
 void softmax_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
-  const float* g = in[0].data<float>();
-  const float* y = in[1].data<float>();
-  float* dx = out[0].data<float>();
+  const T* g = in[0].data<T>();
+  const T* y = in[1].data<T>();
+  T* dx = out[0].data<T>();
   const bool log = a.get_int("log") != 0;
   const Layout l = layout_of(in[0].shape(), static_cast<int>(a.get_int("axis")));
   for (std::int64_t o = 0; o < l.outer; ++o)
@@ -70,38 +73,33 @@ void softmax_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&
       }
       for (std::int64_t k = 0; k < l.n; ++k) {
         const std::int64_t i = base + k * l.inner;
-        dx[i] = log ? static_cast<float>(g[i] - std::exp(static_cast<double>(y[i])) * s)
-                    : static_cast<float>(y[i] * (g[i] - s));
+        dx[i] = log ? static_cast<T>(g[i] - std::exp(static_cast<double>(y[i])) * s)
+                    : static_cast<T>(y[i] * (g[i] - s));
       }
     }
 }
-TROUPE_REGISTER_KERNEL("softmax_backward", cpu, f32, softmax_backward_kernel);
-
-void check_f32(const char* op, const char* what, const Tensor& t) {
-  TROUPE_CHECK(t.defined(), invalid_argument, op, ": ", what, " is undefined");
-  TROUPE_CHECK(t.dtype() == DType::f32, dtype_mismatch, op, ": ", what, " must be f32, got ", t.str());
-}
+TROUPE_REGISTER_FLOAT_KERNELS("softmax_backward", softmax_backward_kernel);
 
 Tensor forward(const char* op, const Tensor& x, std::int64_t axis, bool log) {
-  check_f32(op, "x", x);
+  cpu::check_float(op, "x", x);
   TROUPE_CHECK(x.dim() > 0, invalid_argument, op, ": needs at least one dimension, got ", x.str());
   const int ax = normalize_axis(axis, x.shape().size(), op);
   Tensor xd = x.contiguous();
-  Tensor y = Tensor::empty(x.shape(), DType::f32, x.device());
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   std::vector<Tensor> outs{y};
   dispatch("softmax", {xd}, outs, Attrs().set("axis", std::int64_t{ax}).set("log", std::int64_t{log ? 1 : 0}));
   return y;
 }
 
 Tensor backward(const char* op, const Tensor& grad, const Tensor& y, std::int64_t axis, bool log) {
-  check_f32(op, "grad", grad);
-  check_f32(op, "y", y);
+  cpu::check_float(op, "grad", grad);
+  cpu::check_float_like(op, "y", y, "grad", grad);
   TROUPE_CHECK(grad.shape() == y.shape(), shape_mismatch, op, ": grad shape ", shape_str(grad.shape()),
                " does not match y shape ", shape_str(y.shape()));
   TROUPE_CHECK(y.dim() > 0, invalid_argument, op, ": needs at least one dimension, got ", y.str());
   const int ax = normalize_axis(axis, y.shape().size(), op);
   Tensor gd = grad.contiguous(), yd = y.contiguous();
-  Tensor dx = Tensor::empty(y.shape(), DType::f32, y.device());
+  Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
   std::vector<Tensor> outs{dx};
   dispatch("softmax_backward", {gd, yd}, outs,
            Attrs().set("axis", std::int64_t{ax}).set("log", std::int64_t{log ? 1 : 0}));

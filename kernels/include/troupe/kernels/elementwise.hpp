@@ -16,9 +16,9 @@ const char* to_string(BinaryOp op);
 /// Name of a unary op ("relu", ...), as registered; its backward is registered as "<name>_backward".
 const char* to_string(UnaryOp op);
 
-/// a (op) b with broadcasting; both f32 on the same device.
+/// a (op) b with broadcasting; both f32 or both f64, on the same device.
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
-/// a (op) s for a scalar s.
+/// a (op) s for a scalar s (rounded to the dtype of a).
 Tensor binary(BinaryOp op, const Tensor& a, double s);
 /// Elementwise a + b (broadcasting).
 inline Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::add, a, b); }

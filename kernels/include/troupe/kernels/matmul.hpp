@@ -1,5 +1,5 @@
 #pragma once
-// Matrix products through BLAS: f32 via OpenBLAS sgemm, bf16 (f32 accumulate) via oneDNN.
+// Matrix products through BLAS: f32 / f64 via OpenBLAS sgemm / dgemm, bf16 (f32 accumulate) via oneDNN.
 
 #include "troupe/kernels/tensor.hpp"
 
@@ -7,8 +7,8 @@ namespace troupe::ops {
 
 /// op(a) @ op(b), where op transposes the last two dims when asked.
 /// a: [..., M, K] (or [..., K, M] with trans_a), b: [..., K, N] (or [..., N, K] with trans_b).
-/// Leading (batch) dims broadcast; rank-2 operands are plain GEMM. f32 or bf16 inputs (both the
-/// same); the result is f32 for f32 and bf16 for bf16. Transposed views are passed to BLAS without copies.
+/// Leading (batch) dims broadcast; rank-2 operands are plain GEMM. f32, f64 or bf16 inputs (both the
+/// same); the result has the input dtype. Transposed views are passed to BLAS without copies.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 
 }  // namespace troupe::ops

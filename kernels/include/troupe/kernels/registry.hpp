@@ -30,6 +30,8 @@ class Attrs {
   const std::vector<std::int64_t>& get_ints(const std::string& name) const;
   /// True when `name` is set.
   bool has(const std::string& name) const { return values_.count(name) != 0; }
+  /// All attributes, sorted by name (for dumps).
+  const std::map<std::string, AttrValue>& items() const { return values_; }
 
  private:
   const AttrValue& find(const std::string& name) const;
