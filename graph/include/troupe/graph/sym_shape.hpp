@@ -1,9 +1,11 @@
 #pragma once
-// Symbolic shapes: a dimension is either a known size or a named symbol (e.g. "batch"), so one
-// traced graph serves every batch size. Shape inference works on these; execution binds symbols.
+// Symbolic shapes: a dimension is a known size or a product of named symbols times a constant
+// (e.g. "batch", or "128*batch" after flattening), so one traced graph serves every batch size.
+// Shape inference works on these; running a graph binds each symbol to a size.
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,27 +13,36 @@
 
 namespace troupe::graph {
 
-/// One dimension: a fixed size, or a symbol whose size is known only when the graph runs.
+/// Symbol name -> size, as bound when a traced graph is called.
+using SymBindings = std::map<std::string, std::int64_t>;
+
+/// One dimension: coefficient × product of symbols (no symbols = a fixed size).
 class SymDim {
  public:
   /// A fixed dimension of `size` elements.
   SymDim(std::int64_t size = 1);  // NOLINT: implicit, so {2, 3} builds a shape
-  /// A symbolic dimension called `symbol`.
-  static SymDim symbol(std::string symbol);
+  /// A symbolic dimension called `name`.
+  static SymDim symbol(const std::string& name);
   /// True when the size is fixed.
-  bool is_static() const { return symbol_.empty(); }
-  /// The fixed size; only meaningful when is_static().
-  std::int64_t size() const { return size_; }
-  /// The symbol's name; empty for fixed dims.
-  const std::string& name() const { return symbol_; }
-  /// "8" or "batch".
+  bool is_static() const { return symbols_.empty(); }
+  /// The fixed size (the coefficient when symbols remain).
+  std::int64_t size() const { return coeff_; }
+  /// The symbols of the product, sorted.
+  const std::vector<std::string>& symbols() const { return symbols_; }
+  /// Product of two dims ("batch" * 128 = "128*batch").
+  SymDim operator*(const SymDim& o) const;
+  /// this / o when it divides exactly (coefficient and symbols), else nullopt.
+  std::optional<SymDim> divide(const SymDim& o) const;
+  /// The size under `bindings`; throws naming the symbol if one is unbound.
+  std::int64_t eval(const SymBindings& bindings) const;
+  /// "8", "batch" or "128*batch".
   std::string str() const;
-  bool operator==(const SymDim& o) const { return size_ == o.size_ && symbol_ == o.symbol_; }
+  bool operator==(const SymDim& o) const { return coeff_ == o.coeff_ && symbols_ == o.symbols_; }
   bool operator!=(const SymDim& o) const { return !(*this == o); }
 
  private:
-  std::int64_t size_ = 1;
-  std::string symbol_;
+  std::int64_t coeff_ = 1;
+  std::vector<std::string> symbols_;
 };
 
 /// A shape whose dims may be symbolic.
@@ -44,15 +55,13 @@ SymShape to_sym(const Shape& s);
 /// True when every dim is fixed.
 bool is_static(const SymShape& s);
 /// The concrete shape of a fully static SymShape; throws naming `what` if a symbol remains.
-Shape to_static(const SymShape& s, const char* what);
-/// Symbol name -> size, as bound when a traced graph is called.
-using SymBindings = std::map<std::string, std::int64_t>;
-/// The concrete shape of `s` under `bindings`; throws if a symbol is unbound.
+Shape to_static(const SymShape& s, const std::string& what);
+/// The concrete shape of `s` under `bindings`.
 Shape bind(const SymShape& s, const SymBindings& bindings);
-/// Product of the dims if all are static, else -1.
-std::int64_t static_numel(const SymShape& s);
-/// NumPy broadcast of symbolic shapes: a fixed 1 yields to anything, equal dims (fixed or same
-/// symbol) stay; otherwise a shape_mismatch Error naming `op` and both shapes.
-SymShape broadcast(const SymShape& a, const SymShape& b, const char* op);
+/// Product of all dims (symbolic when any dim is).
+SymDim numel(const SymShape& s);
+/// NumPy broadcast of symbolic shapes: a fixed 1 yields to anything, equal dims stay; otherwise a
+/// shape_mismatch Error naming `op` and both shapes.
+SymShape broadcast(const SymShape& a, const SymShape& b, const std::string& op);
 
 }  // namespace troupe::graph

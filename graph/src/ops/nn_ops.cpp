@@ -1,0 +1,243 @@
+// Op definitions of the neural-network kernels: softmax, layer norm, embedding, cross-entropy,
+// convolution and the causal attention mask, each with its backward op.
+#include <limits>
+
+#include "op_helpers.hpp"
+#include "troupe/kernels/conv.hpp"
+#include "troupe/kernels/embedding.hpp"
+#include "troupe/kernels/layernorm.hpp"
+#include "troupe/kernels/loss.hpp"
+#include "troupe/kernels/select.hpp"
+#include "troupe/kernels/softmax.hpp"
+
+namespace troupe::graph {
+namespace {
+using namespace detail;
+
+std::vector<ValueInfo> infer_softmax(const InferContext& c) {
+  expect_arity(c, 1, 1);
+  expect_floating(c, 0);
+  axis_of(c, c.attrs.get_int("axis"), c.inputs[0].shape.size());
+  return one(c.inputs[0].dtype, c.inputs[0].shape);
+}
+std::vector<ValueInfo> infer_grad_pair(const InferContext& c) {
+  expect_arity(c, 2, 2);
+  expect_floating(c, 0);
+  expect_same_dtype(c, 0, 1);
+  if (c.inputs[0].shape != c.inputs[1].shape) shape_error(c, "the gradient must have the shape of the output");
+  return one(c.inputs[0].dtype, c.inputs[0].shape);
+}
+
+template <Tensor (*F)(const Tensor&, std::int64_t)>
+std::vector<Tensor> compute_axis(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return {F(in[0], c.attrs.get_int("axis"))};
+}
+template <Tensor (*F)(const Tensor&, const Tensor&, std::int64_t)>
+std::vector<Tensor> compute_axis_backward(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return {F(in[0], in[1], c.attrs.get_int("axis"))};
+}
+// Softmax gradients need only the output y, so the backward op reads (grad, y).
+GradFn axis_grad(const char* backward) {
+  return [backward](const GradContext& c) -> std::vector<Var> {
+    return {apply1(backward, {c.grad_output(0), c.outputs[0]}, c.attrs)};
+  };
+}
+
+TROUPE_DEFINE_OP((OpDef{"softmax", "softmax", infer_softmax, compute_axis<ops::softmax>, axis_grad("softmax_backward"), {}}));
+TROUPE_DEFINE_OP((OpDef{"log_softmax", "log_softmax", infer_softmax, compute_axis<ops::log_softmax>,
+                        axis_grad("log_softmax_backward"), {}}));
+TROUPE_DEFINE_OP((OpDef{"softmax_backward", "softmax_backward", infer_grad_pair,
+                        compute_axis_backward<ops::softmax_backward>, {}, {}}));
+TROUPE_DEFINE_OP((OpDef{"log_softmax_backward", "log_softmax_backward", infer_grad_pair,
+                        compute_axis_backward<ops::log_softmax_backward>, {}, {}}));
+
+// layer_norm(x, gamma, beta) -> (y, mean, rstd); mean and rstd are saved for the backward.
+std::vector<ValueInfo> infer_layer_norm(const InferContext& c) {
+  expect_arity(c, 3, 3);
+  expect_floating(c, 0);
+  expect_same_dtype(c, 0, 1);
+  expect_same_dtype(c, 0, 2);
+  const SymShape& x = c.inputs[0].shape;
+  if (x.empty()) shape_error(c, "x needs at least one dim");
+  const SymShape d{x.back()};
+  if (c.inputs[1].shape != d || c.inputs[2].shape != d)
+    shape_error(c, "gamma and beta must have shape " + sym_shape_str(d) + " (the last dim of x)");
+  const SymShape rows(x.begin(), x.end() - 1);
+  return {ValueInfo{c.inputs[0].dtype, x}, ValueInfo{c.inputs[0].dtype, rows}, ValueInfo{c.inputs[0].dtype, rows}};
+}
+std::vector<Tensor> compute_layer_norm(const std::vector<Tensor>& in, const ComputeContext& c) {
+  auto r = ops::layernorm(in[0], in[1], in[2], c.attrs.get_double("eps"));
+  return {r.y, r.mean, r.rstd};
+}
+std::vector<Var> grad_layer_norm(const GradContext& c) {
+  auto g = apply("layer_norm_backward", {c.grad_output(0), c.inputs[0], c.inputs[1], c.outputs[1], c.outputs[2]});
+  return {g[0], g[1], g[2]};
+}
+std::vector<ValueInfo> infer_layer_norm_backward(const InferContext& c) {
+  expect_arity(c, 5, 5);
+  if (c.inputs[0].shape != c.inputs[1].shape) shape_error(c, "the gradient must have the shape of x");
+  return {c.inputs[1], c.inputs[2], c.inputs[2]};
+}
+std::vector<Tensor> compute_layer_norm_backward(const std::vector<Tensor>& in, const ComputeContext&) {
+  auto g = ops::layernorm_backward(in[0], in[1], in[2], in[3], in[4]);
+  return {g.dx, g.dgamma, g.dbeta};
+}
+TROUPE_DEFINE_OP((OpDef{"layer_norm", "layernorm", infer_layer_norm, compute_layer_norm, grad_layer_norm, {}}));
+TROUPE_DEFINE_OP((OpDef{"layer_norm_backward", "layernorm_backward", infer_layer_norm_backward,
+                        compute_layer_norm_backward, {}, {}}));
+
+std::vector<ValueInfo> infer_embedding(const InferContext& c) {
+  expect_arity(c, 2, 2);
+  expect_floating(c, 0);
+  expect_integer(c, 1);
+  expect_rank(c, 0, 2, "weight [num_embeddings, dim]");
+  SymShape out = c.inputs[1].shape;
+  out.push_back(c.inputs[0].shape[1]);
+  return one(c.inputs[0].dtype, out);
+}
+TROUPE_DEFINE_OP((OpDef{"embedding", "embedding", infer_embedding,
+                        [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
+                          return {ops::embedding(in[0], in[1])};
+                        },
+                        [](const GradContext& c) -> std::vector<Var> {
+                          const Attrs a = Attrs().set("num", c.inputs[0].size(0).size());
+                          return {apply1("embedding_backward", {c.grad_output(0), c.inputs[1]}, a), Var()};
+                        },
+                        {1}}));
+std::vector<ValueInfo> infer_embedding_backward(const InferContext& c) {
+  expect_arity(c, 2, 2);
+  expect_integer(c, 1);
+  return one(c.inputs[0].dtype, {c.attrs.get_int("num"), c.inputs[0].shape.back()});
+}
+TROUPE_DEFINE_OP((OpDef{"embedding_backward", "embedding_backward", infer_embedding_backward,
+                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
+                          return {ops::embedding_backward(in[0], in[1], c.attrs.get_int("num"))};
+                        },
+                        {},
+                        {1}}));
+
+// cross_entropy(logits[..., C], targets[...]): the kernels take rows, so leading dims are flattened.
+std::vector<ValueInfo> infer_cross_entropy(const InferContext& c) {
+  expect_arity(c, 2, 2);
+  expect_floating(c, 0);
+  expect_integer(c, 1);
+  const SymShape& l = c.inputs[0].shape;
+  if (l.empty() || SymShape(l.begin(), l.end() - 1) != c.inputs[1].shape)
+    shape_error(c, "expected logits [..., classes] and targets [...] with the same leading dims");
+  return one(c.inputs[0].dtype, {});
+}
+Tensor rows_of(const Tensor& logits) { return logits.reshape({logits.numel() / logits.shape().back(), logits.shape().back()}); }
+TROUPE_DEFINE_OP((OpDef{"cross_entropy", "cross_entropy", infer_cross_entropy,
+                        [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
+                          return {ops::cross_entropy(rows_of(in[0]), in[1].reshape({in[1].numel()}))};
+                        },
+                        [](const GradContext& c) -> std::vector<Var> {
+                          return {apply1("cross_entropy_backward", {c.grad_output(0), c.inputs[0], c.inputs[1]}),
+                                  Var()};
+                        },
+                        {1}}));
+std::vector<ValueInfo> infer_cross_entropy_backward(const InferContext& c) {
+  expect_arity(c, 3, 3);
+  return one(c.inputs[1].dtype, c.inputs[1].shape);
+}
+TROUPE_DEFINE_OP((OpDef{"cross_entropy_backward", "cross_entropy_backward", infer_cross_entropy_backward,
+                        [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
+                          const Tensor g = ops::cross_entropy_backward(in[0], rows_of(in[1]), in[2].reshape({in[2].numel()}));
+                          return {g.view(in[1].shape())};
+                        },
+                        {},
+                        {2}}));
+
+ops::Conv2dParams conv_params(const Attrs& a) {
+  const auto s = a.get_int("stride"), p = a.get_int("padding");
+  return ops::Conv2dParams{s, s, p, p};
+}
+// Output size of one spatial dim; symbolic sizes are allowed only where the output equals the input.
+SymDim conv_out(const InferContext& c, const SymDim& in, const SymDim& k, std::int64_t stride, std::int64_t pad) {
+  if (!k.is_static()) shape_error(c, "the kernel size must be fixed");
+  if (in.is_static()) {
+    const std::int64_t o = (in.size() + 2 * pad - k.size()) / stride + 1;
+    if (in.size() + 2 * pad < k.size()) shape_error(c, "the padded input is smaller than the kernel");
+    return o;
+  }
+  if (stride == 1 && 2 * pad == k.size() - 1) return in;
+  shape_error(c, "a symbolic spatial size (" + in.str() + ") needs stride 1 and 'same' padding");
+}
+std::vector<ValueInfo> infer_conv2d(const InferContext& c) {
+  expect_arity(c, 2, 3);
+  expect_floating(c, 0);
+  expect_same_dtype(c, 0, 1);
+  expect_rank(c, 0, 4, "x [N, C, H, W]");
+  expect_rank(c, 1, 4, "w [O, C, kh, kw]");
+  const SymShape &x = c.inputs[0].shape, &w = c.inputs[1].shape;
+  if (x[1] != w[1]) shape_error(c, "input channels " + x[1].str() + " differ from the weight's " + w[1].str());
+  if (c.inputs.size() == 3) {
+    expect_same_dtype(c, 0, 2);
+    if (c.inputs[2].shape != SymShape{w[0]}) shape_error(c, "bias must have shape [" + w[0].str() + "]");
+  }
+  const auto s = c.attrs.get_int("stride"), p = c.attrs.get_int("padding");
+  if (s < 1 || p < 0) shape_error(c, "stride must be >= 1 and padding >= 0");
+  return one(c.inputs[0].dtype, {x[0], w[0], conv_out(c, x[2], w[2], s, p), conv_out(c, x[3], w[3], s, p)});
+}
+std::vector<Var> grad_conv2d(const GradContext& c) {
+  const Var dy = c.grad_output(0);
+  std::vector<Var> g(c.inputs.size());
+  if (c.needs_grad[0]) g[0] = apply1("conv2d_backward_data", {dy, c.inputs[1], c.inputs[0]}, c.attrs);
+  if (c.needs_grad[1]) g[1] = apply1("conv2d_backward_weight", {dy, c.inputs[0], c.inputs[1]}, c.attrs);
+  if (c.inputs.size() == 3 && c.needs_grad[2]) g[2] = apply1("conv2d_backward_bias", {dy});
+  return g;
+}
+TROUPE_DEFINE_OP((OpDef{"conv2d", "conv2d", infer_conv2d,
+                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
+                          return {ops::conv2d(in[0], in[1], in.size() == 3 ? in[2] : Tensor(), conv_params(c.attrs))};
+                        },
+                        grad_conv2d,
+                        {}}));
+// (grad, other operand, like): the result has the shape of `like`, the operand being differentiated.
+std::vector<ValueInfo> infer_conv_backward(const InferContext& c) {
+  expect_arity(c, 3, 3);
+  return one(c.inputs[0].dtype, c.inputs[2].shape);
+}
+TROUPE_DEFINE_OP((OpDef{"conv2d_backward_data", "conv2d_backward_data", infer_conv_backward,
+                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
+                          return {ops::conv2d_backward_data(in[0], in[1], c.output_shapes[0], conv_params(c.attrs))};
+                        },
+                        {},
+                        {2}}));
+TROUPE_DEFINE_OP((OpDef{"conv2d_backward_weight", "conv2d_backward_weight", infer_conv_backward,
+                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
+                          return {ops::conv2d_backward_weight(in[0], in[1], c.output_shapes[0], conv_params(c.attrs))};
+                        },
+                        {},
+                        {2}}));
+TROUPE_DEFINE_OP((OpDef{"conv2d_backward_bias", "conv2d_backward_bias",
+                        [](const InferContext& c) -> std::vector<ValueInfo> {
+                          expect_arity(c, 1, 1);
+                          expect_rank(c, 0, 4, "grad [N, O, H, W]");
+                          return one(c.inputs[0].dtype, {c.inputs[0].shape[1]});
+                        },
+                        [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
+                          return {ops::conv2d_backward_bias(in[0])};
+                        },
+                        {},
+                        {}}));
+
+std::vector<ValueInfo> infer_causal_mask(const InferContext& c) {
+  expect_arity(c, 1, 1);
+  expect_floating(c, 0);
+  const SymShape& s = c.inputs[0].shape;
+  if (s.size() < 2 || s[s.size() - 1] != s[s.size() - 2])
+    shape_error(c, "the last two dims must be square (queries x keys)");
+  return one(c.inputs[0].dtype, s);
+}
+TROUPE_DEFINE_OP((OpDef{"causal_mask", "causal_mask", infer_causal_mask,
+                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
+                          return {ops::causal_mask(in[0], c.attrs.get_double("fill"))};
+                        },
+                        [](const GradContext& c) -> std::vector<Var> {
+                          return {apply1("causal_mask", {c.grad_output(0)}, Attrs().set("fill", 0.0))};
+                        },
+                        {}}));
+
+}  // namespace
+}  // namespace troupe::graph

@@ -1,0 +1,124 @@
+// Reductions (sum, mean, max) and the two broadcasting ops their gradients need (sum_to and
+// broadcast_to, each the other's gradient).
+#include "op_helpers.hpp"
+#include "troupe/kernels/elementwise.hpp"
+#include "troupe/kernels/reduce.hpp"
+#include "troupe/kernels/select.hpp"
+
+namespace troupe::graph {
+namespace {
+using namespace detail;
+
+// The reduced shape, with reduced dims kept as 1 when `keepdim`.
+SymShape reduced_shape(const SymShape& s, const std::vector<bool>& mask, bool keepdim) {
+  SymShape out;
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (!mask[i]) out.push_back(s[i]);
+    else if (keepdim) out.push_back(1);
+  return out;
+}
+
+std::vector<ValueInfo> infer_reduce(const InferContext& c) {
+  expect_arity(c, 1, 1);
+  expect_floating(c, 0);
+  const SymShape& s = c.inputs[0].shape;
+  return one(c.inputs[0].dtype, reduced_shape(s, reduced_axes(c, s.size()), get_flag(c.attrs, "keepdim")));
+}
+
+template <Tensor (*F)(const Tensor&, std::vector<std::int64_t>, bool)>
+std::vector<Tensor> compute_reduce(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return {F(in[0], c.attrs.get_ints("axes"), get_flag(c.attrs, "keepdim"))};
+}
+
+// dy reshaped so it broadcasts against x: reduced dims restored as 1.
+Var keepdim_view(const Var& dy, const Var& x, const Attrs& attrs) {
+  if (get_flag(attrs, "keepdim")) return dy;
+  const auto& axes = attrs.get_ints("axes");
+  std::vector<bool> mask(static_cast<std::size_t>(x.dim()), axes.empty());
+  for (auto a : axes) mask[static_cast<std::size_t>(normalize_axis(a, mask.size(), "reduce"))] = true;
+  return reshape(dy, reduced_shape(x.shape(), mask, true));
+}
+
+std::vector<Var> grad_sum(const GradContext& c) {
+  return {broadcast_to(keepdim_view(c.grad_output(0), c.inputs[0], c.attrs), c.inputs[0])};
+}
+std::vector<Var> grad_mean(const GradContext& c) {
+  const Var dy = keepdim_view(c.grad_output(0), c.inputs[0], c.attrs);
+  return {apply1("mean_backward", {dy, c.inputs[0]})};
+}
+std::vector<Var> grad_max(const GradContext& c) {
+  const Var dy = keepdim_view(c.grad_output(0), c.inputs[0], c.attrs);
+  const Var y = keepdim_view(c.outputs[0], c.inputs[0], c.attrs);
+  return {apply1("max_backward", {dy, c.inputs[0], y})};
+}
+
+TROUPE_DEFINE_OP((OpDef{"sum", "reduce", infer_reduce, compute_reduce<ops::sum>, grad_sum, {}}));
+TROUPE_DEFINE_OP((OpDef{"mean", "reduce", infer_reduce, compute_reduce<ops::mean>, grad_mean, {}}));
+TROUPE_DEFINE_OP((OpDef{"max", "reduce", infer_reduce, compute_reduce<ops::max>, grad_max, {}}));
+
+// Inputs (x, like): the output has like's shape; `like` contributes only its shape.
+std::vector<ValueInfo> infer_like(const InferContext& c) {
+  expect_arity(c, 2, 2);
+  expect_floating(c, 0);
+  return one(c.inputs[0].dtype, c.inputs[1].shape);
+}
+
+std::vector<ValueInfo> infer_sum_to(const InferContext& c) {
+  auto out = infer_like(c);
+  if (broadcast(c.inputs[0].shape, c.inputs[1].shape, c.op) != c.inputs[0].shape)
+    shape_error(c, "the first input must be a broadcast of the second");
+  return out;
+}
+std::vector<ValueInfo> infer_broadcast_to(const InferContext& c) {
+  auto out = infer_like(c);
+  if (broadcast(c.inputs[0].shape, c.inputs[1].shape, c.op) != c.inputs[1].shape)
+    shape_error(c, "the first input does not broadcast to the second");
+  return out;
+}
+
+// mean's gradient: dy broadcast to x's shape, divided by the number of elements averaged.
+std::vector<ValueInfo> infer_mean_backward(const InferContext& c) {
+  auto out = infer_broadcast_to(c);
+  expect_same_dtype(c, 0, 1);
+  return out;
+}
+std::vector<Tensor> compute_mean_backward(const std::vector<Tensor>& in, const ComputeContext& c) {
+  const Shape& x = c.output_shapes[0];
+  const double count = static_cast<double>(shape_numel(x)) / static_cast<double>(in[0].numel());
+  return {ops::mul(in[0].expand(x), 1.0 / count)};
+}
+
+TROUPE_DEFINE_OP((OpDef{"sum_to", "reduce", infer_sum_to,
+                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
+                          return {ops::sum_to_shape(in[0], c.output_shapes[0])};
+                        },
+                        [](const GradContext& c) -> std::vector<Var> {
+                          return {broadcast_to(c.grad_output(0), c.inputs[0]), Var()};
+                        },
+                        {1}}));
+TROUPE_DEFINE_OP((OpDef{"broadcast_to", "-", infer_broadcast_to,
+                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
+                          return {in[0].expand(c.output_shapes[0])};
+                        },
+                        [](const GradContext& c) -> std::vector<Var> {
+                          return {sum_to(c.grad_output(0), c.inputs[0]), Var()};
+                        },
+                        {1}}));
+TROUPE_DEFINE_OP((OpDef{"mean_backward", "mul_scalar", infer_mean_backward, compute_mean_backward, {}, {1}}));
+
+std::vector<ValueInfo> infer_max_backward(const InferContext& c) {
+  expect_arity(c, 3, 3);
+  expect_floating(c, 1);
+  expect_same_dtype(c, 0, 1);
+  expect_same_dtype(c, 2, 1);
+  return one(c.inputs[1].dtype, c.inputs[1].shape);
+}
+TROUPE_DEFINE_OP((OpDef{"max_backward", "max_backward", infer_max_backward,
+                        [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
+                          return {ops::max_backward(in[0], in[1], in[2])};
+                        },
+                        {},
+                        {}}));
+
+}  // namespace
+}  // namespace troupe::graph

@@ -1,0 +1,218 @@
+// Ops that move or reinterpret elements: reshape, transpose, permute, concat, split, pixel
+// shuffle, casts, and the identity-like ops (identity, stop_gradient, zeros_like).
+#include <numeric>
+
+#include "op_helpers.hpp"
+#include "troupe/kernels/layout.hpp"
+
+namespace troupe::graph {
+namespace {
+using namespace detail;
+
+std::vector<ValueInfo> infer_reshape(const InferContext& c) {
+  expect_arity(c, 1, 1);
+  const SymDim total = numel(c.inputs[0].shape);
+  SymShape out = c.target;
+  int infer_at = -1;
+  SymDim known(1);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == SymDim(-1)) {
+      if (infer_at >= 0) shape_error(c, "target " + sym_shape_str(c.target) + " has more than one -1");
+      infer_at = static_cast<int>(i);
+    } else {
+      known = known * out[i];
+    }
+  }
+  if (infer_at >= 0) {
+    auto q = total.divide(known);
+    if (!q) shape_error(c, "cannot infer the -1 of " + sym_shape_str(c.target) + ": " + total.str() +
+                                " elements are not a multiple of " + known.str());
+    out[static_cast<std::size_t>(infer_at)] = *q;
+  } else if (known != total) {
+    shape_error(c, "cannot reshape " + total.str() + " elements into " + sym_shape_str(c.target) + " (" + known.str() +
+                       " elements)");
+  }
+  return one(c.inputs[0].dtype, out);
+}
+
+std::vector<ValueInfo> infer_permute(const InferContext& c) {
+  expect_arity(c, 1, 1);
+  const SymShape& s = c.inputs[0].shape;
+  const auto& dims = c.attrs.get_ints("dims");
+  if (dims.size() != s.size()) shape_error(c, "permutation " + shape_str(dims) + " does not match the rank");
+  std::vector<bool> seen(s.size(), false);
+  SymShape out;
+  for (auto d : dims) {
+    const int a = axis_of(c, d, s.size());
+    if (seen[static_cast<std::size_t>(a)]) shape_error(c, "permutation " + shape_str(dims) + " repeats a dim");
+    seen[static_cast<std::size_t>(a)] = true;
+    out.push_back(s[static_cast<std::size_t>(a)]);
+  }
+  return one(c.inputs[0].dtype, out);
+}
+
+std::vector<std::int64_t> inverse_permutation(const std::vector<std::int64_t>& dims) {
+  std::vector<std::int64_t> inv(dims.size());
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    const auto d = dims[i] < 0 ? dims[i] + static_cast<std::int64_t>(dims.size()) : dims[i];
+    inv[static_cast<std::size_t>(d)] = static_cast<std::int64_t>(i);
+  }
+  return inv;
+}
+
+TROUPE_DEFINE_OP((OpDef{"reshape", "-", infer_reshape,
+                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
+                          return {in[0].reshape(c.output_shapes[0])};
+                        },
+                        [](const GradContext& c) -> std::vector<Var> {
+                          return {reshape(c.grad_output(0), c.inputs[0].shape())};
+                        },
+                        {}}));
+TROUPE_DEFINE_OP((OpDef{"permute", "-", infer_permute,
+                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
+                          return {in[0].permute(c.attrs.get_ints("dims"))};
+                        },
+                        [](const GradContext& c) -> std::vector<Var> {
+                          return {permute(c.grad_output(0), inverse_permutation(c.attrs.get_ints("dims")))};
+                        },
+                        {}}));
+
+std::vector<ValueInfo> infer_concat(const InferContext& c) {
+  expect_arity(c, 1, 1024);
+  const SymShape& first = c.inputs[0].shape;
+  const int ax = axis_of(c, c.attrs.get_int("axis"), first.size());
+  SymShape out = first;
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+    expect_same_dtype(c, 0, i);
+    const SymShape& s = c.inputs[i].shape;
+    if (s.size() != first.size()) shape_error(c, "all inputs need the same rank");
+    for (std::size_t d = 0; d < s.size(); ++d)
+      if (static_cast<int>(d) != ax && s[d] != first[d])
+        shape_error(c, "input " + std::to_string(i) + " differs from input 0 in dim " + std::to_string(d) +
+                           "; only dim " + std::to_string(ax) + " may differ");
+    if (!s[static_cast<std::size_t>(ax)].is_static() && c.inputs.size() > 1)
+      shape_error(c, "concat along a symbolic dimension is not supported; concatenate along a fixed one");
+    total += s[static_cast<std::size_t>(ax)].size();
+  }
+  if (c.inputs.size() > 1) out[static_cast<std::size_t>(ax)] = total;
+  return one(c.inputs[0].dtype, out);
+}
+
+std::vector<Var> grad_concat(const GradContext& c) {
+  std::vector<std::int64_t> sizes;
+  const std::int64_t axis = c.attrs.get_int("axis");
+  for (const auto& in : c.inputs) sizes.push_back(in.size(axis).size());
+  if (c.inputs.size() == 1) return {c.grad_output(0)};
+  return split(c.grad_output(0), sizes, axis);
+}
+
+TROUPE_DEFINE_OP((OpDef{"concat", "copy", infer_concat,
+                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
+                          return {ops::concat(in, c.attrs.get_int("axis"))};
+                        },
+                        grad_concat,
+                        {}}));
+
+std::vector<ValueInfo> infer_split(const InferContext& c) {
+  expect_arity(c, 1, 1);
+  const SymShape& s = c.inputs[0].shape;
+  const int ax = axis_of(c, c.attrs.get_int("axis"), s.size());
+  const auto& sizes = c.attrs.get_ints("sizes");
+  const std::int64_t total = std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0});
+  if (s[static_cast<std::size_t>(ax)] != SymDim(total))
+    shape_error(c, "sizes " + shape_str(sizes) + " sum to " + std::to_string(total) + " but dim " + std::to_string(ax) +
+                       " is " + s[static_cast<std::size_t>(ax)].str());
+  std::vector<ValueInfo> outs;
+  for (auto n : sizes) {
+    if (n < 0) shape_error(c, "negative split size " + std::to_string(n));
+    SymShape o = s;
+    o[static_cast<std::size_t>(ax)] = n;
+    outs.push_back(ValueInfo{c.inputs[0].dtype, o});
+  }
+  return outs;
+}
+
+std::vector<Var> grad_split(const GradContext& c) {
+  std::vector<Var> parts;
+  for (std::size_t i = 0; i < c.outputs.size(); ++i) parts.push_back(c.grad_output(i));
+  return {concat(parts, c.attrs.get_int("axis"))};
+}
+
+TROUPE_DEFINE_OP((OpDef{"split", "-", infer_split,
+                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
+                          return ops::split(in[0], c.attrs.get_ints("sizes"), c.attrs.get_int("axis"));
+                        },
+                        grad_split,
+                        {}}));
+
+template <bool Shuffle>
+std::vector<ValueInfo> infer_pixel_shuffle(const InferContext& c) {
+  expect_arity(c, 1, 1);
+  expect_rank(c, 0, 4, "NCHW");
+  const std::int64_t r = c.attrs.get_int("r");
+  if (r < 1) shape_error(c, "factor must be >= 1, got " + std::to_string(r));
+  SymShape s = c.inputs[0].shape;
+  if (Shuffle) {
+    auto ch = s[1].divide(r * r);
+    if (!ch) shape_error(c, "channels " + s[1].str() + " are not a multiple of r*r = " + std::to_string(r * r));
+    s = {s[0], *ch, s[2] * r, s[3] * r};
+  } else {
+    auto h = s[2].divide(r), w = s[3].divide(r);
+    if (!h || !w) shape_error(c, "height and width must be multiples of r = " + std::to_string(r));
+    s = {s[0], s[1] * (r * r), *h, *w};
+  }
+  return one(c.inputs[0].dtype, s);
+}
+
+TROUPE_DEFINE_OP((OpDef{"pixel_shuffle", "copy", infer_pixel_shuffle<true>,
+                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
+                          return {ops::pixel_shuffle(in[0], c.attrs.get_int("r"))};
+                        },
+                        [](const GradContext& c) -> std::vector<Var> {
+                          return {pixel_unshuffle(c.grad_output(0), c.attrs.get_int("r"))};
+                        },
+                        {}}));
+TROUPE_DEFINE_OP((OpDef{"pixel_unshuffle", "copy", infer_pixel_shuffle<false>,
+                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
+                          return {ops::pixel_unshuffle(in[0], c.attrs.get_int("r"))};
+                        },
+                        [](const GradContext& c) -> std::vector<Var> {
+                          return {pixel_shuffle(c.grad_output(0), c.attrs.get_int("r"))};
+                        },
+                        {}}));
+
+std::vector<ValueInfo> infer_cast(const InferContext& c) {
+  expect_arity(c, 1, 1);
+  return one(static_cast<DType>(c.attrs.get_int("dtype")), c.inputs[0].shape);
+}
+TROUPE_DEFINE_OP((OpDef{"cast", "copy", infer_cast,
+                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
+                          return {in[0].to(static_cast<DType>(c.attrs.get_int("dtype")))};
+                        },
+                        [](const GradContext& c) -> std::vector<Var> {
+                          if (!is_floating(c.inputs[0].dtype())) return {Var()};
+                          return {cast(c.grad_output(0), c.inputs[0].dtype())};
+                        },
+                        {}}));
+
+std::vector<ValueInfo> infer_identity(const InferContext& c) {
+  expect_arity(c, 1, 1);
+  return one(c.inputs[0].dtype, c.inputs[0].shape);
+}
+std::vector<Tensor> compute_identity(const std::vector<Tensor>& in, const ComputeContext&) { return {in[0]}; }
+
+TROUPE_DEFINE_OP((OpDef{"identity", "-", infer_identity, compute_identity,
+                        [](const GradContext& c) -> std::vector<Var> { return {c.grad_output(0)}; },
+                        {}}));
+// stop_gradient: input 0 is non-differentiable, so neither the tape nor autodiff go through it.
+TROUPE_DEFINE_OP((OpDef{"stop_gradient", "-", infer_identity, compute_identity, {}, {0}}));
+TROUPE_DEFINE_OP((OpDef{"zeros_like", "fill", infer_identity,
+                        [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
+                          return {Tensor::zeros(in[0].shape(), in[0].dtype(), in[0].device())};
+                        },
+                        {},
+                        {0}}));
+
+}  // namespace
+}  // namespace troupe::graph
