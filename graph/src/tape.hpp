@@ -26,6 +26,7 @@ struct TapeEntry {
 struct TraceState {
   Graph* graph = nullptr;
   std::map<const VarImpl*, ValueId> lifted;  // eager Var -> its parameter/constant value
+  std::vector<Var> held;                     // the lifted Vars, kept alive so their keys stay unique
   std::vector<Var> parameters;               // in the order of graph->parameters()
 };
 
@@ -33,6 +34,15 @@ struct TraceState {
 TraceState* active_trace();
 /// Makes `state` the active trace (nullptr ends it); returns the previous one.
 TraceState* set_active_trace(TraceState* state);
+
+/// The graph value standing for eager Var `v` inside graph `g`: a parameter when tracing a leaf
+/// that needs a gradient, a constant otherwise; cached per trace so one tensor becomes one value.
+/// `op` names the caller in errors.
+ValueId lift(Graph* g, const Var& v, const std::string& op);
+
+/// Records eager outputs `outputs` of `op` (computed from `inputs`) on the tape with gradient `rule`.
+void record_on_tape(const std::string& op, const std::vector<Var>& inputs, std::vector<Var>& outputs, GradFn rule,
+                    const Attrs& attrs = {}, const SymShape& target = {});
 
 /// True when an eager Var takes part in gradient recording (a leaf needing grad, or taped).
 bool tracks_grad(const Var& v);

@@ -15,8 +15,8 @@ thread_local std::map<std::string, std::string> t_overrides;
 
 ValueInfo info_of(const Tensor& t) { return ValueInfo{t.dtype(), to_sym(t.shape())}; }
 
-// The graph value standing for eager Var `v` inside graph `g`: a parameter when tracing a leaf
-// that needs a gradient, a constant otherwise. Cached so one tensor becomes one value.
+}  // namespace
+
 ValueId lift(Graph* g, const Var& v, const std::string& op) {
   TraceState* trace = t_trace && t_trace->graph == g ? t_trace : nullptr;
   if (trace) {
@@ -36,10 +36,12 @@ ValueId lift(Graph* g, const Var& v, const std::string& op) {
   } else {
     id = g->add_constant(v.tensor());
   }
-  if (trace) trace->lifted[v.key()] = id;
+  if (trace) {
+    trace->lifted[v.key()] = id;
+    trace->held.push_back(v);
+  }
   return id;
 }
-}  // namespace
 
 TraceState* active_trace() { return t_trace; }
 TraceState* set_active_trace(TraceState* state) {
@@ -144,20 +146,24 @@ std::vector<Var> apply(const std::string& op, const std::vector<Var>& inputs, co
     for (std::size_t i = 0; i < inputs.size(); ++i) record = record || (tracks_grad(inputs[i]) && def.differentiable(i));
   if (!record) return outs;  // nothing upstream wants a gradient (or it stops here: stop_gradient)
   GradFn rule = gradient.empty() ? def.grad : OpRegistry::instance().gradient(gradient);
-  if (!rule) rule = missing_gradient(op);
+  record_on_tape(op, inputs, outs, rule ? std::move(rule) : missing_gradient(op), attrs, target);
+  return outs;
+}
+
+void record_on_tape(const std::string& op, const std::vector<Var>& inputs, std::vector<Var>& outputs, GradFn rule,
+                    const Attrs& attrs, const SymShape& target) {
   auto entry = std::make_shared<TapeEntry>();
   entry->op = op;
   entry->attrs = attrs;
   entry->target = target;
   entry->inputs = inputs;
-  entry->outputs = results;
   entry->grad = std::move(rule);
-  for (std::size_t i = 0; i < outs.size(); ++i) {
-    if (!is_floating(results[i].dtype())) continue;
-    outs[i].impl().producer = entry;
-    outs[i].impl().output_index = static_cast<int>(i);
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    entry->outputs.push_back(outputs[i].tensor());
+    if (!is_floating(outputs[i].dtype())) continue;
+    outputs[i].impl().producer = entry;
+    outputs[i].impl().output_index = static_cast<int>(i);
   }
-  return outs;
 }
 
 Var apply1(const std::string& op, const std::vector<Var>& inputs, const Attrs& attrs, const SymShape& target,

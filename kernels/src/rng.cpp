@@ -45,7 +45,7 @@ void fill_tensor(Tensor& t, std::uint64_t seed, std::uint64_t offset, const char
   Tensor dense = t.is_contiguous() ? t : Tensor::empty(t.shape(), t.dtype());
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
       T* p = static_cast<T*>(dense.raw_data());
       fill_blocks(seed, offset, dense.numel(), transform, [&](std::int64_t i, double v) { p[i] = from_double<T>(v); });
     }

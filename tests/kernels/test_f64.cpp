@@ -14,6 +14,7 @@
 #include "troupe/kernels/loss.hpp"
 #include "troupe/kernels/matmul.hpp"
 #include "troupe/kernels/optim.hpp"
+#include "troupe/kernels/rng.hpp"
 #include "troupe/kernels/reduce.hpp"
 #include "troupe/kernels/select.hpp"
 #include "troupe/kernels/softmax.hpp"
@@ -130,4 +131,13 @@ TEST(F64, MixedPrecisionIsRefused) {
   EXPECT_THROW(ops::add(a, b), Error);
   EXPECT_THROW(ops::matmul(a, b), Error);
   EXPECT_THROW(ops::layernorm(b, test::random_tensor({2}, 18), test::random_tensor({2}, 19)), Error);
+}
+
+TEST(F64, GeneratorFillsTheSameStream) {
+  Tensor a = Tensor::empty({9}), b = Tensor::empty({9}, DType::f64);
+  Generator(7).uniform_(a, -2.0, 3.0);
+  Generator(7).uniform_(b, -2.0, 3.0);
+  test::expect_close(a, test::values(b), {9}, 1e-7, 1e-7);
+  Generator(8).normal_(b);
+  for (double v : test::values(b)) EXPECT_NE(v, 0.0);
 }

@@ -1,0 +1,80 @@
+#pragma once
+// Tracing (jit): a C++ callable written with the ops API is run once on symbolic inputs described by
+// an input signature, which records a Graph; calling the TracedFunction executes that graph. Dims of
+// the signature may be dynamic, so one trace serves every batch size. JIT_LEVEL picks eager or traced.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "troupe/graph/graph.hpp"
+#include "troupe/graph/var.hpp"
+
+namespace troupe::graph {
+
+/// One argument of a traced function. A dim of -1 is dynamic with its own symbol ("<name>.<dim>");
+/// SymDim::symbol("batch") is dynamic and shared by every input that names it.
+struct InputSpec {
+  std::string name;
+  SymShape shape;
+  DType dtype = DType::f32;
+};
+
+/// A function of Vars: what trace() and Jit accept.
+using TraceableFn = std::function<std::vector<Var>(const std::vector<Var>& inputs)>;
+
+/// A traced graph with its signature and the eager parameters it reads at each call.
+class TracedFunction {
+ public:
+  /// Runs the graph on `inputs`; throws naming the input, the expected and the actual shape when
+  /// they do not fit the signature. With gradients, also accumulates into the parameters' grad().
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const;
+  /// A copy whose graph also computes d(output 0)/d(param) for `params` (default: every parameter
+  /// the function read); calling it fills their grad() like eager backward().
+  TracedFunction with_gradients(const std::vector<Var>& params = {}) const;
+  /// The recorded graph.
+  const Graph& graph() const { return *graph_; }
+  /// The signature it was traced with, dims resolved to symbols.
+  const std::vector<InputSpec>& signature() const { return signature_; }
+  /// The eager parameters, in the order of graph().parameters().
+  const std::vector<Var>& parameters() const { return parameters_; }
+
+ private:
+  friend TracedFunction trace(const TraceableFn& fn, const std::vector<InputSpec>& signature);
+  std::shared_ptr<const Graph> graph_;
+  std::vector<InputSpec> signature_;
+  std::vector<Var> parameters_;
+  std::size_t outputs_ = 0;                   // the function's own outputs; gradients follow them
+  std::vector<std::size_t> grad_parameters_;  // parameter index of each gradient output
+};
+
+/// Traces `fn` against `signature`. Errors in shapes are raised here, naming the op.
+TracedFunction trace(const TraceableFn& fn, const std::vector<InputSpec>& signature);
+
+/// The JIT_LEVEL environment switch: 0 runs eagerly, >= 1 traced (levels 2-3 enable graph passes).
+/// Unset means 3; anything but an integer 0..3 is an error saying so.
+int jit_level();
+
+/// Conditional jit: runs `fn` eagerly when the level is 0 and as a traced graph otherwise, with the
+/// same results. With `gradients`, each call also fills the grad() of the parameters that output 0
+/// depends on (eager backward() or a traced backward), so a training step can switch freely.
+class Jit {
+ public:
+  /// Traces now unless `level` is 0.
+  Jit(TraceableFn fn, std::vector<InputSpec> signature, bool gradients = false, int level = jit_level());
+  /// Runs the function on `inputs`.
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const;
+  /// True when calls run the traced graph.
+  bool traced() const { return traced_ != nullptr; }
+  /// The traced function (throws in eager mode).
+  const TracedFunction& traced_function() const;
+
+ private:
+  TraceableFn fn_;
+  std::vector<InputSpec> signature_;
+  bool gradients_;
+  std::shared_ptr<TracedFunction> traced_;
+};
+
+}  // namespace troupe::graph

@@ -1,0 +1,145 @@
+#include "troupe/graph/trace.hpp"
+
+#include <cstdlib>
+#include <set>
+
+#include "tape.hpp"
+#include "troupe/graph/autodiff.hpp"
+#include "troupe/graph/executor.hpp"
+#include "troupe/kernels/elementwise.hpp"
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::graph {
+
+namespace {
+// Resolves -1 dims of a signature to per-input symbols.
+std::vector<InputSpec> resolve(const std::vector<InputSpec>& signature) {
+  std::vector<InputSpec> out = signature;
+  std::set<std::string> names;
+  for (InputSpec& spec : out) {
+    TROUPE_CHECK(!spec.name.empty(), invalid_argument, "trace: every input of the signature needs a name");
+    TROUPE_CHECK(names.insert(spec.name).second, invalid_argument, "trace: input name '", spec.name,
+                 "' appears twice in the signature");
+    for (std::size_t d = 0; d < spec.shape.size(); ++d) {
+      SymDim& dim = spec.shape[d];
+      if (dim.is_static() && dim.size() == -1) dim = SymDim::symbol(spec.name + "." + std::to_string(d));
+      TROUPE_CHECK(!dim.is_static() || dim.size() >= 0, invalid_argument, "trace: input '", spec.name, "' dim ", d,
+                   " is ", dim.size(), "; use a size, -1 (dynamic) or a named symbol");
+    }
+  }
+  return out;
+}
+
+// Ends the active trace on scope exit, also when the traced function throws.
+struct TraceScope {
+  TraceState* previous;
+  explicit TraceScope(TraceState* s) : previous(set_active_trace(s)) {}
+  ~TraceScope() { set_active_trace(previous); }
+};
+}  // namespace
+
+TracedFunction trace(const TraceableFn& fn, const std::vector<InputSpec>& signature) {
+  TracedFunction f;
+  f.signature_ = resolve(signature);
+  auto graph = std::make_shared<Graph>();
+  TraceState state;
+  state.graph = graph.get();
+  std::vector<Var> outs;
+  {
+    TraceScope scope(&state);
+    std::vector<Var> ins;
+    for (const InputSpec& spec : f.signature_)
+      ins.push_back(Var::symbolic(graph.get(), graph->add_input(spec.name, ValueInfo{spec.dtype, spec.shape})));
+    outs = fn(ins);
+    for (Var& o : outs) {
+      TROUPE_CHECK(o.defined(), invalid_argument, "trace: the function returned an undefined value");
+      graph->add_output(o.is_symbolic() ? o.id() : lift(graph.get(), o, "trace"));
+    }
+  }
+  f.outputs_ = outs.size();
+  f.parameters_ = state.parameters;
+  f.graph_ = std::move(graph);
+  return f;
+}
+
+TracedFunction TracedFunction::with_gradients(const std::vector<Var>& params) const {
+  TROUPE_CHECK(outputs_ > 0, invalid_argument, "with_gradients: the traced function has no output to differentiate");
+  TROUPE_CHECK(grad_parameters_.empty(), invalid_argument, "with_gradients: this function already has gradients");
+  TracedFunction f = *this;
+  auto g = std::make_shared<Graph>(*graph_);
+  std::vector<ValueId> wrt;
+  for (std::size_t k = 0; k < parameters_.size(); ++k) {
+    bool wanted = params.empty();
+    for (const Var& p : params) wanted = wanted || p.key() == parameters_[k].key();
+    if (!wanted) continue;
+    wrt.push_back(g->parameters()[k]);
+    f.grad_parameters_.push_back(k);
+  }
+  // A parameter the function never read simply gets no gradient, as in eager mode.
+  for (const Var& p : params)
+    TROUPE_CHECK(p.requires_grad(), invalid_argument, "with_gradients: '", p.name(),
+                 "' is not a parameter (create it with Var::leaf)");
+  const std::vector<ValueId> grads = append_backward(*g, g->outputs()[0], wrt);
+  std::vector<std::size_t> kept;
+  for (std::size_t k = 0; k < grads.size(); ++k) {
+    if (grads[k] < 0) continue;  // the output does not depend on it
+    g->add_output(grads[k]);
+    kept.push_back(f.grad_parameters_[k]);
+  }
+  f.grad_parameters_ = kept;
+  f.graph_ = std::move(g);
+  return f;
+}
+
+std::vector<Tensor> TracedFunction::operator()(const std::vector<Tensor>& inputs) const {
+  TROUPE_CHECK(inputs.size() == signature_.size(), invalid_argument, "traced function takes ", signature_.size(),
+               " inputs, got ", inputs.size());
+  std::vector<Tensor> params;
+  for (const Var& p : parameters_) params.push_back(p.tensor());
+  std::vector<Tensor> results = execute(*graph_, inputs, params);
+  for (std::size_t k = 0; k < grad_parameters_.size(); ++k) {
+    const Var& p = parameters_[grad_parameters_[k]];
+    const Tensor& g = results[outputs_ + k];
+    p.set_grad(p.grad().defined() ? ops::add(p.grad(), g) : g);
+  }
+  results.resize(outputs_);
+  return results;
+}
+
+int jit_level() {
+  const char* env = std::getenv("JIT_LEVEL");
+  if (!env || !*env) return 3;
+  const std::string s(env);
+  TROUPE_CHECK(s.size() == 1 && s[0] >= '0' && s[0] <= '3', invalid_argument, "JIT_LEVEL='", s,
+               "' is not valid; use 0 (eager), 1 (traced), 2 or 3 (traced with graph passes)");
+  return s[0] - '0';
+}
+
+Jit::Jit(TraceableFn fn, std::vector<InputSpec> signature, bool gradients, int level)
+    : fn_(std::move(fn)), signature_(std::move(signature)), gradients_(gradients) {
+  TROUPE_CHECK(level >= 0 && level <= 3, invalid_argument, "jit level ", level, " is not in 0..3");
+  if (level == 0) return;
+  TracedFunction t = trace(fn_, signature_);
+  traced_ = std::make_shared<TracedFunction>(gradients_ ? t.with_gradients() : std::move(t));
+}
+
+std::vector<Tensor> Jit::operator()(const std::vector<Tensor>& inputs) const {
+  if (traced_) return (*traced_)(inputs);
+  // Eager: check the signature the same way the graph would, so switching levels changes nothing.
+  Graph shape_only;
+  for (const InputSpec& spec : resolve(signature_)) shape_only.add_input(spec.name, ValueInfo{spec.dtype, spec.shape});
+  bind_inputs(shape_only, inputs);
+  std::vector<Var> ins(inputs.begin(), inputs.end());
+  std::vector<Var> outs = fn_(ins);
+  if (gradients_ && !outs.empty()) backward(outs[0]);
+  std::vector<Tensor> results;
+  for (const Var& o : outs) results.push_back(o.tensor());
+  return results;
+}
+
+const TracedFunction& Jit::traced_function() const {
+  TROUPE_CHECK(traced_, invalid_argument, "Jit: running eagerly (JIT_LEVEL=0); there is no traced graph");
+  return *traced_;
+}
+
+}  // namespace troupe::graph
