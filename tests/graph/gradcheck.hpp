@@ -26,4 +26,8 @@ using LossFn = std::function<graph::Var(const std::vector<graph::Var>&)>;
 void expect_gradients_match(const LossFn& loss, const std::vector<Tensor>& inputs, double rtol = 1e-6,
                             double atol = 1e-7);
 
+/// The same check for leaves that already exist (a module's parameters, in f64): `loss` reads them.
+void expect_leaf_gradients_match(const std::function<graph::Var()>& loss, const std::vector<graph::Var>& leaves,
+                                 double rtol = 1e-6, double atol = 1e-7);
+
 }  // namespace troupe::test

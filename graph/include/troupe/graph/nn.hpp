@@ -1,0 +1,109 @@
+#pragma once
+// The standard layers, each a Module whose parameters follow PyTorch's names and layouts (Linear
+// weight [out, in], Conv2d weight [out, in, kh, kw]) so weights move between the two unchanged.
+// Initial values come from a counter-based Generator: the same seed gives the same model anywhere.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "troupe/graph/module.hpp"
+#include "troupe/kernels/rng.hpp"
+
+namespace troupe::graph {
+
+/// y = x W^T + b over the last dim; W [out, in] and b [out] start uniform in +-1/sqrt(in), as in PyTorch.
+class Linear : public Layer {
+ public:
+  Linear(std::int64_t in_features, std::int64_t out_features, Generator& gen, bool bias = true);
+  Var forward(const Var& x) override;
+  Var weight, bias;  // bias undefined when built without one
+};
+
+/// Rows of a [num_embeddings, dim] table looked up by integer ids; starts N(0, init_std^2).
+class Embedding : public Module {
+ public:
+  Embedding(std::int64_t num_embeddings, std::int64_t dim, Generator& gen, double init_std = 1.0);
+  /// The rows of `ids` (any shape): ids.shape + [dim].
+  Var forward(const Var& ids);
+  Var operator()(const Var& ids) { return forward(ids); }
+  Var weight;
+};
+
+/// Layer normalisation over the last dim with gain (ones) and bias (zeros) of size `dim`.
+class LayerNorm : public Layer {
+ public:
+  explicit LayerNorm(std::int64_t dim, double eps = 1e-5);
+  Var forward(const Var& x) override;
+  Var weight, bias;
+  double eps;
+};
+
+/// NCHW 2-D convolution with a square kernel, stride and zero padding; weights as PyTorch initialises them.
+class Conv2d : public Layer {
+ public:
+  Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size, Generator& gen,
+         std::int64_t stride = 1, std::int64_t padding = 0, bool bias = true);
+  Var forward(const Var& x) override;
+  Var weight, bias;
+  std::int64_t stride, padding;
+};
+
+/// relu as a layer, for Sequential.
+class ReLU : public Layer {
+ public:
+  Var forward(const Var& x) override;
+};
+
+/// [N, C*r*r, H, W] -> [N, C, H*r, W*r] as a layer (super-resolution heads).
+class PixelShuffle : public Layer {
+ public:
+  explicit PixelShuffle(std::int64_t upscale) : upscale(upscale) {}
+  Var forward(const Var& x) override;
+  std::int64_t upscale;
+};
+
+/// Causal multi-head self-attention over x [B, T, C]: one qkv projection [3C, C], explicit
+/// softmax(q k^T / sqrt(C/H)) with future positions masked, then an output projection.
+class CausalSelfAttention : public Layer {
+ public:
+  CausalSelfAttention(std::int64_t dim, std::int64_t heads, Generator& gen);
+  Var forward(const Var& x) override;
+  std::int64_t dim, heads;
+  std::shared_ptr<Linear> qkv, proj;
+};
+
+/// Two-layer feed-forward block: proj(gelu(fc(x))), hidden size `hidden`.
+class MLP : public Layer {
+ public:
+  MLP(std::int64_t dim, std::int64_t hidden, Generator& gen);
+  Var forward(const Var& x) override;
+  std::shared_ptr<Linear> fc, proj;
+};
+
+/// Pre-LN Transformer block: x + attn(ln1(x)), then + mlp(ln2(x)), with a 4x MLP.
+class GPTBlock : public Layer {
+ public:
+  GPTBlock(std::int64_t dim, std::int64_t heads, Generator& gen);
+  Var forward(const Var& x) override;
+  std::shared_ptr<LayerNorm> ln1, ln2;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<MLP> mlp;
+};
+
+/// Layers applied in order; children are named "0", "1", ...
+class Sequential : public Layer {
+ public:
+  Sequential() = default;
+  /// Appends `layer` and returns *this.
+  Sequential& add(std::shared_ptr<Layer> layer);
+  Var forward(const Var& x) override;
+  /// Number of layers.
+  std::size_t size() const { return layers_.size(); }
+
+ private:
+  std::vector<std::shared_ptr<Layer>> layers_;
+};
+
+}  // namespace troupe::graph

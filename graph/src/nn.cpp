@@ -1,0 +1,114 @@
+#include "troupe/graph/nn.hpp"
+
+#include <cmath>
+
+#include "troupe/graph/ops.hpp"
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::graph {
+
+namespace {
+Tensor uniform(const Shape& shape, double bound, Generator& gen) {
+  Tensor t = Tensor::empty(shape);
+  gen.uniform_(t, -bound, bound);
+  return t;
+}
+void check_positive(const char* layer, const char* what, std::int64_t v) {
+  TROUPE_CHECK(v > 0, invalid_argument, layer, ": ", what, " must be positive, got ", v);
+}
+}  // namespace
+
+Linear::Linear(std::int64_t in_features, std::int64_t out_features, Generator& gen, bool with_bias) {
+  check_positive("Linear", "in_features", in_features);
+  check_positive("Linear", "out_features", out_features);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+  weight = register_parameter("weight", uniform({out_features, in_features}, bound, gen));
+  if (with_bias) bias = register_parameter("bias", uniform({out_features}, bound, gen));
+}
+Var Linear::forward(const Var& x) {
+  const Var y = matmul(x, weight, false, true);
+  return bias.defined() ? y + bias : y;
+}
+
+Embedding::Embedding(std::int64_t num_embeddings, std::int64_t dim, Generator& gen, double init_std) {
+  check_positive("Embedding", "num_embeddings", num_embeddings);
+  check_positive("Embedding", "dim", dim);
+  Tensor w = Tensor::empty({num_embeddings, dim});
+  gen.normal_(w, 0.0, init_std);
+  weight = register_parameter("weight", w);
+}
+Var Embedding::forward(const Var& ids) { return embedding(weight, ids); }
+
+LayerNorm::LayerNorm(std::int64_t dim, double eps) : eps(eps) {
+  check_positive("LayerNorm", "dim", dim);
+  weight = register_parameter("weight", Tensor::full({dim}, 1.0));
+  bias = register_parameter("bias", Tensor::zeros({dim}));
+}
+Var LayerNorm::forward(const Var& x) { return layer_norm(x, weight, bias, eps); }
+
+Conv2d::Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size, Generator& gen,
+               std::int64_t stride, std::int64_t padding, bool with_bias)
+    : stride(stride), padding(padding) {
+  check_positive("Conv2d", "in_channels", in_channels);
+  check_positive("Conv2d", "out_channels", out_channels);
+  check_positive("Conv2d", "kernel_size", kernel_size);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_channels * kernel_size * kernel_size));
+  weight = register_parameter("weight", uniform({out_channels, in_channels, kernel_size, kernel_size}, bound, gen));
+  if (with_bias) bias = register_parameter("bias", uniform({out_channels}, bound, gen));
+}
+Var Conv2d::forward(const Var& x) {
+  return bias.defined() ? conv2d(x, weight, bias, stride, padding) : conv2d(x, weight, stride, padding);
+}
+
+Var ReLU::forward(const Var& x) { return relu(x); }
+Var PixelShuffle::forward(const Var& x) { return pixel_shuffle(x, upscale); }
+
+CausalSelfAttention::CausalSelfAttention(std::int64_t dim, std::int64_t heads, Generator& gen)
+    : dim(dim), heads(heads) {
+  check_positive("CausalSelfAttention", "heads", heads);
+  TROUPE_CHECK(dim % heads == 0, invalid_argument, "CausalSelfAttention: dim ", dim, " is not divisible by ", heads,
+               " heads");
+  qkv = register_module("qkv", std::make_shared<Linear>(dim, 3 * dim, gen));
+  proj = register_module("proj", std::make_shared<Linear>(dim, dim, gen));
+}
+Var CausalSelfAttention::forward(const Var& x) {
+  TROUPE_CHECK(x.dim() == 3, shape_mismatch, "CausalSelfAttention: x must be [batch, time, ", dim, "], got ",
+               sym_shape_str(x.shape()));
+  const SymDim b = x.size(0), t = x.size(1);
+  const std::int64_t hd = dim / heads;
+  auto qkv_parts = split((*qkv)(x), {dim, dim, dim}, -1);
+  auto heads_first = [&](const Var& v) { return v.reshape({b, t, heads, hd}).permute({0, 2, 1, 3}); };
+  const Var q = heads_first(qkv_parts[0]), k = heads_first(qkv_parts[1]), v = heads_first(qkv_parts[2]);
+  const Var scores = matmul(q, k, false, true) * (1.0 / std::sqrt(static_cast<double>(hd)));
+  const Var y = matmul(softmax(causal_mask(scores)), v);  // [B, H, T, hd]
+  return (*proj)(y.permute({0, 2, 1, 3}).reshape({b, t, dim}));
+}
+
+MLP::MLP(std::int64_t dim, std::int64_t hidden, Generator& gen) {
+  fc = register_module("fc", std::make_shared<Linear>(dim, hidden, gen));
+  proj = register_module("proj", std::make_shared<Linear>(hidden, dim, gen));
+}
+Var MLP::forward(const Var& x) { return (*proj)(gelu((*fc)(x))); }
+
+GPTBlock::GPTBlock(std::int64_t dim, std::int64_t heads, Generator& gen) {
+  ln1 = register_module("ln1", std::make_shared<LayerNorm>(dim));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(dim, heads, gen));
+  ln2 = register_module("ln2", std::make_shared<LayerNorm>(dim));
+  mlp = register_module("mlp", std::make_shared<MLP>(dim, 4 * dim, gen));
+}
+Var GPTBlock::forward(const Var& x) {
+  const Var h = x + (*attn)((*ln1)(x));
+  return h + (*mlp)((*ln2)(h));
+}
+
+Sequential& Sequential::add(std::shared_ptr<Layer> layer) {
+  layers_.push_back(register_module(std::to_string(layers_.size()), std::move(layer)));
+  return *this;
+}
+Var Sequential::forward(const Var& x) {
+  Var h = x;
+  for (const auto& layer : layers_) h = (*layer)(h);
+  return h;
+}
+
+}  // namespace troupe::graph
