@@ -1,0 +1,87 @@
+#pragma once
+// Optimizers over parameter groups (torch.optim style): each group has its own hyper-parameters,
+// each parameter its own state. step() runs the fused update kernels in place on the parameters'
+// tensors; state_dict() holds everything needed to resume (moments, step counts, learning rates).
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "troupe/graph/var.hpp"
+#include "troupe/kernels/optim.hpp"
+
+namespace troupe::graph {
+
+/// Parameters that share hyper-parameters `options`.
+template <class Options>
+struct ParamGroup {
+  std::vector<Var> params;
+  Options options;
+};
+
+/// What SGD and AdamW share: groups, zero_grad, state (de)serialisation by parameter name.
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  /// Applies one update to every parameter that has a gradient.
+  virtual void step() = 0;
+  /// Forgets the gradients of all parameters.
+  void zero_grad() const;
+  /// Learning rate of group `g` (schedulers read and set it).
+  virtual double lr(std::size_t group = 0) const = 0;
+  virtual void set_lr(double lr, std::size_t group = 0) = 0;
+  /// Per-parameter state and per-group learning rates, keyed "<param name>.<slot>" and "group<k>.lr".
+  std::map<std::string, Tensor> state_dict() const;
+  /// Restores what state_dict() produced; names must match this optimizer's parameters.
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+ protected:
+  /// One named state tensor of one parameter (momentum buffer, Adam moments, ...).
+  struct Slot {
+    std::string name;
+    Tensor value;
+  };
+  /// The state of parameter `p`, created on first use as zeros named `slots`.
+  std::vector<Slot>& state_of(const Var& p, const std::vector<std::string>& slots);
+  /// Adds the parameters of one group; names must be unique across groups (they key the state).
+  void add_params(const std::vector<Var>& params, const char* optimizer);
+  /// Steps taken by parameter `p`, after incrementing it.
+  std::int64_t next_step(const Var& p);
+
+ private:
+  virtual std::size_t group_count() const = 0;
+  std::vector<Var> all_params_;
+  std::map<const VarImpl*, std::vector<Slot>> state_;
+  std::map<const VarImpl*, std::int64_t> steps_;
+};
+
+/// Stochastic gradient descent with momentum, dampening, Nesterov and L2 weight decay.
+class SGD : public Optimizer {
+ public:
+  explicit SGD(std::vector<ParamGroup<ops::SgdParams>> groups);
+  SGD(const std::vector<Var>& params, const ops::SgdParams& options);
+  void step() override;
+  double lr(std::size_t group = 0) const override { return groups_.at(group).options.lr; }
+  void set_lr(double lr, std::size_t group = 0) override { groups_.at(group).options.lr = lr; }
+
+ private:
+  std::size_t group_count() const override { return groups_.size(); }
+  std::vector<ParamGroup<ops::SgdParams>> groups_;
+};
+
+/// Adam with decoupled weight decay (Loshchilov & Hutter), bias-corrected per parameter step.
+class AdamW : public Optimizer {
+ public:
+  explicit AdamW(std::vector<ParamGroup<ops::AdamWParams>> groups);
+  AdamW(const std::vector<Var>& params, const ops::AdamWParams& options);
+  void step() override;
+  double lr(std::size_t group = 0) const override { return groups_.at(group).options.lr; }
+  void set_lr(double lr, std::size_t group = 0) override { groups_.at(group).options.lr = lr; }
+
+ private:
+  std::size_t group_count() const override { return groups_.size(); }
+  std::vector<ParamGroup<ops::AdamWParams>> groups_;
+};
+
+}  // namespace troupe::graph

@@ -1,0 +1,127 @@
+// Optimizers: parameter groups, per-parameter state and steps, resuming from a state dict, refusing
+// bad input, and actually training a small model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/reference.hpp"
+#include "troupe/graph/autodiff.hpp"
+#include "troupe/graph/nn.hpp"
+#include "troupe/graph/ops.hpp"
+#include "troupe/graph/optim.hpp"
+#include "troupe/kernels/error.hpp"
+
+using namespace troupe;
+using namespace troupe::graph;
+
+namespace {
+Var param(const std::string& name, std::vector<double> v) {
+  return Var::leaf(Tensor::from_vector<double>(v, {static_cast<std::int64_t>(v.size())}), name);
+}
+void set_grad(const Var& p, std::vector<double> g) {
+  p.set_grad(Tensor::from_vector<double>(g, {static_cast<std::int64_t>(g.size())}));
+}
+}  // namespace
+
+TEST(Optim, SgdGroupsUseTheirOwnHyperParameters) {
+  Var a = param("a", {1.0, 2.0}), b = param("b", {1.0});
+  ops::SgdParams slow, fast;
+  slow.lr = 0.1;
+  fast.lr = 1.0;
+  fast.momentum = 0.5;
+  SGD sgd({{{a}, slow}, {{b}, fast}});
+  set_grad(a, {1.0, -1.0});
+  set_grad(b, {2.0});
+  sgd.step();
+  EXPECT_EQ(test::values(a.tensor()), (std::vector<double>{0.9, 2.1}));
+  EXPECT_DOUBLE_EQ(test::values(b.tensor())[0], -1.0);
+  sgd.step();  // b's velocity: 0.5 * 2 + 2 = 3
+  EXPECT_DOUBLE_EQ(test::values(b.tensor())[0], -4.0);
+  sgd.zero_grad();
+  sgd.step();  // no gradients: nothing moves
+  EXPECT_DOUBLE_EQ(test::values(b.tensor())[0], -4.0);
+  EXPECT_DOUBLE_EQ(sgd.lr(1), 1.0);
+}
+
+TEST(Optim, AdamWFirstStepMovesByLearningRate) {
+  Var a = param("a", {1.0, -1.0});
+  ops::AdamWParams p;
+  p.lr = 0.1;
+  p.weight_decay = 0.0;
+  AdamW adam({a}, p);
+  set_grad(a, {3.0, -0.5});
+  adam.step();  // bias-corrected first step: lr * sign(g) (up to eps)
+  const auto v = test::values(a.tensor());
+  EXPECT_NEAR(v[0], 0.9, 1e-7);
+  EXPECT_NEAR(v[1], -0.9, 1e-7);
+  const auto state = adam.state_dict();
+  EXPECT_EQ(test::values(state.at("a.step"))[0], 1.0);
+  EXPECT_NEAR(test::values(state.at("a.exp_avg"))[0], 0.3, 1e-12);
+  EXPECT_NEAR(test::values(state.at("a.exp_avg_sq"))[0], 0.009, 1e-12);
+  EXPECT_DOUBLE_EQ(test::values(state.at("group0.lr"))[0], 0.1);
+}
+
+TEST(Optim, ResumingFromAStateDictContinuesExactly) {
+  auto run = [](int steps_before, bool resume) {
+    Var a = param("w", {0.5, -0.25, 2.0});
+    AdamW first({a}, ops::AdamWParams{});
+    auto grads = [&](int k) { set_grad(a, {0.1 * k, -0.2, 0.3 / k}); };
+    for (int k = 1; k <= steps_before; ++k) {
+      grads(k);
+      first.step();
+    }
+    if (!resume) {
+      grads(steps_before + 1);
+      first.step();
+      return test::values(a.tensor());
+    }
+    AdamW second({a}, ops::AdamWParams{});
+    second.load_state_dict(first.state_dict());
+    grads(steps_before + 1);
+    second.step();
+    return test::values(a.tensor());
+  };
+  EXPECT_EQ(run(3, true), run(3, false));
+}
+
+TEST(Optim, BadInputIsRefused) {
+  Var a = param("a", {1.0}), unnamed = param("", {1.0});
+  EXPECT_THROW(SGD({a, a}, ops::SgdParams{}), Error);
+  EXPECT_THROW(SGD({Var(Tensor::zeros({1}))}, ops::SgdParams{}), Error);
+  EXPECT_THROW(SGD({unnamed}, ops::SgdParams{}), Error);
+  SGD sgd({a}, ops::SgdParams{});
+  set_grad(a, {1.0, 2.0});
+  EXPECT_THROW(sgd.step(), Error);  // gradient of the wrong shape
+  EXPECT_THROW(sgd.load_state_dict({}), Error);
+  EXPECT_THROW(sgd.load_state_dict({{"group0.lr", Tensor::scalar(0.1, DType::f64)}, {"b.momentum_buffer", Tensor::zeros({1})}}),
+               Error);
+  EXPECT_DOUBLE_EQ(test::values(a.tensor())[0], 1.0);
+}
+
+TEST(Optim, TrainsARegressionToLowLoss) {
+  Generator gen(3);
+  Linear model(3, 1, gen);
+  const Tensor x = test::random_tensor({32, 3}, 4);
+  const Tensor w_true = Tensor::from_vector<float>({1.5f, -2.0f, 0.5f}, {1, 3});
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = (matmul(Var(x), Var(w_true), false, true) + 0.25).tensor();
+  }
+  ops::AdamWParams p;
+  p.lr = 0.05;
+  p.weight_decay = 0.0;
+  AdamW adam(model.parameters(), p);
+  double first = 0, last = 0;
+  for (int step = 0; step < 300; ++step) {
+    adam.zero_grad();
+    const Var loss = mse_loss(model(Var(x)), Var(y));
+    backward(loss);
+    adam.step();
+    (step == 0 ? first : last) = test::values(loss.tensor())[0];
+  }
+  EXPECT_GT(first, 0.5);
+  EXPECT_LT(last, 1e-4);
+  EXPECT_NEAR(test::values(model.weight.tensor())[1], -2.0, 1e-2);
+  EXPECT_NEAR(test::values(model.bias.tensor())[0], 0.25, 1e-2);
+}
