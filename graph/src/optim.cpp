@@ -102,26 +102,16 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
   }
 }
 
-SGD::SGD(std::vector<ParamGroup<ops::SgdParams>> groups) : groups_(std::move(groups)) {
-  for (const auto& g : groups_) add_params(g.params, "SGD");
-}
-SGD::SGD(const std::vector<Var>& params, const ops::SgdParams& options) : SGD({{params, options}}) {}
-
 void SGD::step() {
   NoGradGuard no_grad;
   for (const auto& group : groups_)
     for (const Var& p : group.params) {
       const Tensor g = usable_grad(p, "SGD");
       if (!g.defined()) continue;
-      const std::int64_t n = next_step(p);
-      ops::sgd_update_(p.tensor(), g, state_of(p, {"momentum_buffer"})[0].value, group.options, n == 1);
+      const bool first = next_step(p) == 1;
+      ops::sgd_update_(p.tensor(), g, state_of(p, {"momentum_buffer"})[0].value, group.options, first);
     }
 }
-
-AdamW::AdamW(std::vector<ParamGroup<ops::AdamWParams>> groups) : groups_(std::move(groups)) {
-  for (const auto& g : groups_) add_params(g.params, "AdamW");
-}
-AdamW::AdamW(const std::vector<Var>& params, const ops::AdamWParams& options) : AdamW({{params, options}}) {}
 
 void AdamW::step() {
   NoGradGuard no_grad;

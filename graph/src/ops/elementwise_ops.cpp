@@ -22,14 +22,6 @@ std::vector<ValueInfo> infer_same_as_first(const InferContext& c) {
   return one(c.inputs[0].dtype, c.inputs[0].shape);
 }
 
-// Backward ops take (grad, x) of one shape and return the input gradient.
-std::vector<ValueInfo> infer_backward_pair(const InferContext& c) {
-  expect_arity(c, 2, 2);
-  expect_floating(c, 0);
-  expect_same_dtype(c, 0, 1);
-  if (c.inputs[0].shape != c.inputs[1].shape) shape_error(c, "the gradient must have the shape of the input");
-  return one(c.inputs[0].dtype, c.inputs[0].shape);
-}
 
 template <BinaryOp K>
 std::vector<Tensor> compute_binary(const std::vector<Tensor>& in, const ComputeContext&) {
@@ -99,7 +91,7 @@ struct UnaryDefs {
                                        return {apply1(backward, {c.grad_output(0), c.inputs[0]})};
                                      },
                                      {}});
-    OpRegistry::instance().add(OpDef{backward, backward, infer_backward_pair, compute_unary_backward<K>, {}, {}});
+    OpRegistry::instance().add(OpDef{backward, backward, infer_grad_pair, compute_unary_backward<K>, {}, {}});
   }
 };
 const UnaryDefs<UnaryOp::neg> neg_defs;
@@ -117,7 +109,7 @@ TROUPE_DEFINE_OP((OpDef{"relu", "relu", infer_same_as_first, compute_unary<Unary
                           return {relu_backward(c.grad_output(0), c.inputs[0], 0.0)};
                         },
                         {}}));
-TROUPE_DEFINE_OP((OpDef{"relu_backward", "relu_backward", infer_backward_pair,
+TROUPE_DEFINE_OP((OpDef{"relu_backward", "relu_backward", infer_grad_pair,
                         [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
                           return {ops::relu_backward(in[0], in[1], c.attrs.get_double("slope"))};
                         },

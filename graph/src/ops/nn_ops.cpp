@@ -20,13 +20,6 @@ std::vector<ValueInfo> infer_softmax(const InferContext& c) {
   axis_of(c, c.attrs.get_int("axis"), c.inputs[0].shape.size());
   return one(c.inputs[0].dtype, c.inputs[0].shape);
 }
-std::vector<ValueInfo> infer_grad_pair(const InferContext& c) {
-  expect_arity(c, 2, 2);
-  expect_floating(c, 0);
-  expect_same_dtype(c, 0, 1);
-  if (c.inputs[0].shape != c.inputs[1].shape) shape_error(c, "the gradient must have the shape of the output");
-  return one(c.inputs[0].dtype, c.inputs[0].shape);
-}
 
 template <Tensor (*F)(const Tensor&, std::int64_t)>
 std::vector<Tensor> compute_axis(const std::vector<Tensor>& in, const ComputeContext& c) {

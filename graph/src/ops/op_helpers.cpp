@@ -58,6 +58,14 @@ std::vector<bool> reduced_axes(const InferContext& c, std::size_t rank) {
   return mask;
 }
 
+std::vector<ValueInfo> infer_grad_pair(const InferContext& c) {
+  expect_arity(c, 2, 2);
+  expect_floating(c, 0);
+  expect_same_dtype(c, 0, 1);
+  if (c.inputs[0].shape != c.inputs[1].shape) shape_error(c, "the gradient must have the shape of the value it belongs to");
+  return one(c.inputs[0].dtype, c.inputs[0].shape);
+}
+
 Var unbroadcast(const Var& g, const Var& like) { return g.shape() == like.shape() ? g : sum_to(g, like); }
 
 }  // namespace troupe::graph::detail

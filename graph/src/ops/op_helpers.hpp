@@ -29,6 +29,8 @@ void expect_rank(const InferContext& c, std::size_t i, std::size_t rank, const c
 int axis_of(const InferContext& c, std::int64_t axis, std::size_t rank);
 /// The reduced-axes mask of attribute "axes" (empty = all) for an input of rank `rank`.
 std::vector<bool> reduced_axes(const InferContext& c, std::size_t rank);
+/// Inference of backward ops taking (grad, x) or (grad, y) of one shape: the gradient's info.
+std::vector<ValueInfo> infer_grad_pair(const InferContext& c);
 /// Single-output inference result.
 inline std::vector<ValueInfo> one(DType d, SymShape s) { return {ValueInfo{d, std::move(s)}}; }
 /// Boolean attribute stored as an integer.

@@ -56,32 +56,37 @@ class Optimizer {
   std::map<const VarImpl*, std::int64_t> steps_;
 };
 
-/// Stochastic gradient descent with momentum, dampening, Nesterov and L2 weight decay.
-class SGD : public Optimizer {
+/// The group bookkeeping SGD and AdamW share: groups of one Options type and their learning rates.
+template <class Options>
+class GroupedOptimizer : public Optimizer {
  public:
-  explicit SGD(std::vector<ParamGroup<ops::SgdParams>> groups);
-  SGD(const std::vector<Var>& params, const ops::SgdParams& options);
-  void step() override;
   double lr(std::size_t group = 0) const override { return groups_.at(group).options.lr; }
   void set_lr(double lr, std::size_t group = 0) override { groups_.at(group).options.lr = lr; }
 
+ protected:
+  GroupedOptimizer(std::vector<ParamGroup<Options>> groups, const char* name) : groups_(std::move(groups)) {
+    for (const auto& g : groups_) add_params(g.params, name);
+  }
+  std::vector<ParamGroup<Options>> groups_;
+
  private:
   std::size_t group_count() const override { return groups_.size(); }
-  std::vector<ParamGroup<ops::SgdParams>> groups_;
+};
+
+/// Stochastic gradient descent with momentum, dampening, Nesterov and L2 weight decay.
+class SGD : public GroupedOptimizer<ops::SgdParams> {
+ public:
+  explicit SGD(std::vector<ParamGroup<ops::SgdParams>> groups) : GroupedOptimizer(std::move(groups), "SGD") {}
+  SGD(const std::vector<Var>& params, const ops::SgdParams& options) : SGD({{params, options}}) {}
+  void step() override;
 };
 
 /// Adam with decoupled weight decay (Loshchilov & Hutter), bias-corrected per parameter step.
-class AdamW : public Optimizer {
+class AdamW : public GroupedOptimizer<ops::AdamWParams> {
  public:
-  explicit AdamW(std::vector<ParamGroup<ops::AdamWParams>> groups);
-  AdamW(const std::vector<Var>& params, const ops::AdamWParams& options);
+  explicit AdamW(std::vector<ParamGroup<ops::AdamWParams>> groups) : GroupedOptimizer(std::move(groups), "AdamW") {}
+  AdamW(const std::vector<Var>& params, const ops::AdamWParams& options) : AdamW({{params, options}}) {}
   void step() override;
-  double lr(std::size_t group = 0) const override { return groups_.at(group).options.lr; }
-  void set_lr(double lr, std::size_t group = 0) override { groups_.at(group).options.lr = lr; }
-
- private:
-  std::size_t group_count() const override { return groups_.size(); }
-  std::vector<ParamGroup<ops::AdamWParams>> groups_;
 };
 
 }  // namespace troupe::graph
