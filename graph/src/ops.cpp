@@ -55,6 +55,7 @@ Var mean(const Var& x, const std::vector<std::int64_t>& axes, bool keepdim) {
 Var max(const Var& x, const std::vector<std::int64_t>& axes, bool keepdim) {
   return apply1("max", {x}, axes_attrs(axes, keepdim));
 }
+Var squared_norm(const Var& x) { return apply1("squared_norm", {x}); }
 Var sum_to(const Var& x, const Var& like) { return apply1("sum_to", {x, like}); }
 Var broadcast_to(const Var& x, const Var& like) { return apply1("broadcast_to", {x, like}); }
 

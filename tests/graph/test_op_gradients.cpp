@@ -65,6 +65,7 @@ TEST(OpGradients, Reductions) {
   expect_gradients_match([](const Vars& v) { return weighted_sum(max(v[0], {2})); }, x);
   expect_gradients_match([](const Vars& v) { return weighted_sum(max(v[0], {0, 1}, true)); }, x);
   expect_gradients_match([](const Vars& v) { return mean(v[0]); }, x);
+  expect_gradients_match([](const Vars& v) { return squared_norm(v[0]) * 0.5; }, x);
   expect_gradients_match([](const Vars& v) { return weighted_sum(sum_to(v[0], v[1]) + broadcast_to(v[1], v[0]).reshape({24}).reshape({2, 3, 4}).permute({0, 1, 2}) * 0.0 + v[1]); },
                          {x[0], random_f64({3, 1}, 14)});
   expect_gradients_match([](const Vars& v) { return weighted_sum(broadcast_to(v[1], v[0])); },
@@ -163,4 +164,14 @@ TEST(OpGradients, BackwardRefusesNonScalarLoss) {
   }
   backward(x * 2.0, Tensor::full({2, 2}, 1.0, DType::f64));  // with an explicit output gradient it works
   EXPECT_EQ(test::values(x.grad()), (std::vector<double>(4, 2.0)));
+}
+
+TEST(OpGradients, CastPassesTheGradientBackInTheInputDtype) {
+  Var x = Var::leaf(Tensor::from_vector<float>({1.0f, -2.0f}, {2}), "x");
+  backward(sum(cast(x, DType::f64) * Var(Tensor::from_vector<double>({3.0, 4.0}, {2}))));
+  EXPECT_EQ(x.grad().dtype(), DType::f32);
+  EXPECT_EQ(test::values(x.grad()), (std::vector<double>{3.0, 4.0}));
+  // Integers cast to floats are data: no gradient flows into them.
+  Var ids(Tensor::from_vector<std::int64_t>({1, 2}, {2}));
+  EXPECT_THROW(backward(sum(cast(ids, DType::f32))), Error);
 }

@@ -2,6 +2,7 @@
 // broadcast_to, each the other's gradient).
 #include "op_helpers.hpp"
 #include "troupe/kernels/elementwise.hpp"
+#include "troupe/kernels/optim.hpp"
 #include "troupe/kernels/reduce.hpp"
 #include "troupe/kernels/select.hpp"
 
@@ -51,6 +52,21 @@ std::vector<Var> grad_max(const GradContext& c) {
   const Var y = keepdim_view(c.outputs[0], c.inputs[0], c.attrs);
   return {apply1("max_backward", {dy, c.inputs[0], y})};
 }
+
+// sum(x * x) as a 0-d value of x's dtype, accumulated in double (gradient norms, L2 penalties).
+std::vector<ValueInfo> infer_squared_norm(const InferContext& c) {
+  expect_arity(c, 1, 1);
+  expect_floating(c, 0);
+  return one(c.inputs[0].dtype, {});
+}
+TROUPE_DEFINE_OP((OpDef{"squared_norm", "squared_norm", infer_squared_norm,
+                        [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
+                          return {Tensor::scalar(ops::squared_norm(in[0]), in[0].dtype())};
+                        },
+                        [](const GradContext& c) -> std::vector<Var> {
+                          return {broadcast_to(c.grad_output(0), c.inputs[0]) * c.inputs[0] * 2.0};
+                        },
+                        {}}));
 
 TROUPE_DEFINE_OP((OpDef{"sum", "reduce", infer_reduce, compute_reduce<ops::sum>, grad_sum, {}}));
 TROUPE_DEFINE_OP((OpDef{"mean", "reduce", infer_reduce, compute_reduce<ops::mean>, grad_mean, {}}));

@@ -49,6 +49,8 @@ Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = fals
 Var sum(const Var& x, const std::vector<std::int64_t>& axes = {}, bool keepdim = false);
 Var mean(const Var& x, const std::vector<std::int64_t>& axes = {}, bool keepdim = false);
 Var max(const Var& x, const std::vector<std::int64_t>& axes = {}, bool keepdim = false);
+/// sum(x * x) as a 0-d value, accumulated in double (gradient norms, L2 penalties).
+Var squared_norm(const Var& x);
 /// Sums broadcast dims of x away so the result has the shape of `like` (gradient of broadcasting).
 Var sum_to(const Var& x, const Var& like);
 /// Broadcasts x to the shape of `like` (a view).
