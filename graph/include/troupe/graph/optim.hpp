@@ -28,6 +28,8 @@ class Optimizer {
   virtual void step() = 0;
   /// Forgets the gradients of all parameters.
   void zero_grad() const;
+  /// Every parameter of every group.
+  const std::vector<Var>& parameters() const { return all_params_; }
   /// Learning rate of group `g` (schedulers read and set it).
   virtual double lr(std::size_t group = 0) const = 0;
   virtual void set_lr(double lr, std::size_t group = 0) = 0;

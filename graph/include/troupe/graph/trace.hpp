@@ -39,6 +39,10 @@ class TracedFunction {
   const std::vector<InputSpec>& signature() const { return signature_; }
   /// The eager parameters, in the order of graph().parameters().
   const std::vector<Var>& parameters() const { return parameters_; }
+  /// How many graph outputs are the function's own; the rest are gradients.
+  std::size_t output_count() const { return outputs_; }
+  /// For each gradient output (graph output output_count() + k), the index of its parameter.
+  const std::vector<std::size_t>& gradient_parameters() const { return grad_parameters_; }
 
  private:
   friend TracedFunction trace(const TraceableFn& fn, const std::vector<InputSpec>& signature);

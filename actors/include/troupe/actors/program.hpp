@@ -1,0 +1,56 @@
+#pragma once
+// A compiled actor graph: what Engine::compile returns. Each run() is one training (or inference)
+// step over the same actors; steps queue up and run one after another.
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "troupe/graph/optim.hpp"
+#include "troupe/kernels/tensor.hpp"
+
+namespace troupe::actors {
+
+/// How a graph is lowered and run.
+struct ProgramOptions {
+  /// Registers per actor output (the register protocol): 1 = lock-step, 2 = double buffering.
+  int registers = 2;
+  /// Micro-batches per step: every input is split along dim 0 into this many equal parts, which
+  /// flow through the graph concurrently; gradients and 0-d outputs are averaged over them, other
+  /// outputs concatenated along dim 0, so a mean loss gives the one-batch result.
+  int micro_batches = 1;
+  /// Optimizers to run at the end of each step, one actor each; every parameter with a gradient
+  /// must belong to one of them. Empty: gradients are only returned.
+  std::vector<std::shared_ptr<graph::Optimizer>> optimizers;
+};
+
+/// What one step produced.
+struct StepResult {
+  std::vector<Tensor> outputs;              // the traced function's own outputs
+  std::map<std::string, Tensor> gradients;  // by parameter name, accumulated over micro-batches
+  std::uint64_t step = 0;                   // counts from 1 per program
+};
+
+/// Called once per step with the result, or with the exception that failed the step.
+using StepCallback = std::function<void(StepResult* result, std::exception_ptr error)>;
+
+/// A traced graph lowered to actors; reusable across steps; thread-safe to call.
+class Program {
+ public:
+  virtual ~Program() = default;
+  /// Starts a step on `inputs` (in signature order); the callback runs on an actor thread.
+  virtual void run_async(std::vector<Tensor> inputs, StepCallback done) = 0;
+  /// Starts a step and returns a future of its result (a failed step rethrows its troupe::Error).
+  std::future<StepResult> run_async(std::vector<Tensor> inputs);
+  /// Runs a step and waits for it.
+  StepResult run(std::vector<Tensor> inputs);
+  /// Number of actors the graph was lowered to, by kind ("input", "op", "gradient", "output", "optimizer").
+  virtual std::map<std::string, int> actor_counts() const = 0;
+};
+
+}  // namespace troupe::actors

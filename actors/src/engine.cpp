@@ -1,0 +1,142 @@
+#include "troupe/actors/engine.hpp"
+
+#include <algorithm>
+#include <thread>
+
+#include "node_actors.hpp"
+#include "program_actor.hpp"
+#include "trace_hooks.hpp"
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::actors {
+
+struct Engine::Impl {
+  caf::actor_system_config config;
+  std::unique_ptr<caf::actor_system> system;
+  std::size_t threads = 1;
+};
+
+namespace {
+
+// A compiled program: the handles of its actors and a reference that keeps the actor system alive.
+class ActorProgram : public Program {
+ public:
+  ActorProgram(std::shared_ptr<Engine::Impl> engine, PeersPtr peers, std::vector<caf::actor> optimizers,
+               std::map<std::string, int> counts, std::uint32_t caller_trace_id)
+      : engine_(std::move(engine)),
+        peers_(std::move(peers)),
+        optimizers_(std::move(optimizers)),
+        counts_(std::move(counts)),
+        caller_(caller_trace_id) {}
+
+  ~ActorProgram() override {
+    // Exit messages overtake nothing a caller waits for: open requests fail in the program
+    // actor's state destructor, so no future is left unset.
+    for (const caf::actor& a : peers_->actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    for (const caf::actor& a : optimizers_) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(peers_->program, caf::exit_reason::user_shutdown);
+  }
+
+  void run_async(std::vector<Tensor> inputs, StepCallback done) override {
+    TROUPE_CHECK(done != nullptr, invalid_argument, "Program::run_async: the callback is empty");
+    auto req = std::make_shared<RunRequest>();
+    req->inputs = std::move(inputs);
+    req->done = std::move(done);
+    trace_send(caller_, peers_->trace_ids.back(), "run", 0, -1);
+    caf::anon_send(peers_->program, run_atom::value, RunRequestPtr(std::move(req)));
+  }
+
+  std::map<std::string, int> actor_counts() const override { return counts_; }
+
+ private:
+  std::shared_ptr<Engine::Impl> engine_;
+  PeersPtr peers_;
+  std::vector<caf::actor> optimizers_;
+  std::map<std::string, int> counts_;
+  std::uint32_t caller_;
+};
+
+}  // namespace
+
+std::future<StepResult> Program::run_async(std::vector<Tensor> inputs) {
+  auto promise = std::make_shared<std::promise<StepResult>>();
+  std::future<StepResult> future = promise->get_future();
+  run_async(std::move(inputs), [promise](StepResult* r, std::exception_ptr e) {
+    if (e) promise->set_exception(e);
+    else promise->set_value(std::move(*r));
+  });
+  return future;
+}
+
+StepResult Program::run(std::vector<Tensor> inputs) { return run_async(std::move(inputs)).get(); }
+
+Engine::Engine(EngineOptions options) : impl_(std::make_shared<Impl>()) {
+  const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  impl_->threads = options.threads == 0 ? cores : options.threads;
+  TROUPE_CHECK(options.max_throughput > 0, invalid_argument, "Engine: max_throughput must be positive");
+  impl_->config.set("scheduler.max-threads", static_cast<int>(impl_->threads));
+  impl_->config.set("scheduler.max-throughput", static_cast<int>(options.max_throughput));
+  impl_->system = std::make_unique<caf::actor_system>(impl_->config);
+}
+
+Engine::~Engine() = default;
+
+std::size_t Engine::threads() const { return impl_->threads; }
+
+std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, ProgramOptions options) {
+  TROUPE_CHECK(options.registers >= 1, invalid_argument, "compile: registers must be at least 1, got ",
+               options.registers);
+  TROUPE_CHECK(options.micro_batches >= 1, invalid_argument, "compile: micro_batches must be at least 1, got ",
+               options.micro_batches);
+  auto traced = std::make_shared<const graph::TracedFunction>(fn);
+  auto plan = std::make_shared<const ActorPlan>(plan_actors(*traced));
+  auto graph = std::shared_ptr<const graph::Graph>(traced, &traced->graph());
+  Tracer& tracer = Tracer::instance();
+
+  // Every gradient must have an optimizer when optimizers are given (a silently skipped parameter
+  // would be a training bug), and every optimizer parameter must be one the function reads.
+  std::vector<std::vector<std::string>> optimizer_params;
+  for (const auto& opt : options.optimizers) {
+    TROUPE_CHECK(opt != nullptr, invalid_argument, "compile: an optimizer is null");
+    optimizer_params.emplace_back();
+    for (const graph::Var& p : opt->parameters()) optimizer_params.back().push_back(p.name());
+  }
+  if (!options.optimizers.empty())
+    for (int param : plan->sink_param) {
+      if (param < 0) continue;
+      const std::string& name = traced->parameters()[static_cast<std::size_t>(param)].name();
+      bool covered = false;
+      for (const auto& names : optimizer_params)
+        covered = covered || std::find(names.begin(), names.end(), name) != names.end();
+      TROUPE_CHECK(covered, invalid_argument, "compile: parameter '", name,
+                   "' has a gradient but belongs to none of the optimizers");
+    }
+
+  auto peers = std::make_shared<Peers>();
+  for (const ActorSpec& spec : plan->actors) peers->trace_ids.push_back(tracer.register_actor(spec.name));
+  std::vector<std::uint32_t> optimizer_trace_ids;
+  for (std::size_t o = 0; o < options.optimizers.size(); ++o)
+    optimizer_trace_ids.push_back(tracer.register_actor("optimizer " + std::to_string(o)));
+  peers->trace_ids.push_back(tracer.register_actor("program"));
+
+  caf::actor_system& sys = *impl_->system;
+  for (std::size_t a = 0; a < plan->actors.size(); ++a)
+    peers->actors.push_back(spawn_node_actor(sys, plan, static_cast<int>(a), graph, options.registers, peers));
+  auto setup = std::make_shared<ProgramSetup>();
+  setup->fn = traced;
+  setup->plan = plan;
+  setup->micro_batches = options.micro_batches;
+  setup->optimizer_params = optimizer_params;
+  for (std::size_t o = 0; o < options.optimizers.size(); ++o)
+    setup->optimizers.push_back(
+        spawn_optimizer_actor(sys, options.optimizers[o], static_cast<int>(o), optimizer_trace_ids[o], peers));
+  setup->peers = peers;
+  peers->program = spawn_program_actor(sys, setup);
+
+  std::map<std::string, int> counts{{"input", 1}, {"op", plan->op_count}, {"gradient", 0}, {"output", 0},
+                                    {"optimizer", static_cast<int>(options.optimizers.size())}};
+  for (int param : plan->sink_param) ++counts[param >= 0 ? "gradient" : "output"];
+  return std::make_unique<ActorProgram>(impl_, peers, setup->optimizers, counts, tracer.register_actor("caller"));
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,89 @@
+#include "plan.hpp"
+
+#include <algorithm>
+
+namespace troupe::actors {
+
+namespace {
+void add_unique(std::vector<int>& v, int x) {
+  if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+}
+}  // namespace
+
+ActorPlan plan_actors(const graph::TracedFunction& fn) {
+  const graph::Graph& g = fn.graph();
+  ActorPlan plan;
+  ActorSpec input;
+  input.kind = ActorSpec::Kind::input;
+  input.name = "input";
+  plan.actors.push_back(std::move(input));
+
+  // Where each value is read from: (actor, output) for inputs and op outputs.
+  std::vector<InputRef> source(g.values().size());
+  for (std::size_t k = 0; k < g.inputs().size(); ++k) {
+    InputRef& r = source[static_cast<std::size_t>(g.inputs()[k])];
+    r.producer = 0;
+    r.output = static_cast<int>(k);
+  }
+  for (std::size_t k = 0; k < g.parameters().size(); ++k) {
+    InputRef& r = source[static_cast<std::size_t>(g.parameters()[k])];
+    r.from = InputRef::From::parameter;
+    r.parameter = static_cast<int>(k);
+  }
+  for (const graph::Value& v : g.values())
+    if (v.kind == graph::ValueKind::constant) {
+      source[static_cast<std::size_t>(v.id)].from = InputRef::From::constant;
+      source[static_cast<std::size_t>(v.id)].constant = v.constant;
+    }
+
+  // Wires actor `a` to read `refs`; an actor that reads no producer is triggered by the input actor.
+  auto wire = [&](int a, const std::vector<graph::ValueId>& values) {
+    ActorSpec& spec = plan.actors[static_cast<std::size_t>(a)];
+    for (graph::ValueId v : values) {
+      spec.inputs.push_back(source[static_cast<std::size_t>(v)]);
+      if (spec.inputs.back().from == InputRef::From::producer) add_unique(spec.producers, spec.inputs.back().producer);
+    }
+    if (spec.producers.empty()) spec.producers.push_back(0);
+    for (int p : spec.producers) add_unique(plan.actors[static_cast<std::size_t>(p)].consumers, a);
+  };
+
+  for (const graph::Node& n : g.nodes()) {
+    ActorSpec spec;
+    spec.kind = ActorSpec::Kind::op;
+    spec.node = n.id;
+    spec.name = n.op + " %" + std::to_string(n.outputs.empty() ? n.id : n.outputs[0]);
+    plan.actors.push_back(std::move(spec));
+    const int a = static_cast<int>(plan.actors.size()) - 1;
+    wire(a, n.inputs);
+    for (std::size_t i = 0; i < n.outputs.size(); ++i) {
+      InputRef& r = source[static_cast<std::size_t>(n.outputs[i])];
+      r.producer = a;
+      r.output = static_cast<int>(i);
+    }
+    ++plan.op_count;
+  }
+
+  const auto& outputs = g.outputs();
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    ActorSpec spec;
+    spec.kind = ActorSpec::Kind::sink;
+    spec.sink = static_cast<int>(k);
+    int param = -1;
+    if (k >= fn.output_count()) {
+      param = static_cast<int>(fn.gradient_parameters()[k - fn.output_count()]);
+      spec.name = "grad:" + g.value(g.parameters()[static_cast<std::size_t>(param)]).name;
+      spec.average = true;
+    } else {
+      spec.name = "output:" + std::to_string(k);
+      spec.average = g.value(outputs[k]).info.shape.empty();
+    }
+    plan.actors.push_back(std::move(spec));
+    const int a = static_cast<int>(plan.actors.size()) - 1;
+    wire(a, {outputs[k]});
+    plan.sinks.push_back(a);
+    plan.sink_param.push_back(param);
+  }
+  return plan;
+}
+
+}  // namespace troupe::actors

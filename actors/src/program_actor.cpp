@@ -1,0 +1,174 @@
+#include "program_actor.hpp"
+
+#include <deque>
+
+#include "trace_hooks.hpp"
+#include "troupe/graph/executor.hpp"
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+struct ProgramState {
+  std::shared_ptr<const ProgramSetup> setup;
+  std::deque<RunRequestPtr> queue;
+  RunRequestPtr current;  // null when idle
+  std::uint64_t step = 0;
+  int done = 0, results = 0, applied = 0;
+  bool updating = false;
+  std::vector<Tensor> sink_values;
+  static inline const char* name = "troupe.program";
+  // Requests still open when the program shuts down fail instead of leaving their caller waiting.
+  ~ProgramState() {
+    auto error = std::make_exception_ptr(Error(ErrorKind::runtime, "the program was shut down before the step ran"));
+    if (current) current->done(nullptr, error);
+    for (auto& r : queue) r->done(nullptr, error);
+  }
+};
+using Self = caf::stateful_actor<ProgramState>;
+
+std::uint32_t my_trace_id(const ProgramState& s) { return s.setup->peers->trace_ids.back(); }
+
+// Splits the step's inputs into micro-batches along dim 0 and snapshots the parameters.
+StepContextPtr make_context(const ProgramState& s, const std::vector<Tensor>& inputs) {
+  const graph::Graph& g = s.setup->fn->graph();
+  graph::bind_inputs(g, inputs);  // whole-batch check first: its errors name the user's shapes
+  auto ctx = std::make_shared<StepContext>();
+  ctx->step = s.step;
+  const int m = s.setup->micro_batches;
+  ctx->micro_batches = m;
+  ctx->inputs.resize(static_cast<std::size_t>(m));
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    const Tensor& t = inputs[k];
+    const std::string& name = g.value(g.inputs()[k]).name;
+    if (m == 1) {
+      ctx->inputs[0].push_back(t);
+      continue;
+    }
+    TROUPE_CHECK(t.dim() > 0 && t.shape()[0] % m == 0, shape_mismatch, "input '", name, "' ", t.str(),
+                 " cannot be split along dim 0 into ", m, " equal micro-batches");
+    const std::int64_t rows = t.shape()[0] / m;
+    for (int b = 0; b < m; ++b) ctx->inputs[static_cast<std::size_t>(b)].push_back(t.slice(0, b * rows, (b + 1) * rows).contiguous());
+  }
+  ctx->bindings = graph::bind_inputs(g, ctx->inputs[0]);
+  for (const graph::Var& p : s.setup->fn->parameters()) ctx->parameters.push_back(p.tensor());
+  return ctx;
+}
+
+void finish(Self* self, std::unique_ptr<StepResult> result, std::exception_ptr error);
+
+void start_next(Self* self) {
+  ProgramState& s = self->state;
+  while (!s.current && !s.queue.empty()) {
+    s.current = s.queue.front();
+    s.queue.pop_front();
+    ++s.step;
+    s.done = s.results = s.applied = 0;
+    s.updating = false;
+    s.sink_values.assign(s.setup->plan->sinks.size(), Tensor());
+    StepContextPtr ctx;
+    try {
+      ctx = make_context(s, s.current->inputs);
+    } catch (...) {
+      finish(self, nullptr, std::current_exception());
+      continue;
+    }
+    trace_send(my_trace_id(s), s.setup->peers->trace_ids[0], "start", s.step, -1);
+    self->send(s.setup->peers->actors[0], start_atom::value, ctx);
+  }
+}
+
+void finish(Self* self, std::unique_ptr<StepResult> result, std::exception_ptr error) {
+  ProgramState& s = self->state;
+  RunRequestPtr req = std::move(s.current);
+  s.current = nullptr;
+  s.sink_values.clear();
+  try {
+    req->done(result.get(), error);
+  } catch (...) {
+    // A throwing callback is the caller's bug; the program keeps serving other steps.
+  }
+  start_next(self);
+}
+
+std::unique_ptr<StepResult> collect(ProgramState& s) {
+  auto r = std::make_unique<StepResult>();
+  r->step = s.step;
+  const auto& fn = *s.setup->fn;
+  for (std::size_t k = 0; k < s.sink_values.size(); ++k) {
+    const int param = s.setup->plan->sink_param[k];
+    if (param < 0) r->outputs.push_back(s.sink_values[k]);
+    else r->gradients[fn.parameters()[static_cast<std::size_t>(param)].name()] = s.sink_values[k];
+  }
+  return r;
+}
+
+// Once every actor finished the step: run the optimizers (if any), then answer.
+void check_complete(Self* self) {
+  ProgramState& s = self->state;
+  const ActorPlan& plan = *s.setup->plan;
+  if (!s.current || s.done < plan.op_count + 1 || s.results < static_cast<int>(plan.sinks.size())) return;
+  if (s.setup->optimizers.empty() || (s.updating && s.applied == static_cast<int>(s.setup->optimizers.size()))) {
+    finish(self, collect(s), nullptr);
+    return;
+  }
+  if (s.updating) return;
+  s.updating = true;
+  auto result = collect(s);
+  for (std::size_t o = 0; o < s.setup->optimizers.size(); ++o) {
+    auto grads = std::make_shared<std::map<std::string, Tensor>>();
+    for (const std::string& name : s.setup->optimizer_params[o]) {
+      auto it = result->gradients.find(name);
+      if (it != result->gradients.end()) grads->emplace(name, it->second);
+    }
+    const std::uint64_t flow = trace_send(my_trace_id(s), my_trace_id(s), "apply", s.step, -1);
+    self->send(s.setup->optimizers[o], apply_atom::value, s.step, GradientMapPtr(std::move(grads)), flow);
+  }
+}
+
+caf::behavior program_actor(Self* self, std::shared_ptr<const ProgramSetup> setup) {
+  self->state.setup = std::move(setup);
+  auto me = [self] { return my_trace_id(self->state); };
+  return {
+      [=](run_atom, const RunRequestPtr& req) {
+        HandlerTrace trace(me(), "run", 0, self->state.step + 1, -1);
+        self->state.queue.push_back(req);
+        start_next(self);
+      },
+      [=](done_atom, std::uint64_t step, int, std::uint64_t flow) {
+        HandlerTrace trace(me(), "done", flow, step, -1);
+        if (step != self->state.step) return;
+        ++self->state.done;
+        check_complete(self);
+      },
+      [=](result_atom, std::uint64_t step, int sink, const Tensor& value, std::uint64_t flow) {
+        HandlerTrace trace(me(), "result", flow, step, -1);
+        if (step != self->state.step || !self->state.current) return;
+        self->state.sink_values.at(static_cast<std::size_t>(sink)) = value;
+        ++self->state.results;
+        check_complete(self);
+      },
+      [=](applied_atom, std::uint64_t step, int, std::uint64_t flow) {
+        HandlerTrace trace(me(), "applied", flow, step, -1);
+        if (step != self->state.step) return;
+        ++self->state.applied;
+        check_complete(self);
+      },
+      [=](fail_atom, std::uint64_t step, int kind, const std::string& what, std::uint64_t flow) {
+        HandlerTrace trace(me(), "fail", flow, step, -1);
+        // Later messages of this step are ignored everywhere: actors drop a step's state when the
+        // next one reaches them, so nothing waits on the failed step.
+        if (step != self->state.step || !self->state.current) return;
+        finish(self, nullptr, std::make_exception_ptr(Error(static_cast<ErrorKind>(kind), what)));
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_program_actor(caf::actor_system& sys, std::shared_ptr<const ProgramSetup> setup) {
+  return sys.spawn(program_actor, std::move(setup));
+}
+
+}  // namespace troupe::actors
