@@ -32,9 +32,13 @@ class ActorProgram : public Program {
   ~ActorProgram() override {
     // Exit messages overtake nothing a caller waits for: open requests fail in the program
     // actor's state destructor, so no future is left unset.
-    for (const caf::actor& a : peers_->actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-    for (const caf::actor& a : optimizers_) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(peers_->program, caf::exit_reason::user_shutdown);
+    auto stop = [](const caf::actor& a) {
+      mailbox_release(a);
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    };
+    for (const caf::actor& a : peers_->actors) stop(a);
+    for (const caf::actor& a : optimizers_) stop(a);
+    stop(peers_->program);
   }
 
   void run_async(std::vector<Tensor> inputs, StepCallback done) override {
@@ -42,7 +46,8 @@ class ActorProgram : public Program {
     auto req = std::make_shared<RunRequest>();
     req->inputs = std::move(inputs);
     req->done = std::move(done);
-    trace_send(caller_, peers_->trace_ids.back(), "run", 0, -1);
+    req->flow = trace_send(caller_, peers_->trace_ids.back(), "run", 0, -1);
+    mailbox_release(peers_->program);
     caf::anon_send(peers_->program, run_atom::value, RunRequestPtr(std::move(req)));
   }
 

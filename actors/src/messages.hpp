@@ -39,6 +39,7 @@ using ReadyPtr = std::shared_ptr<const Ready>;
 struct RunRequest {
   std::vector<Tensor> inputs;
   StepCallback done;
+  std::uint64_t flow = 0;  // tracer flow id of the caller's send
 };
 using RunRequestPtr = std::shared_ptr<RunRequest>;
 
@@ -52,6 +53,48 @@ using PeersPtr = std::shared_ptr<Peers>;
 
 /// Gradients handed to one optimizer actor at the end of a step, by parameter name.
 using GradientMapPtr = std::shared_ptr<const std::map<std::string, Tensor>>;
+
+// ThreadSanitizer cannot see the synchronisation inside Debian's (uninstrumented) CAF library, so
+// every hand-off through a mailbox would look like a race. Sends release and handlers acquire on
+// the receiving actor, which is exactly the order a mailbox guarantees.
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+inline void mailbox_release(const caf::actor& to) { __tsan_release(caf::actor_cast<caf::abstract_actor*>(to)); }
+inline void mailbox_acquire(caf::abstract_actor* self) { __tsan_acquire(self); }
+inline void handler_release(caf::abstract_actor* self) { __tsan_release(self); }
+/// The arguments of a spawn are written by the spawning thread and read by the actor's init on a
+/// worker: spawn_released() before spawning, spawn_acquired() first thing in the init.
+inline int spawn_sync_token = 0;
+inline void spawn_released() { __tsan_release(&spawn_sync_token); }
+inline void spawn_acquired() { __tsan_acquire(&spawn_sync_token); }
+#else
+inline void mailbox_release(const caf::actor&) {}
+inline void mailbox_acquire(caf::abstract_actor*) {}
+inline void handler_release(caf::abstract_actor*) {}
+inline void spawn_released() {}
+inline void spawn_acquired() {}
+#endif
+
+/// Orders the handler runs of one actor, which CAF may move between threads: acquire at the start,
+/// release at the end. States acquire once more in their destructors (run after the last handler).
+class HandlerSync {
+ public:
+  explicit HandlerSync(caf::abstract_actor* self) : self_(self) { mailbox_acquire(self_); }
+  ~HandlerSync() { handler_release(self_); }
+  HandlerSync(const HandlerSync&) = delete;
+  HandlerSync& operator=(const HandlerSync&) = delete;
+
+ private:
+  caf::abstract_actor* self_;
+};
+
+/// self->send with the ordering annotation above.
+template <class Self, class... Ts>
+void post(Self* self, const caf::actor& to, Ts&&... xs) {
+  mailbox_release(to);
+  self->send(to, std::forward<Ts>(xs)...);
+}
 
 using ready_atom = caf::atom_constant<caf::atom("ready")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;

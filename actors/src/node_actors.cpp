@@ -41,6 +41,8 @@ struct NodeState {
   std::vector<std::deque<ReadyPtr>> queues;  // per producer, in spec->producers order
   std::vector<Tensor> sink_parts;            // sinks: one value per micro-batch
   bool failed = false;
+  caf::abstract_actor* self = nullptr;
+  ~NodeState() { mailbox_acquire(self); }
   static inline const char* name = "troupe.node";
 };
 
@@ -82,7 +84,7 @@ void report_failure(Self* self, const std::string& what, ErrorKind kind) {
   NodeState& s = self->state;
   s.failed = true;
   const std::uint64_t flow = trace_send(trace_id(s, s.index), program_trace_id(s), "fail", s.step, s.next_mb);
-  self->send(s.peers->program, fail_atom::value, s.step, static_cast<int>(kind), what, flow);
+  post(self, s.peers->program, fail_atom::value, s.step, static_cast<int>(kind), what, flow);
 }
 
 // Puts `values` for micro-batch `mb` into a free register and tells every consumer.
@@ -104,14 +106,14 @@ void emit(Self* self, int mb, std::shared_ptr<const std::vector<Tensor>> values)
     msg->reg = r;
     msg->values = values;
     msg->flow = trace_send(trace_id(s, s.index), trace_id(s, c), "ready", s.step, mb, bytes);
-    self->send(s.peers->actors[static_cast<std::size_t>(c)], ready_atom::value, ReadyPtr(std::move(msg)));
+    post(self, s.peers->actors[static_cast<std::size_t>(c)], ready_atom::value, ReadyPtr(std::move(msg)));
   }
 }
 
 void report_done(Self* self) {
   NodeState& s = self->state;
   const std::uint64_t flow = trace_send(trace_id(s, s.index), program_trace_id(s), "done", s.step, -1);
-  self->send(s.peers->program, done_atom::value, s.step, s.index, flow);
+  post(self, s.peers->program, done_atom::value, s.step, s.index, flow);
 }
 
 // Pops the front of every input queue and releases those registers to their producers.
@@ -122,7 +124,7 @@ void release_inputs(Self* self) {
     s.queues[p].pop_front();
     const int producer = s.spec->producers[p];
     const std::uint64_t flow = trace_send(trace_id(s, s.index), trace_id(s, producer), "release", s.step, r->mb);
-    self->send(s.peers->actors[static_cast<std::size_t>(producer)], release_atom::value, s.step, r->reg, flow);
+    post(self, s.peers->actors[static_cast<std::size_t>(producer)], release_atom::value, s.step, r->reg, flow);
   }
 }
 
@@ -197,7 +199,7 @@ bool fire_sink(Self* self) {
   s.sink_parts.clear();
   const std::uint64_t flow =
       trace_send(trace_id(s, s.index), program_trace_id(s), "result", s.step, -1, result.nbytes());
-  self->send(s.peers->program, result_atom::value, s.step, s.spec->sink, result, flow);
+  post(self, s.peers->program, result_atom::value, s.step, s.spec->sink, result, flow);
   return true;
 }
 
@@ -223,7 +225,9 @@ void pump(Self* self) {
 
 caf::behavior node_actor(Self* self, std::shared_ptr<const ActorPlan> plan, int index,
                          std::shared_ptr<const graph::Graph> graph, int registers, PeersPtr peers) {
+  spawn_acquired();
   NodeState& s = self->state;
+  s.self = self;
   s.plan = std::move(plan);
   s.graph = std::move(graph);
   s.index = index;
@@ -234,12 +238,14 @@ caf::behavior node_actor(Self* self, std::shared_ptr<const ActorPlan> plan, int 
   s.queues.resize(s.spec->producers.size());
   return {
       [=](start_atom, const StepContextPtr& ctx) {
+        HandlerSync sync(self);
         NodeState& st = self->state;
         HandlerTrace trace(trace_id(st, st.index), "start", 0, ctx->step, -1);
         begin_step(st, ctx);
         pump(self);
       },
       [=](ready_atom, const ReadyPtr& r) {
+        HandlerSync sync(self);
         NodeState& st = self->state;
         HandlerTrace trace(trace_id(st, st.index), "ready", r->flow, r->ctx->step, r->mb);
         if (!accept_step(st, r->ctx)) return;
@@ -248,6 +254,7 @@ caf::behavior node_actor(Self* self, std::shared_ptr<const ActorPlan> plan, int 
         pump(self);
       },
       [=](release_atom, std::uint64_t step, int reg, std::uint64_t flow) {
+        HandlerSync sync(self);
         NodeState& st = self->state;
         HandlerTrace trace(trace_id(st, st.index), "release", flow, step, -1);
         if (step != st.step) return;
@@ -263,17 +270,22 @@ struct OptimizerState {
   int index = 0;
   std::uint32_t trace_id = 0;
   PeersPtr peers;
+  caf::abstract_actor* self = nullptr;
+  ~OptimizerState() { mailbox_acquire(self); }
   static inline const char* name = "troupe.optimizer";
 };
 
 caf::behavior optimizer_actor(caf::stateful_actor<OptimizerState>* self, std::shared_ptr<graph::Optimizer> optimizer,
                               int index, std::uint32_t trace_id, PeersPtr peers) {
+  spawn_acquired();
+  self->state.self = self;
   self->state.optimizer = std::move(optimizer);
   self->state.index = index;
   self->state.trace_id = trace_id;
   self->state.peers = std::move(peers);
   return {
       [=](apply_atom, std::uint64_t step, const GradientMapPtr& grads, std::uint64_t flow) {
+        HandlerSync sync(self);
         OptimizerState& st = self->state;
         HandlerTrace trace(st.trace_id, "apply", flow, step, -1);
         const std::uint32_t program = st.peers->trace_ids.back();
@@ -288,14 +300,14 @@ caf::behavior optimizer_actor(caf::stateful_actor<OptimizerState>* self, std::sh
           st.optimizer->zero_grad();
         } catch (const Error& e) {
           const std::uint64_t f = trace_send(st.trace_id, program, "fail", step, -1);
-          self->send(st.peers->program, fail_atom::value, step, static_cast<int>(e.kind()),
+          post(self, st.peers->program, fail_atom::value, step, static_cast<int>(e.kind()),
                      std::string("optimizer ") + std::to_string(st.index) + " failed in step " + std::to_string(step) +
                          ": " + message_of(e),
                      f);
           return;
         }
         const std::uint64_t f = trace_send(st.trace_id, program, "applied", step, -1);
-        self->send(st.peers->program, applied_atom::value, step, st.index, f);
+        post(self, st.peers->program, applied_atom::value, step, st.index, f);
       },
   };
 }
@@ -304,11 +316,13 @@ caf::behavior optimizer_actor(caf::stateful_actor<OptimizerState>* self, std::sh
 
 caf::actor spawn_node_actor(caf::actor_system& sys, std::shared_ptr<const ActorPlan> plan, int index,
                             std::shared_ptr<const graph::Graph> graph, int registers, PeersPtr peers) {
+  spawn_released();
   return sys.spawn(node_actor, std::move(plan), index, std::move(graph), registers, std::move(peers));
 }
 
 caf::actor spawn_optimizer_actor(caf::actor_system& sys, std::shared_ptr<graph::Optimizer> optimizer, int index,
                                  std::uint32_t trace_id, PeersPtr peers) {
+  spawn_released();
   return sys.spawn(optimizer_actor, std::move(optimizer), index, trace_id, std::move(peers));
 }
 

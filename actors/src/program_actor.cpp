@@ -18,9 +18,11 @@ struct ProgramState {
   int done = 0, results = 0, applied = 0;
   bool updating = false;
   std::vector<Tensor> sink_values;
+  caf::abstract_actor* self = nullptr;
   static inline const char* name = "troupe.program";
   // Requests still open when the program shuts down fail instead of leaving their caller waiting.
   ~ProgramState() {
+    mailbox_acquire(self);
     auto error = std::make_exception_ptr(Error(ErrorKind::runtime, "the program was shut down before the step ran"));
     if (current) current->done(nullptr, error);
     for (auto& r : queue) r->done(nullptr, error);
@@ -75,7 +77,7 @@ void start_next(Self* self) {
       continue;
     }
     trace_send(my_trace_id(s), s.setup->peers->trace_ids[0], "start", s.step, -1);
-    self->send(s.setup->peers->actors[0], start_atom::value, ctx);
+    post(self, s.setup->peers->actors[0], start_atom::value, ctx);
   }
 }
 
@@ -123,26 +125,31 @@ void check_complete(Self* self) {
       if (it != result->gradients.end()) grads->emplace(name, it->second);
     }
     const std::uint64_t flow = trace_send(my_trace_id(s), my_trace_id(s), "apply", s.step, -1);
-    self->send(s.setup->optimizers[o], apply_atom::value, s.step, GradientMapPtr(std::move(grads)), flow);
+    post(self, s.setup->optimizers[o], apply_atom::value, s.step, GradientMapPtr(std::move(grads)), flow);
   }
 }
 
 caf::behavior program_actor(Self* self, std::shared_ptr<const ProgramSetup> setup) {
+  spawn_acquired();
+  self->state.self = self;
   self->state.setup = std::move(setup);
   auto me = [self] { return my_trace_id(self->state); };
   return {
       [=](run_atom, const RunRequestPtr& req) {
-        HandlerTrace trace(me(), "run", 0, self->state.step + 1, -1);
+        HandlerSync sync(self);
+        HandlerTrace trace(me(), "run", req->flow, self->state.step + 1, -1);
         self->state.queue.push_back(req);
         start_next(self);
       },
       [=](done_atom, std::uint64_t step, int, std::uint64_t flow) {
+        HandlerSync sync(self);
         HandlerTrace trace(me(), "done", flow, step, -1);
         if (step != self->state.step) return;
         ++self->state.done;
         check_complete(self);
       },
       [=](result_atom, std::uint64_t step, int sink, const Tensor& value, std::uint64_t flow) {
+        HandlerSync sync(self);
         HandlerTrace trace(me(), "result", flow, step, -1);
         if (step != self->state.step || !self->state.current) return;
         self->state.sink_values.at(static_cast<std::size_t>(sink)) = value;
@@ -150,12 +157,14 @@ caf::behavior program_actor(Self* self, std::shared_ptr<const ProgramSetup> setu
         check_complete(self);
       },
       [=](applied_atom, std::uint64_t step, int, std::uint64_t flow) {
+        HandlerSync sync(self);
         HandlerTrace trace(me(), "applied", flow, step, -1);
         if (step != self->state.step) return;
         ++self->state.applied;
         check_complete(self);
       },
       [=](fail_atom, std::uint64_t step, int kind, const std::string& what, std::uint64_t flow) {
+        HandlerSync sync(self);
         HandlerTrace trace(me(), "fail", flow, step, -1);
         // Later messages of this step are ignored everywhere: actors drop a step's state when the
         // next one reaches them, so nothing waits on the failed step.
@@ -168,6 +177,7 @@ caf::behavior program_actor(Self* self, std::shared_ptr<const ProgramSetup> setu
 }  // namespace
 
 caf::actor spawn_program_actor(caf::actor_system& sys, std::shared_ptr<const ProgramSetup> setup) {
+  spawn_released();
   return sys.spawn(program_actor, std::move(setup));
 }
 

@@ -116,6 +116,9 @@ std::string Tracer::chrome_json() const {
                        {"tid", e.actor}, {"ts", us(e.ts_ns)}});
     } else {
       args["to"] = actor_name(e.peer);
+      if (e.kind == std::string("run"))  // sent by the caller's thread, outside any handler: give it a slice
+        out.push_back({{"ph", "X"}, {"name", "run"}, {"cat", "caller"}, {"pid", 1}, {"tid", e.actor},
+                       {"ts", us(e.ts_ns)}, {"dur", 0}, {"args", {{"step", 0}}}});
       out.push_back({{"ph", "s"}, {"name", e.kind}, {"cat", "message"}, {"id", e.flow}, {"pid", 1},
                      {"tid", e.actor}, {"ts", us(e.ts_ns)}, {"args", args}});
     }

@@ -1,0 +1,47 @@
+#pragma once
+// Reading a Chrome trace written by the Tracer back: per-actor busy and idle time, message counts,
+// the critical path of each step, and compute versus messaging time. What `troupe-trace summary`
+// prints.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace troupe::actors {
+
+/// What one actor did over the whole trace.
+struct ActorSummary {
+  std::string name;
+  double busy_us = 0;     // in handlers
+  double compute_us = 0;  // in kernels (part of busy)
+  double idle_us = 0;     // trace span minus busy
+  int handled = 0;        // handler runs
+  int sent = 0;           // messages sent
+};
+
+/// One step: its wall time and the chain of handler runs that decided when it ended.
+struct StepSummary {
+  std::uint64_t step = 0;
+  double wall_us = 0;
+  double compute_us = 0;    // kernel time summed over all actors
+  double messaging_us = 0;  // send-to-handler latency summed over the step's messages
+  std::vector<std::string> critical_path;  // actor names, first to last
+  double critical_path_us = 0;             // handler time along it
+};
+
+/// The whole summary.
+struct TraceSummary {
+  double span_us = 0;
+  int messages = 0;
+  std::vector<ActorSummary> actors;  // busiest first
+  std::vector<StepSummary> steps;
+};
+
+/// Parses `json` (Chrome trace format as written by Tracer); throws troupe::Error naming `source` if malformed.
+TraceSummary summarize_trace(const std::string& json, const std::string& source);
+/// A table for terminals.
+std::string format_summary(const TraceSummary& s);
+/// The summary as JSON.
+std::string summary_json(const TraceSummary& s);
+
+}  // namespace troupe::actors
