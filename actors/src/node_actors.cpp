@@ -237,10 +237,10 @@ caf::behavior node_actor(Self* self, std::shared_ptr<const ActorPlan> plan, int 
   s.regs.resize(static_cast<std::size_t>(registers));
   s.queues.resize(s.spec->producers.size());
   return {
-      [=](start_atom, const StepContextPtr& ctx) {
+      [=](start_atom, const StepContextPtr& ctx, std::uint64_t flow) {
         HandlerSync sync(self);
         NodeState& st = self->state;
-        HandlerTrace trace(trace_id(st, st.index), "start", 0, ctx->step, -1);
+        HandlerTrace trace(trace_id(st, st.index), "start", flow, ctx->step, -1);
         begin_step(st, ctx);
         pump(self);
       },

@@ -76,8 +76,8 @@ void start_next(Self* self) {
       finish(self, nullptr, std::current_exception());
       continue;
     }
-    trace_send(my_trace_id(s), s.setup->peers->trace_ids[0], "start", s.step, -1);
-    post(self, s.setup->peers->actors[0], start_atom::value, ctx);
+    const std::uint64_t flow = trace_send(my_trace_id(s), s.setup->peers->trace_ids[0], "start", s.step, -1);
+    post(self, s.setup->peers->actors[0], start_atom::value, ctx, flow);
   }
 }
 

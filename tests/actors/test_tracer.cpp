@@ -1,0 +1,109 @@
+// The message-flow tracer: off by default, records every message and handler run when on; the
+// Chrome JSON parses, every flow start has its end, counts match the protocol; the summary reads it.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "kernels/reference.hpp"
+#include "troupe/actors/engine.hpp"
+#include "troupe/actors/trace_summary.hpp"
+#include "troupe/actors/tracer.hpp"
+#include "troupe/graph/nn.hpp"
+#include "troupe/graph/ops.hpp"
+#include "troupe/kernels/error.hpp"
+
+using namespace troupe;
+using namespace troupe::graph;
+using namespace troupe::actors;
+
+namespace {
+struct Counts {
+  std::map<std::string, int> sends, handled;
+  std::set<std::uint64_t> starts, ends;
+  std::set<std::int64_t> tids, named_tids;
+};
+
+// Counts the events of step `step` (a late message of an earlier, untraced step may show up too).
+Counts count(const nlohmann::json& doc, std::uint64_t step) {
+  Counts c;
+  auto of_step = [&](const nlohmann::json& e) { return e.contains("args") && e["args"].value("step", 0ull) == step; };
+  for (const auto& e : doc.at("traceEvents")) {
+    const std::string ph = e.at("ph");
+    if ((ph == "s" || ph == "X") && !of_step(e) && e.at("name") != "run") continue;
+    if (ph == "s") {
+      ++c.sends[e.at("name")];
+      EXPECT_TRUE(c.starts.insert(e.at("id").get<std::uint64_t>()).second) << "flow id used twice";
+      c.tids.insert(e.at("tid").get<std::int64_t>());
+    } else if (ph == "f") {
+      const auto id = e.at("id").get<std::uint64_t>();
+      if (c.starts.count(id)) EXPECT_TRUE(c.ends.insert(id).second) << "flow ended twice";
+    } else if (ph == "X") {
+      if (e.at("name") != "compute") ++c.handled[e.at("name")];
+      c.tids.insert(e.at("tid").get<std::int64_t>());
+    } else if (ph == "M" && e.at("name") == "thread_name") {
+      c.named_tids.insert(e.at("tid").get<std::int64_t>());
+    }
+  }
+  return c;
+}
+}  // namespace
+
+TEST(Tracer, RecordsEveryMessageOfAStep) {
+  Tracer& tracer = Tracer::instance();
+  EXPECT_FALSE(tracer.enabled());
+  Generator gen(1);
+  Linear lin(4, 3, gen);
+  auto fn = [&](const std::vector<Var>& in) { return std::vector<Var>{mean(gelu(lin(in[0])))}; };
+  Engine engine;
+  ProgramOptions options;
+  options.micro_batches = 2;
+  auto program = engine.compile(trace(fn, {{"x", {-1, 4}}}).with_gradients(), options);
+  const Tensor x = test::random_tensor({4, 4}, 2);
+  program->run({x});  // off: nothing recorded
+  tracer.clear();
+  EXPECT_TRUE(tracer.events().empty());
+
+  tracer.enable(true);
+  program->run({x});
+  // The caller's answer can overtake the step's last releases; wait until every message is handled.
+  Counts c;
+  for (int i = 0; i < 500; ++i) {
+    c = count(nlohmann::json::parse(tracer.chrome_json()), 2);
+    if (c.starts == c.ends) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  tracer.enable(false);
+  EXPECT_EQ(c.starts, c.ends) << "every message sent was handled, and only those";
+  EXPECT_GT(c.sends.at("ready"), 0);
+  EXPECT_EQ(c.sends.at("ready"), c.handled.at("ready"));
+  EXPECT_EQ(c.sends.at("ready"), c.sends.at("release")) << "each register read is released exactly once";
+  EXPECT_EQ(c.sends.at("release"), c.handled.at("release"));
+  const auto counts = program->actor_counts();
+  EXPECT_EQ(c.sends.at("done"), counts.at("input") + counts.at("op"));
+  EXPECT_EQ(c.sends.at("result"), counts.at("output") + counts.at("gradient"));
+  EXPECT_EQ(c.sends.at("run"), 1);
+  for (std::int64_t tid : c.tids) EXPECT_TRUE(c.named_tids.count(tid)) << "track " << tid << " has no name";
+
+  const TraceSummary s = summarize_trace(tracer.chrome_json(), "trace.json");
+  ASSERT_FALSE(s.steps.empty());
+  ASSERT_EQ(s.steps.back().step, 2u);
+  EXPECT_GT(s.steps.back().wall_us, 0);
+  EXPECT_GT(s.steps.back().compute_us, 0);
+  EXPECT_FALSE(s.steps.back().critical_path.empty());
+  EXPECT_EQ(s.steps.back().critical_path.front(), "caller") << "the path starts where the step was requested";
+  EXPECT_GE(s.messages, static_cast<int>(c.starts.size()));
+  EXPECT_NE(format_summary(s).find("critical path"), std::string::npos);
+  EXPECT_NO_THROW(nlohmann::json::parse(summary_json(s)));
+  tracer.clear();
+}
+
+TEST(Tracer, SummaryRefusesWhatIsNotATrace) {
+  EXPECT_THROW(summarize_trace("{not json", "bad.json"), Error);
+  EXPECT_THROW(summarize_trace("{\"traceEvents\": 3}", "bad.json"), Error);
+  const TraceSummary empty = summarize_trace("[]", "empty.json");
+  EXPECT_TRUE(empty.actors.empty());
+  EXPECT_TRUE(empty.steps.empty());
+}
