@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "graph/models.hpp"
 #include "kernels/reference.hpp"
 #include "troupe/actors/engine.hpp"
 #include "troupe/graph/autodiff.hpp"
@@ -21,18 +22,6 @@ using troupe::actors::StepResult;
 
 namespace {
 constexpr auto kTimeout = std::chrono::seconds(60);
-
-// Max |a - b| over max |b|.
-double scaled_error(const Tensor& a, const Tensor& b) {
-  const auto x = test::values(a), y = test::values(b);
-  EXPECT_EQ(x.size(), y.size());
-  double diff = 0, scale = 1e-30;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    diff = std::max(diff, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return diff / scale;
-}
 
 StepResult wait(std::future<StepResult> f) {
   EXPECT_EQ(f.wait_for(kTimeout), std::future_status::ready) << "the step did not finish";
@@ -63,9 +52,9 @@ void expect_actor_steps_match_eager(Layer& model, const Tensor& x, const Tensor&
       for (int repeat = 0; repeat < 2; ++repeat) {  // the compiled graph is reused
         const StepResult r = wait(program->run_async({x, target}));
         ASSERT_EQ(r.outputs.size(), 1u);
-        EXPECT_LE(scaled_error(r.outputs[0], eager_loss.tensor()), 1e-6);
+        EXPECT_LE(test::scaled_max_error(r.outputs[0], eager_loss.tensor()), 1e-6);
         ASSERT_EQ(r.gradients.size(), eager_grads.size());
-        for (const auto& [name, g] : eager_grads) EXPECT_LE(scaled_error(r.gradients.at(name), g), 1e-6) << name;
+        for (const auto& [name, g] : eager_grads) EXPECT_LE(test::scaled_max_error(r.gradients.at(name), g), 1e-6) << name;
       }
     }
 }
@@ -90,12 +79,8 @@ TEST(Runtime, GptBlockStepsEqualEager) {
 
 TEST(Runtime, ConvNetStepsEqualEager) {
   Generator gen(4);
-  Sequential net;
-  net.add(std::make_shared<Conv2d>(3, 8, 3, gen, 1, 1))
-      .add(std::make_shared<ReLU>())
-      .add(std::make_shared<Conv2d>(8, 12, 3, gen, 1, 1))
-      .add(std::make_shared<PixelShuffle>(2));
-  expect_actor_steps_match_eager(net, test::random_tensor({4, 3, 5, 5}, 5), test::random_tensor({4, 3, 10, 10}, 6));
+  expect_actor_steps_match_eager(*test::small_conv_net(gen), test::random_tensor({4, 3, 5, 5}, 5),
+                                 test::random_tensor({4, 3, 10, 10}, 6));
 }
 
 TEST(Runtime, OptimizerActorsTrainLikeEagerSteps) {
@@ -121,8 +106,8 @@ TEST(Runtime, OptimizerActorsTrainLikeEagerSteps) {
     const StepResult r = wait(program->run_async({x, t}));
     EXPECT_EQ(r.step, static_cast<std::uint64_t>(step + 1));
   }
-  EXPECT_LE(scaled_error(actor_model.weight.tensor(), eager_model.weight.tensor()), 1e-6);
-  EXPECT_LE(scaled_error(actor_model.bias.tensor(), eager_model.bias.tensor()), 1e-6);
+  EXPECT_LE(test::scaled_max_error(actor_model.weight.tensor(), eager_model.weight.tensor()), 1e-6);
+  EXPECT_LE(test::scaled_max_error(actor_model.bias.tensor(), eager_model.bias.tensor()), 1e-6);
   // A parameter without an optimizer is refused at compile time.
   auto partial = std::make_shared<SGD>(std::vector<Var>{actor_model.weight}, ops::SgdParams{});
   ProgramOptions bad;
@@ -159,7 +144,7 @@ TEST(Runtime, AFailingKernelFailsTheStepAndTheNextStepRuns) {
   const StepResult ok = wait(program->run_async({good}));
   EXPECT_EQ(ok.gradients.size(), 2u);
   NoGradGuard no_grad;
-  EXPECT_LE(scaled_error(ok.outputs[0], fn({Var(good)})[0].tensor()), 1e-6);
+  EXPECT_LE(test::scaled_max_error(ok.outputs[0], fn({Var(good)})[0].tensor()), 1e-6);
 }
 
 TEST(Runtime, BadInputsAreRefusedWithoutBreakingTheProgram) {
@@ -181,7 +166,7 @@ TEST(Runtime, BadInputsAreRefusedWithoutBreakingTheProgram) {
   const StepResult r = program->run({x});
   EXPECT_EQ(r.outputs[0].shape(), (Shape{6, 2}));  // non-scalar outputs are concatenated
   NoGradGuard no_grad;
-  EXPECT_LE(scaled_error(r.outputs[0], lin(Var(x)).tensor()), 1e-6);
+  EXPECT_LE(test::scaled_max_error(r.outputs[0], lin(Var(x)).tensor()), 1e-6);
   EXPECT_THROW(engine.compile(trace(fn, {{"x", {-1, 3}}}), ProgramOptions{0, 1, {}}), Error);
 }
 

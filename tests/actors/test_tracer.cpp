@@ -39,7 +39,9 @@ Counts count(const nlohmann::json& doc, std::uint64_t step) {
       c.tids.insert(e.at("tid").get<std::int64_t>());
     } else if (ph == "f") {
       const auto id = e.at("id").get<std::uint64_t>();
-      if (c.starts.count(id)) EXPECT_TRUE(c.ends.insert(id).second) << "flow ended twice";
+      if (c.starts.count(id)) {
+        EXPECT_TRUE(c.ends.insert(id).second) << "flow ended twice";
+      }
     } else if (ph == "X") {
       if (e.at("name") != "compute") ++c.handled[e.at("name")];
       c.tids.insert(e.at("tid").get<std::int64_t>());

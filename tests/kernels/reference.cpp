@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "troupe/kernels/rng.hpp"
@@ -47,6 +48,17 @@ std::vector<std::int64_t> unravel(std::int64_t i, const Shape& shape) {
     i /= shape[d];
   }
   return idx;
+}
+
+double scaled_max_error(const Tensor& actual, const Tensor& expected) {
+  const auto a = values(actual), e = values(expected);
+  EXPECT_EQ(a.size(), e.size()) << "scaled_max_error: sizes differ";
+  double diff = 0, scale = 1e-30;
+  for (std::size_t i = 0; i < e.size() && i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(a[i] - e[i]));
+    scale = std::max(scale, std::abs(e[i]));
+  }
+  return diff / scale;
 }
 
 }  // namespace troupe::test

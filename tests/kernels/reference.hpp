@@ -16,6 +16,9 @@ std::vector<double> values(const Tensor& t);
 /// Asserts (gtest) that `actual` has `shape` and matches `expected` within atol + rtol * |expected|.
 void expect_close(const Tensor& actual, const std::vector<double>& expected, const Shape& shape, double rtol = 1e-5,
                   double atol = 1e-6);
+/// max |actual - expected| / max |expected|: the error relative to the tensor's scale (elementwise
+/// relative error is meaningless for values that are zero up to rounding).
+double scaled_max_error(const Tensor& actual, const Tensor& expected);
 /// Row-major multi-index of flat position `i` in `shape`.
 std::vector<std::int64_t> unravel(std::int64_t i, const Shape& shape);
 

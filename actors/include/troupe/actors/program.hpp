@@ -43,7 +43,8 @@ using StepCallback = std::function<void(StepResult* result, std::exception_ptr e
 class Program {
  public:
   virtual ~Program() = default;
-  /// Starts a step on `inputs` (in signature order); the callback runs on an actor thread.
+  /// Starts a step on `inputs` (in signature order). The callback runs on an actor thread: keep it
+  /// short, and do not destroy the program (or its engine) from inside it.
   virtual void run_async(std::vector<Tensor> inputs, StepCallback done) = 0;
   /// Starts a step and returns a future of its result (a failed step rethrows its troupe::Error).
   std::future<StepResult> run_async(std::vector<Tensor> inputs);
