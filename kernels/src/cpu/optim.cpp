@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
 
 namespace troupe::ops {
@@ -65,22 +66,29 @@ void sgd_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs
   }
 }
 
+// The AdamW arithmetic in double over distinct (restrict) buffers, so it vectorises.
+template <class T>
+TROUPE_VECTOR_CLONES void adamw_loop(T* __restrict p, T* __restrict m, T* __restrict v, const T* __restrict g,
+                                     std::int64_t n, double b1, double b2, double eps, double step_size,
+                                     double decay, double inv_bc2) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double gi = g[i];
+    const double mi = b1 * m[i] + (1 - b1) * gi;
+    const double vi = b2 * v[i] + (1 - b2) * gi * gi;
+    m[i] = static_cast<T>(mi);
+    v[i] = static_cast<T>(vi);
+    p[i] = static_cast<T>(p[i] * decay - step_size * mi / (std::sqrt(vi * inv_bc2) + eps));
+  }
+}
+
 template <class T>
 void adamw_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& a) {
-  T *p = in[0].data<T>(), *m = in[2].data<T>(), *v = in[3].data<T>();
-  const T* g = in[1].data<T>();
   const double lr = a.get_double("lr"), b1 = a.get_double("beta1"), b2 = a.get_double("beta2");
   const double eps = a.get_double("eps"), wd = a.get_double("weight_decay");
   const auto step = static_cast<double>(a.get_int("step"));
   const double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
-  const double step_size = lr / bc1, decay = 1 - lr * wd;
-  for (std::int64_t i = 0, n = in[0].numel(); i < n; ++i) {
-    const double mi = b1 * m[i] + (1 - b1) * g[i];
-    const double vi = b2 * v[i] + (1 - b2) * static_cast<double>(g[i]) * g[i];
-    m[i] = static_cast<T>(mi);
-    v[i] = static_cast<T>(vi);
-    p[i] = static_cast<T>(p[i] * decay - step_size * mi / (std::sqrt(vi / bc2) + eps));
-  }
+  adamw_loop(in[0].data<T>(), in[2].data<T>(), in[3].data<T>(), in[1].data<T>(), in[0].numel(), b1, b2, eps,
+             lr / bc1, 1 - lr * wd, 1 / bc2);
 }
 
 }  // namespace

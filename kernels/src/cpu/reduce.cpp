@@ -3,38 +3,44 @@
 
 #include "troupe/kernels/reduce.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
 
 namespace troupe {
 namespace {
 
-// in[0]: dense [outer * inner]; out[0]: dense [outer]; attr "inner", "mode" (0 sum, 1 mean, 2 max).
+// in[0]: dense [outer, extent, inner], reduced over `extent`; out[0]: dense [outer, inner]; attrs
+// "extent", "inner", "mode" (0 sum, 1 mean, 2 max). Working in the input's own layout (no transposed
+// copy) keeps column sums such as bias gradients streaming through memory. Sums accumulate in double.
 template <class T>
-void reduce_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
+TROUPE_VECTOR_CLONES void reduce_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
   const T* x = in[0].data<T>();
   T* y = out[0].data<T>();
-  const std::int64_t inner = a.get_int("inner");
-  const std::int64_t mode = a.get_int("mode");
-  const std::int64_t outer = out[0].numel();
+  const std::int64_t extent = a.get_int("extent"), inner = a.get_int("inner"), mode = a.get_int("mode");
+  const std::int64_t outer = inner > 0 ? out[0].numel() / inner : 0;
+  std::vector<double> acc(static_cast<std::size_t>(inner));
   for (std::int64_t o = 0; o < outer; ++o) {
-    const T* p = x + o * inner;
+    const T* p = x + o * extent * inner;
+    T* q = y + o * inner;
     if (mode == 2) {
-      T m = -std::numeric_limits<T>::infinity();
-      bool nan = false;
-      for (std::int64_t i = 0; i < inner; ++i) {
-        if (std::isnan(p[i])) nan = true;
-        if (p[i] > m) m = p[i];
-      }
-      y[o] = nan ? std::numeric_limits<T>::quiet_NaN() : m;
-    } else {
-      double s = 0.0;
-      for (std::int64_t i = 0; i < inner; ++i) s += p[i];
-      if (mode == 1) s = inner > 0 ? s / static_cast<double>(inner) : std::numeric_limits<double>::quiet_NaN();
-      y[o] = static_cast<T>(s);
+      // A NaN, once taken, is never replaced (nothing compares greater than it), so NaN propagates.
+      for (std::int64_t i = 0; i < inner; ++i) q[i] = -std::numeric_limits<T>::infinity();
+      for (std::int64_t j = 0; j < extent; ++j)
+        for (std::int64_t i = 0; i < inner; ++i) {
+          const T v = p[j * inner + i];
+          q[i] = (v > q[i] || v != v) && q[i] == q[i] ? v : q[i];
+        }
+      continue;
     }
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (std::int64_t j = 0; j < extent; ++j)
+      for (std::int64_t i = 0; i < inner; ++i) acc[static_cast<std::size_t>(i)] += p[j * inner + i];
+    const double scale = mode == 1 ? (extent > 0 ? 1.0 / static_cast<double>(extent) : std::numeric_limits<double>::quiet_NaN()) : 1.0;
+    for (std::int64_t i = 0; i < inner; ++i) q[i] = static_cast<T>(acc[static_cast<std::size_t>(i)] * scale);
   }
 }
 TROUPE_REGISTER_FLOAT_KERNELS("reduce", reduce_kernel);
@@ -49,29 +55,41 @@ Tensor reduce_impl(const char* op, const Tensor& x, std::vector<std::int64_t> ax
     TROUPE_CHECK(!reduced[n], invalid_argument, op, ": axis ", ax, " appears twice in the axes of ", x.str());
     reduced[n] = true;
   }
-  std::vector<std::int64_t> perm;
   Shape out_shape, keep_shape;
-  std::int64_t inner = 1;
+  std::int64_t extent = 1;
   for (std::size_t i = 0; i < rank; ++i) {
-    if (!reduced[i]) {
-      perm.push_back(static_cast<std::int64_t>(i));
-      out_shape.push_back(x.shape()[i]);
-      keep_shape.push_back(x.shape()[i]);
-    } else {
-      keep_shape.push_back(1);
-    }
+    keep_shape.push_back(reduced[i] ? 1 : x.shape()[i]);
+    if (reduced[i]) extent *= x.shape()[i];
+    else out_shape.push_back(x.shape()[i]);
   }
-  for (std::size_t i = 0; i < rank; ++i)
-    if (reduced[i]) {
-      perm.push_back(static_cast<std::int64_t>(i));
-      inner *= x.shape()[i];
-    }
   if (mode == 2)
-    TROUPE_CHECK(inner > 0, invalid_argument, op, ": cannot take the max over an empty extent of ", x.str());
-  Tensor dense = (rank > 0 ? x.permute(perm) : x).contiguous();
+    TROUPE_CHECK(extent > 0, invalid_argument, op, ": cannot take the max over an empty extent of ", x.str());
+  // When the reduced dims (ignoring size-1 dims) form one run, the kernel reads x in place as
+  // [outer, extent, inner]; otherwise they are permuted last first (inner = 1).
+  std::size_t first = rank, last = 0;
+  for (std::size_t i = 0; i < rank; ++i)
+    if (reduced[i] && x.shape()[i] != 1) {
+      first = std::min(first, i);
+      last = i;
+    }
+  bool one_run = true;
+  for (std::size_t i = first; i < rank && i <= last; ++i) one_run = one_run && (reduced[i] || x.shape()[i] == 1);
+  Tensor dense;
+  std::int64_t inner = 1;
+  if (one_run) {
+    dense = x.contiguous();
+    for (std::size_t i = last + 1; i < rank && first < rank; ++i) inner *= x.shape()[i];
+  } else {
+    std::vector<std::int64_t> perm;
+    for (std::size_t i = 0; i < rank; ++i)
+      if (!reduced[i]) perm.push_back(static_cast<std::int64_t>(i));
+    for (std::size_t i = 0; i < rank; ++i)
+      if (reduced[i]) perm.push_back(static_cast<std::int64_t>(i));
+    dense = x.permute(perm).contiguous();
+  }
   Tensor out = Tensor::empty(keepdim ? keep_shape : out_shape, x.dtype());
   std::vector<Tensor> outs{out};
-  dispatch("reduce", {dense}, outs, Attrs().set("inner", inner).set("mode", mode));
+  dispatch("reduce", {dense}, outs, Attrs().set("extent", extent).set("inner", inner).set("mode", mode));
   return out;
 }
 
