@@ -90,11 +90,11 @@ MLP::MLP(std::int64_t dim, std::int64_t hidden, Generator& gen) {
 }
 Var MLP::forward(const Var& x) { return (*proj)(gelu((*fc)(x))); }
 
-GPTBlock::GPTBlock(std::int64_t dim, std::int64_t heads, Generator& gen) {
+GPTBlock::GPTBlock(std::int64_t dim, std::int64_t heads, Generator& gen, std::int64_t hidden) {
   ln1 = register_module("ln1", std::make_shared<LayerNorm>(dim));
   attn = register_module("attn", std::make_shared<CausalSelfAttention>(dim, heads, gen));
   ln2 = register_module("ln2", std::make_shared<LayerNorm>(dim));
-  mlp = register_module("mlp", std::make_shared<MLP>(dim, 4 * dim, gen));
+  mlp = register_module("mlp", std::make_shared<MLP>(dim, hidden > 0 ? hidden : 4 * dim, gen));
 }
 Var GPTBlock::forward(const Var& x) {
   const Var h = x + (*attn)((*ln1)(x));

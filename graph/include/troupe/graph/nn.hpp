@@ -82,10 +82,11 @@ class MLP : public Layer {
   std::shared_ptr<Linear> fc, proj;
 };
 
-/// Pre-LN Transformer block: x + attn(ln1(x)), then + mlp(ln2(x)), with a 4x MLP.
+/// Pre-LN Transformer block: x + attn(ln1(x)), then + mlp(ln2(x)); the MLP's hidden size is
+/// `hidden` (0 = 4 * dim, GPT-2's ratio).
 class GPTBlock : public Layer {
  public:
-  GPTBlock(std::int64_t dim, std::int64_t heads, Generator& gen);
+  GPTBlock(std::int64_t dim, std::int64_t heads, Generator& gen, std::int64_t hidden = 0);
   Var forward(const Var& x) override;
   std::shared_ptr<LayerNorm> ln1, ln2;
   std::shared_ptr<CausalSelfAttention> attn;
