@@ -1,6 +1,7 @@
 #include "troupe/actors/engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include "node_actors.hpp"
@@ -93,6 +94,10 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
                options.registers);
   TROUPE_CHECK(options.micro_batches >= 1, invalid_argument, "compile: micro_batches must be at least 1, got ",
                options.micro_batches);
+  TROUPE_CHECK(options.clip_grad_norm >= 0 && std::isfinite(options.clip_grad_norm), invalid_argument,
+               "compile: clip_grad_norm must be a finite number >= 0 (0 turns clipping off), got ", options.clip_grad_norm);
+  TROUPE_CHECK(options.clip_grad_norm == 0 || fn.output_count() < fn.graph().outputs().size(), invalid_argument,
+               "compile: clip_grad_norm needs gradients; trace the function with_gradients()");
   auto traced = std::make_shared<const graph::TracedFunction>(fn);
   auto plan = std::make_shared<const ActorPlan>(plan_actors(*traced));
   auto graph = std::shared_ptr<const graph::Graph>(traced, &traced->graph());
@@ -132,6 +137,8 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
   setup->plan = plan;
   setup->micro_batches = options.micro_batches;
   setup->optimizer_params = optimizer_params;
+  setup->clip_grad_norm = options.clip_grad_norm;
+  setup->clip_mode = options.clip_mode;
   for (std::size_t o = 0; o < options.optimizers.size(); ++o)
     setup->optimizers.push_back(
         spawn_optimizer_actor(sys, options.optimizers[o], static_cast<int>(o), optimizer_trace_ids[o], peers));

@@ -10,6 +10,7 @@
 
 #include "troupe/actors/program.hpp"
 #include "troupe/graph/sym_shape.hpp"
+#include "troupe/kernels/error.hpp"
 #include "troupe/kernels/tensor.hpp"
 
 namespace troupe::actors {
@@ -21,6 +22,7 @@ struct StepContext {
   std::vector<std::vector<Tensor>> inputs;  // [micro-batch][graph input]
   std::vector<Tensor> parameters;           // in the order of the graph's parameters
   graph::SymBindings bindings;              // symbol sizes of one micro-batch
+  bool gradient_norms = false;              // gradient stages report their squared norms (parallel clip)
 };
 using StepContextPtr = std::shared_ptr<const StepContext>;
 
@@ -50,6 +52,12 @@ struct Peers {
   std::vector<std::uint32_t> trace_ids;  // by actor index; the program actor's is last
 };
 using PeersPtr = std::shared_ptr<Peers>;
+
+/// The message of `e` without its kind prefix, which the Error that wraps it adds again.
+inline std::string message_of(const Error& e) {
+  const std::string what = e.what(), prefix = std::string(to_string(e.kind())) + ": ";
+  return what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what;
+}
 
 /// Gradients handed to one optimizer actor at the end of a step, by parameter name.
 using GradientMapPtr = std::shared_ptr<const std::map<std::string, Tensor>>;

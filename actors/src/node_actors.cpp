@@ -1,12 +1,14 @@
 #include "node_actors.hpp"
 
 #include <deque>
+#include <limits>
 
 #include "trace_hooks.hpp"
 #include "troupe/graph/op_def.hpp"
 #include "troupe/kernels/elementwise.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/kernels/layout.hpp"
+#include "troupe/kernels/optim.hpp"
 
 namespace troupe::actors {
 
@@ -72,12 +74,6 @@ int free_register(const NodeState& s) {
   for (std::size_t r = 0; r < s.regs.size(); ++r)
     if (!s.regs[r].busy) return static_cast<int>(r);
   return -1;
-}
-
-// The message of `e` without its kind prefix, which the caller's Error adds again.
-std::string message_of(const Error& e) {
-  const std::string what = e.what(), prefix = std::string(to_string(e.kind())) + ": ";
-  return what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what;
 }
 
 void report_failure(Self* self, const std::string& what, ErrorKind kind) {
@@ -197,9 +193,20 @@ bool fire_sink(Self* self) {
     return false;
   }
   s.sink_parts.clear();
+  // The parallel clip path: this gradient's share of the global norm, taken here while other
+  // stages of backward still run, instead of in one pass after the step.
+  double squared_norm = std::numeric_limits<double>::quiet_NaN();
+  if (s.spec->gradient && s.ctx->gradient_norms) {
+    try {
+      squared_norm = ops::squared_norm(result);
+    } catch (const Error& e) {
+      report_failure(self, "'" + s.spec->name + "' could not take its gradient norm: " + message_of(e), e.kind());
+      return false;
+    }
+  }
   const std::uint64_t flow =
       trace_send(trace_id(s, s.index), program_trace_id(s), "result", s.step, -1, result.nbytes());
-  post(self, s.peers->program, result_atom::value, s.step, s.spec->sink, result, flow);
+  post(self, s.peers->program, result_atom::value, s.step, s.spec->sink, result, squared_norm, flow);
   return true;
 }
 

@@ -73,6 +73,7 @@ ActorPlan plan_actors(const graph::TracedFunction& fn) {
       param = static_cast<int>(fn.gradient_parameters()[k - fn.output_count()]);
       spec.name = "grad:" + g.value(g.parameters()[static_cast<std::size_t>(param)]).name;
       spec.average = true;
+      spec.gradient = true;
     } else {
       spec.name = "output:" + std::to_string(k);
       spec.average = g.value(outputs[k]).info.shape.empty();

@@ -29,6 +29,7 @@ struct ActorSpec {
   std::vector<int> consumers;   // distinct actors it feeds
   int sink = -1;                // for sinks: index among the sinks, in graph output order
   bool average = false;         // sinks: average over micro-batches (gradients, 0-d outputs) or concat
+  bool gradient = false;        // sinks: a parameter's gradient (the clip path takes its norm)
 };
 
 /// The lowered graph. Actor 0 is the input actor; op actors follow in node order; sinks last.

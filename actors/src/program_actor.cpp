@@ -1,10 +1,14 @@
 #include "program_actor.hpp"
 
+#include <cmath>
 #include <deque>
+#include <limits>
 
 #include "trace_hooks.hpp"
 #include "troupe/graph/executor.hpp"
+#include "troupe/kernels/elementwise.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/kernels/optim.hpp"
 
 namespace troupe::actors {
 
@@ -17,7 +21,10 @@ struct ProgramState {
   std::uint64_t step = 0;
   int done = 0, results = 0, applied = 0;
   bool updating = false;
+  bool clipped = false;  // the step's gradients went through clipping (once per step)
+  double grad_norm = 0;
   std::vector<Tensor> sink_values;
+  std::vector<double> sink_norms;  // squared gradient norms reported by the gradient stages
   caf::abstract_actor* self = nullptr;
   static inline const char* name = "troupe.program";
   // Requests still open when the program shuts down fail instead of leaving their caller waiting.
@@ -54,6 +61,7 @@ StepContextPtr make_context(const ProgramState& s, const std::vector<Tensor>& in
     for (int b = 0; b < m; ++b) ctx->inputs[static_cast<std::size_t>(b)].push_back(t.slice(0, b * rows, (b + 1) * rows).contiguous());
   }
   ctx->bindings = graph::bind_inputs(g, ctx->inputs[0]);
+  ctx->gradient_norms = s.setup->clip_grad_norm > 0 && s.setup->clip_mode == ClipMode::parallel;
   for (const graph::Var& p : s.setup->fn->parameters()) ctx->parameters.push_back(p.tensor());
   return ctx;
 }
@@ -68,7 +76,10 @@ void start_next(Self* self) {
     ++s.step;
     s.done = s.results = s.applied = 0;
     s.updating = false;
+    s.clipped = false;
+    s.grad_norm = std::numeric_limits<double>::quiet_NaN();
     s.sink_values.assign(s.setup->plan->sinks.size(), Tensor());
+    s.sink_norms.assign(s.setup->plan->sinks.size(), 0.0);
     StepContextPtr ctx;
     try {
       ctx = make_context(s, s.current->inputs);
@@ -94,9 +105,27 @@ void finish(Self* self, std::unique_ptr<StepResult> result, std::exception_ptr e
   start_next(self);
 }
 
+// Global-norm clipping of the step's gradients (in sink_values). Summing the partial norms in sink
+// order, not arrival order, keeps the norm identical from run to run.
+double clip_gradients(ProgramState& s) {
+  const ActorPlan& plan = *s.setup->plan;
+  double total = 0;
+  for (std::size_t k = 0; k < s.sink_values.size(); ++k) {
+    if (plan.sink_param[k] < 0) continue;
+    total += s.setup->clip_mode == ClipMode::parallel ? s.sink_norms[k] : ops::squared_norm(s.sink_values[k]);
+  }
+  const double norm = std::sqrt(total);
+  const double scale = ops::clip_coefficient(norm, s.setup->clip_grad_norm);
+  if (scale != 1.0)
+    for (std::size_t k = 0; k < s.sink_values.size(); ++k)
+      if (plan.sink_param[k] >= 0) s.sink_values[k] = ops::mul(s.sink_values[k], scale);  // out of place: gradients may share storage
+  return norm;
+}
+
 std::unique_ptr<StepResult> collect(ProgramState& s) {
   auto r = std::make_unique<StepResult>();
   r->step = s.step;
+  r->grad_norm = s.grad_norm;
   const auto& fn = *s.setup->fn;
   for (std::size_t k = 0; k < s.sink_values.size(); ++k) {
     const int param = s.setup->plan->sink_param[k];
@@ -111,6 +140,16 @@ void check_complete(Self* self) {
   ProgramState& s = self->state;
   const ActorPlan& plan = *s.setup->plan;
   if (!s.current || s.done < plan.op_count + 1 || s.results < static_cast<int>(plan.sinks.size())) return;
+  if (!s.clipped && s.setup->clip_grad_norm > 0) {
+    s.clipped = true;
+    try {
+      s.grad_norm = clip_gradients(s);
+    } catch (const Error& e) {
+      finish(self, nullptr,
+             std::make_exception_ptr(Error(e.kind(), "gradient clipping failed in step " + std::to_string(s.step) + ": " + message_of(e))));
+      return;
+    }
+  }
   if (s.setup->optimizers.empty() || (s.updating && s.applied == static_cast<int>(s.setup->optimizers.size()))) {
     finish(self, collect(s), nullptr);
     return;
@@ -148,11 +187,12 @@ caf::behavior program_actor(Self* self, std::shared_ptr<const ProgramSetup> setu
         ++self->state.done;
         check_complete(self);
       },
-      [=](result_atom, std::uint64_t step, int sink, const Tensor& value, std::uint64_t flow) {
+      [=](result_atom, std::uint64_t step, int sink, const Tensor& value, double squared_norm, std::uint64_t flow) {
         HandlerSync sync(self);
         HandlerTrace trace(me(), "result", flow, step, -1);
         if (step != self->state.step || !self->state.current) return;
         self->state.sink_values.at(static_cast<std::size_t>(sink)) = value;
+        self->state.sink_norms.at(static_cast<std::size_t>(sink)) = squared_norm;
         ++self->state.results;
         check_complete(self);
       },

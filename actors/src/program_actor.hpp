@@ -15,6 +15,8 @@ struct ProgramSetup {
   std::shared_ptr<const graph::TracedFunction> fn;
   std::shared_ptr<const ActorPlan> plan;
   int micro_batches = 1;
+  double clip_grad_norm = 0;  // 0: no clipping
+  ClipMode clip_mode = ClipMode::parallel;
   std::vector<std::vector<std::string>> optimizer_params;  // parameter names per optimizer actor
   std::vector<caf::actor> optimizers;
   PeersPtr peers;

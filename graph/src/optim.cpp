@@ -1,7 +1,9 @@
 #include "troupe/graph/optim.hpp"
 
+#include <cmath>
 #include <set>
 
+#include "troupe/kernels/elementwise.hpp"
 #include "troupe/kernels/error.hpp"
 
 namespace troupe::graph {
@@ -122,6 +124,18 @@ void AdamW::step() {
       auto& slots = state_of(p, {"exp_avg", "exp_avg_sq"});
       ops::adamw_update_(p.tensor(), g, slots[0].value, slots[1].value, group.options, next_step(p));
     }
+}
+
+double clip_grad_norm(const std::vector<Var>& params, double max_norm) {
+  double total = 0;
+  for (const Var& p : params)
+    if (p.grad().defined()) total += ops::squared_norm(p.grad());
+  const double norm = std::sqrt(total);
+  const double scale = ops::clip_coefficient(norm, max_norm);
+  if (scale != 1.0)
+    for (const Var& p : params)
+      if (p.grad().defined()) p.set_grad(ops::mul(p.grad(), scale));  // out of place: grads may share storage
+  return norm;
 }
 
 }  // namespace troupe::graph

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 
 #include "graph/models.hpp"
 #include "kernels/reference.hpp"
@@ -12,6 +13,8 @@
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/op_def.hpp"
 #include "troupe/graph/ops.hpp"
+#include "troupe/graph/optim.hpp"
+#include "troupe/kernels/optim.hpp"
 #include "troupe/kernels/error.hpp"
 
 using namespace troupe;
@@ -113,6 +116,55 @@ TEST(Runtime, OptimizerActorsTrainLikeEagerSteps) {
   ProgramOptions bad;
   bad.optimizers = {partial};
   EXPECT_THROW(engine.compile(trace(loss_fn, {{"x", {SymDim::symbol("batch"), 3}}, {"t", {SymDim::symbol("batch"), 2}}}).with_gradients(), bad), Error);
+}
+
+// Global-norm clipping inside the program (both ways of taking the norm) equals eager
+// backward + clip_grad_norm + SGD, and reports the norm before clipping. (SGD rather than Adam:
+// Adam turns the rounding noise of the attention's key-bias gradient, which is zero in exact
+// arithmetic, into full-size steps.)
+TEST(Runtime, ClippedStepsEqualEagerClipAndSgd) {
+  for (auto mode : {actors::ClipMode::parallel, actors::ClipMode::naive}) {
+    SCOPED_TRACE(mode == actors::ClipMode::parallel ? "parallel" : "naive");
+    Generator g1(12), g2(12);
+    GPTBlock eager_model(16, 2, g1), actor_model(16, 2, g2);
+    const Tensor x = test::random_tensor({4, 6, 16}, 13), t = test::random_tensor({4, 6, 16}, 14);
+    ops::SgdParams hp;
+    hp.lr = 0.5;
+    hp.momentum = 0.9;
+    SGD eager_opt(eager_model.parameters(), hp);
+    auto loss_fn = [&](const std::vector<Var>& in) { return std::vector<Var>{mse_loss(actor_model(in[0]), in[1])}; };
+    Engine engine;
+    ProgramOptions options;
+    options.optimizers = {std::make_shared<SGD>(actor_model.parameters(), hp)};
+    options.micro_batches = 2;
+    options.clip_grad_norm = 0.05;  // well below the norm, so every step clips
+    options.clip_mode = mode;
+    auto program = engine.compile(trace(loss_fn, {{"x", {SymDim::symbol("batch"), 6, 16}}, {"t", {SymDim::symbol("batch"), 6, 16}}}).with_gradients(), options);
+    for (int step = 0; step < 3; ++step) {
+      eager_opt.zero_grad();
+      backward(mse_loss(eager_model(Var(x)), Var(t)));
+      const double eager_norm = clip_grad_norm(eager_model.parameters(), 0.05);
+      double clipped = 0;
+      for (const Var& p : eager_model.parameters()) clipped += ops::squared_norm(p.grad());
+      EXPECT_NEAR(std::sqrt(clipped), 0.05, 1e-6);
+      eager_opt.step();
+      const StepResult r = wait(program->run_async({x, t}));
+      EXPECT_NEAR(r.grad_norm, eager_norm, 1e-6 * eager_norm);
+      EXPECT_GT(r.grad_norm, 0.05);
+    }
+    for (const auto& [name, p] : actor_model.named_parameters())
+      EXPECT_LE(test::scaled_max_error(p.tensor(), eager_model.state_dict().at(name)), 1e-5) << name;
+  }
+  // Clipping needs gradients, and a sensible threshold.
+  Generator gen(15);
+  Linear lin(2, 2, gen);
+  auto fwd = [&](const std::vector<Var>& in) { return std::vector<Var>{mean(lin(in[0]))}; };
+  Engine engine;
+  ProgramOptions options;
+  options.clip_grad_norm = 1.0;
+  EXPECT_THROW(engine.compile(trace(fwd, {{"x", {2, 2}}}), options), Error);
+  options.clip_grad_norm = -1.0;
+  EXPECT_THROW(engine.compile(trace(fwd, {{"x", {2, 2}}}).with_gradients(), options), Error);
 }
 
 TEST(Runtime, AFailingKernelFailsTheStepAndTheNextStepRuns) {

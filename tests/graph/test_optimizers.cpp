@@ -125,3 +125,22 @@ TEST(Optim, TrainsARegressionToLowLoss) {
   EXPECT_NEAR(test::values(model.weight.tensor())[1], -2.0, 1e-2);
   EXPECT_NEAR(test::values(model.bias.tensor())[0], 0.25, 1e-2);
 }
+
+// clip_grad_norm scales gradients to the threshold exactly when above it, leaves them alone below
+// it, skips parameters without gradients and returns the norm before clipping.
+TEST(Optim, ClipGradNormScalesToTheThreshold) {
+  Var a = Var::leaf(Tensor::from_vector<float>({3, 4}, {2}), "a");
+  Var b = Var::leaf(Tensor::from_vector<float>({0, 12}, {2}), "b");
+  Var unused = Var::leaf(Tensor::from_vector<float>({1}, {1}), "unused");
+  a.set_grad(Tensor::from_vector<float>({3, 4}, {2}));
+  b.set_grad(Tensor::from_vector<float>({0, 12}, {2}));  // global norm sqrt(9 + 16 + 144) = 13
+  EXPECT_NEAR(clip_grad_norm({a, b, unused}, 100.0), 13.0, 1e-9);
+  EXPECT_EQ(a.grad().to_vector<float>(), (std::vector<float>{3, 4}));  // below the threshold: unchanged
+  EXPECT_NEAR(clip_grad_norm({a, b, unused}, 1.3), 13.0, 1e-9);
+  const auto ga = a.grad().to_vector<float>(), gb = b.grad().to_vector<float>();
+  EXPECT_NEAR(ga[0], 0.3, 1e-6);
+  EXPECT_NEAR(ga[1], 0.4, 1e-6);
+  EXPECT_NEAR(gb[1], 1.2, 1e-6);
+  EXPECT_FALSE(unused.grad().defined());
+  EXPECT_THROW(clip_grad_norm({a}, 0.0), Error);
+}

@@ -107,6 +107,12 @@ void scale_(const Tensor& x, double s) {
   dispatch("scale_", {x}, none, Attrs().set("scale", s));
 }
 
+double clip_coefficient(double total_norm, double max_norm) {
+  TROUPE_CHECK(max_norm > 0, invalid_argument, "clip_coefficient: max_norm must be positive, got ", max_norm);
+  const double c = max_norm / (total_norm + 1e-6);
+  return c < 1.0 || !std::isfinite(c) ? c : 1.0;
+}
+
 void sgd_update_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p,
                  bool first_step) {
   check_dense("sgd_update_", "param", param, param);

@@ -16,6 +16,15 @@
 
 namespace troupe::actors {
 
+/// Where the global gradient norm of clipping is computed.
+enum class ClipMode {
+  /// Each gradient stage takes its gradient's squared norm as soon as that gradient is complete,
+  /// while the rest of backward still runs; the program only sums the partial norms.
+  parallel,
+  /// One pass over all gradients after the whole step finished (the textbook order).
+  naive,
+};
+
 /// How a graph is lowered and run.
 struct ProgramOptions {
   /// Registers per actor output (the register protocol): 1 = lock-step, 2 = double buffering.
@@ -27,12 +36,18 @@ struct ProgramOptions {
   /// Optimizers to run at the end of each step, one actor each; every parameter with a gradient
   /// must belong to one of them. Empty: gradients are only returned.
   std::vector<std::shared_ptr<graph::Optimizer>> optimizers;
+  /// Global-norm gradient clipping before the optimizers (0 = off): gradients are scaled by
+  /// min(1, clip_grad_norm / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_. Needs gradients.
+  double clip_grad_norm = 0;
+  /// How the clipping norm is computed; both give the same norm up to summation order.
+  ClipMode clip_mode = ClipMode::parallel;
 };
 
 /// What one step produced.
 struct StepResult {
   std::vector<Tensor> outputs;              // the traced function's own outputs
-  std::map<std::string, Tensor> gradients;  // by parameter name, accumulated over micro-batches
+  std::map<std::string, Tensor> gradients;  // by parameter name, averaged over micro-batches (clipped when clipping)
+  double grad_norm = 0;                     // global gradient norm before clipping (NaN when not clipping)
   std::uint64_t step = 0;                   // counts from 1 per program
 };
 

@@ -13,6 +13,11 @@
 
 namespace troupe::graph {
 
+/// Scales the gradients of `params` in place so that their global L2 norm is at most `max_norm`
+/// (torch.nn.utils.clip_grad_norm_); parameters without a gradient are skipped. Returns the norm
+/// before clipping.
+double clip_grad_norm(const std::vector<Var>& params, double max_norm);
+
 /// Parameters that share hyper-parameters `options`.
 template <class Options>
 struct ParamGroup {

@@ -15,6 +15,9 @@ constexpr std::int64_t kNormChunk = 4096;
 double squared_norm(const Tensor& x);
 /// x *= s in place (x dense f32).
 void scale_(const Tensor& x, double s);
+/// The factor global-norm clipping scales every gradient by: min(1, max_norm / (total_norm + 1e-6)),
+/// as torch.nn.utils.clip_grad_norm_ (a non-finite norm gives a non-finite factor, as there).
+double clip_coefficient(double total_norm, double max_norm);
 
 /// Hyper-parameters of SGD (torch.optim.SGD).
 struct SgdParams {
