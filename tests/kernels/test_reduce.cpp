@@ -4,6 +4,9 @@
 #include "kernels/reference.hpp"
 #include "troupe/kernels/reduce.hpp"
 
+#include <cmath>
+#include <limits>
+
 using namespace troupe;
 
 TEST(Reduce, SumMeanMaxAxes) {
@@ -45,4 +48,42 @@ TEST(Reduce, BadInput) {
   EXPECT_THROW(ops::sum(x, {2}), Error);
   EXPECT_THROW(ops::max(x, {0, 0}), Error);
   EXPECT_THROW(ops::mean(Tensor::zeros({2}, DType::i64), {}), Error);
+}
+
+// Every layout path: one run in the middle ([outer, extent, inner]), trailing and leading runs, and
+// two runs (NCHW bias gradients: axes 0, 2, 3), for sum, mean and max, against a direct loop; max
+// propagates NaN from any position.
+TEST(Reduce, EveryAxisPatternMatchesADirectLoop) {
+  const Shape s{3, 4, 5, 6};
+  const Tensor x = test::random_tensor(s, 21);
+  const auto xv = test::values(x);
+  for (const std::vector<std::int64_t>& axes : std::vector<std::vector<std::int64_t>>{
+           {1, 2}, {2, 3}, {0, 1}, {0, 2, 3}, {0, 3}, {1, 3}, {3}, {0}}) {
+    Shape out;
+    std::vector<bool> red(4, false);
+    for (auto a : axes) red[static_cast<std::size_t>(a)] = true;
+    for (int d = 0; d < 4; ++d) out.push_back(red[d] ? 1 : s[d]);
+    const std::int64_t n = shape_numel(out);
+    std::vector<double> sum(n, 0), mx(n, -1e30);
+    double extent = 1;
+    for (auto a : axes) extent *= static_cast<double>(s[static_cast<std::size_t>(a)]);
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      auto idx = test::unravel(i, s);
+      std::int64_t o = 0;
+      for (int d = 0; d < 4; ++d) o = o * out[d] + (red[d] ? 0 : idx[d]);
+      sum[o] += xv[i];
+      mx[o] = std::max(mx[o], xv[i]);
+    }
+    std::vector<double> mean(sum);
+    for (double& m : mean) m /= extent;
+    SCOPED_TRACE(::testing::PrintToString(axes));
+    test::expect_close(ops::sum(x, axes, true), sum, out);
+    test::expect_close(ops::mean(x, axes, true), mean, out);
+    test::expect_close(ops::max(x, axes, true), mx, out);
+  }
+  Tensor with_nan = x.clone();
+  with_nan.data<float>()[7] = std::numeric_limits<float>::quiet_NaN();  // [0, 0, 1, 1]
+  const auto m = ops::max(with_nan, {0, 2, 3}).to_vector<float>();
+  EXPECT_TRUE(std::isnan(m[0]));
+  EXPECT_FALSE(std::isnan(m[1]));
 }

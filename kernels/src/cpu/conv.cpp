@@ -1,7 +1,11 @@
-// Convolution as im2col + GEMM (OpenBLAS): each image's patches become a [C*kh*kw, Ho*Wo] matrix.
+// Convolution: f32 through oneDNN's direct convolutions (conv_dnnl.hpp); f64, for the gradient
+// checks, as im2col + GEMM (OpenBLAS), each image's patches a [C*kh*kw, Ho*Wo] matrix.
 #include "troupe/kernels/conv.hpp"
 
+#include <type_traits>
+
 #include "cpu/blas.hpp"
+#include "cpu/conv_dnnl.hpp"
 #include "cpu/float_kernels.hpp"
 #include "troupe/kernels/reduce.hpp"
 
@@ -86,12 +90,17 @@ void col2im(const Geometry& g, const T* col, T* img) {
 
 int I(std::int64_t v) { return static_cast<int>(v); }
 
+cpu::ConvShape dnnl_shape(const Geometry& g) {
+  return {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.ho, g.wo, g.sh, g.sw, g.ph, g.pw};
+}
+
 template <class T>
 void forward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
   const Geometry g = geometry_of(a);
   const T *x = in[0].data<T>(), *w = in[1].data<T>();
   const T* b = in.size() > 2 && in[2].defined() ? in[2].data<T>() : nullptr;
   T* y = out[0].data<T>();
+  if constexpr (std::is_same_v<T, float>) return cpu::dnnl_conv_forward(dnnl_shape(g), x, w, b, y);
   std::vector<T> col(static_cast<std::size_t>(g.patch() * g.pixels()));
   for (std::int64_t n = 0; n < g.n; ++n) {
     im2col(g, x + n * g.c * g.h * g.w, col.data());
@@ -107,6 +116,7 @@ void backward_data_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& ou
   const Geometry g = geometry_of(a);
   const T *dy = in[0].data<T>(), *w = in[1].data<T>();
   T* dx = out[0].data<T>();
+  if constexpr (std::is_same_v<T, float>) return cpu::dnnl_conv_backward_data(dnnl_shape(g), dy, w, dx);
   std::fill_n(dx, out[0].numel(), T(0));
   std::vector<T> col(static_cast<std::size_t>(g.patch() * g.pixels()));
   for (std::int64_t n = 0; n < g.n; ++n) {
@@ -121,6 +131,7 @@ void backward_weight_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& 
   const Geometry g = geometry_of(a);
   const T *dy = in[0].data<T>(), *x = in[1].data<T>();
   T* dw = out[0].data<T>();
+  if constexpr (std::is_same_v<T, float>) return cpu::dnnl_conv_backward_weights(dnnl_shape(g), dy, x, dw);
   std::fill_n(dw, out[0].numel(), T(0));
   std::vector<T> col(static_cast<std::size_t>(g.patch() * g.pixels()));
   for (std::int64_t n = 0; n < g.n; ++n) {

@@ -36,9 +36,21 @@ TROUPE_VECTOR_CLONES void reduce_kernel(const std::vector<Tensor>& in, std::vect
         }
       continue;
     }
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (std::int64_t j = 0; j < extent; ++j)
-      for (std::int64_t i = 0; i < inner; ++i) acc[static_cast<std::size_t>(i)] += p[j * inner + i];
+    if (inner == 1) {
+      // Eight partial sums break the add-latency chain of one running sum, and vectorise.
+      double lanes[8] = {};
+      std::int64_t j = 0;
+      for (; j + 8 <= extent; j += 8)
+        for (int l = 0; l < 8; ++l) lanes[l] += p[j + l];
+      double total = 0;
+      for (; j < extent; ++j) total += p[j];
+      for (double l : lanes) total += l;
+      acc[0] = total;
+    } else {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (std::int64_t j = 0; j < extent; ++j)
+        for (std::int64_t i = 0; i < inner; ++i) acc[static_cast<std::size_t>(i)] += p[j * inner + i];
+    }
     const double scale = mode == 1 ? (extent > 0 ? 1.0 / static_cast<double>(extent) : std::numeric_limits<double>::quiet_NaN()) : 1.0;
     for (std::int64_t i = 0; i < inner; ++i) q[i] = static_cast<T>(acc[static_cast<std::size_t>(i)] * scale);
   }
@@ -74,6 +86,18 @@ Tensor reduce_impl(const char* op, const Tensor& x, std::vector<std::int64_t> ax
     }
   bool one_run = true;
   for (std::size_t i = first; i < rank && i <= last; ++i) one_run = one_run && (reduced[i] || x.shape()[i] == 1);
+  if (!one_run && mode != 1) {
+    // Two runs or more (bias gradients of NCHW: axes 0, 2, 3): reduce the last run first, then
+    // the rest. Each pass streams through memory, which a transposed copy of x would not.
+    std::vector<std::int64_t> last_run, rest;
+    std::size_t i = last + 1;
+    while (i-- > first && (reduced[i] || x.shape()[i] == 1))
+      if (reduced[i]) last_run.push_back(static_cast<std::int64_t>(i));
+    for (std::size_t k = 0; k <= i && k < rank; ++k)
+      if (reduced[k]) rest.push_back(static_cast<std::int64_t>(k));
+    const Tensor partial = reduce_impl(op, x, last_run, /*keepdim=*/true, mode);
+    return reduce_impl(op, partial, rest, /*keepdim=*/true, mode).reshape(keepdim ? keep_shape : out_shape);
+  }
   Tensor dense;
   std::int64_t inner = 1;
   if (one_run) {

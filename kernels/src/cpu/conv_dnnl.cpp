@@ -1,0 +1,136 @@
+#include "cpu/conv_dnnl.hpp"
+
+#include <dnnl.hpp>
+
+#include "troupe/kernels/threading.hpp"
+
+extern "C" void omp_set_num_threads(int) __attribute__((weak));
+
+namespace troupe::cpu {
+
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// oneDNN runs on OpenMP, whose thread count is per calling thread: an actor's scheduler thread
+// would otherwise start a team of all cores on each call and oversubscribe the machine.
+void limit_threads_here() {
+  if (omp_set_num_threads) omp_set_num_threads(kernel_threads());
+}
+
+struct Descs {
+  memory::desc src, weights, bias, dst;       // NCHW / OIHW, the tensors' own layouts
+  memory::desc any_src, any_weights, any_dst;  // what oneDNN may pick
+  memory::dims strides, pad_l, pad_r;
+};
+
+Descs descs(const ConvShape& s) {
+  Descs d;
+  const memory::dims src{s.n, s.c, s.h, s.w}, wei{s.o, s.c, s.kh, s.kw}, dst{s.n, s.o, s.ho, s.wo};
+  d.src = memory::desc(src, dt::f32, tag::nchw);
+  d.weights = memory::desc(wei, dt::f32, tag::oihw);
+  d.bias = memory::desc({s.o}, dt::f32, tag::x);
+  d.dst = memory::desc(dst, dt::f32, tag::nchw);
+  d.any_src = memory::desc(src, dt::f32, tag::any);
+  d.any_weights = memory::desc(wei, dt::f32, tag::any);
+  d.any_dst = memory::desc(dst, dt::f32, tag::any);
+  d.strides = {s.sh, s.sw};
+  d.pad_l = {s.ph, s.pw};
+  // Right padding that makes the output exactly ho x wo (it can be smaller than the left with strides).
+  d.pad_r = {(s.ho - 1) * s.sh + s.kh - s.h - s.ph, (s.wo - 1) * s.sw + s.kw - s.w - s.pw};
+  return d;
+}
+
+dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, bool bias) {
+  const auto desc = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                                           dnnl::algorithm::convolution_direct, d.any_src,
+                                                           d.any_weights, d.bias, d.any_dst, d.strides, d.pad_l, d.pad_r)
+                         : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                                           dnnl::algorithm::convolution_direct, d.any_src,
+                                                           d.any_weights, d.any_dst, d.strides, d.pad_l, d.pad_r);
+  return {desc, cpu_engine()};
+}
+
+// The user's buffer as `want`: itself when the layouts agree, otherwise a reordered copy.
+memory as_layout(const memory::desc& user_md, void* data, const memory::desc& want, dnnl::stream& stream) {
+  memory user(user_md, cpu_engine(), data);
+  if (want == user_md) return user;
+  memory converted(want, cpu_engine());
+  dnnl::reorder(user, converted).execute(stream, user, converted);
+  return converted;
+}
+
+// Where a primitive writes an output: the user's buffer, or a scratch one reordered back by finish().
+struct Output {
+  memory user, target;
+  void finish(dnnl::stream& stream) {
+    if (target != user) dnnl::reorder(target, user).execute(stream, target, user);
+  }
+};
+Output output_in(const memory::desc& user_md, void* data, const memory::desc& want) {
+  Output o{memory(user_md, cpu_engine(), data), memory()};
+  o.target = want == user_md ? o.user : memory(want, cpu_engine());
+  return o;
+}
+
+}  // namespace
+
+void dnnl_conv_forward(const ConvShape& s, const float* x, const float* w, const float* b, float* y) {
+  limit_threads_here();
+  const Descs d = descs(s);
+  const auto pd = forward_pd(d, b != nullptr);
+  dnnl::stream stream(cpu_engine());
+  memory src = as_layout(d.src, const_cast<float*>(x), pd.src_desc(), stream);
+  memory wei = as_layout(d.weights, const_cast<float*>(w), pd.weights_desc(), stream);
+  Output dst = output_in(d.dst, y, pd.dst_desc());
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst.target}};
+  if (b) args.emplace(DNNL_ARG_BIAS, memory(d.bias, cpu_engine(), const_cast<float*>(b)));
+  dnnl::convolution_forward(pd).execute(stream, args);
+  dst.finish(stream);
+  stream.wait();
+}
+
+void dnnl_conv_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx) {
+  limit_threads_here();
+  const Descs d = descs(s);
+  const auto hint = forward_pd(d, false);
+  const dnnl::convolution_backward_data::primitive_desc pd(
+      dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, d.any_src, d.any_weights, d.any_dst,
+                                            d.strides, d.pad_l, d.pad_r),
+      cpu_engine(), hint);
+  dnnl::stream stream(cpu_engine());
+  memory ddst = as_layout(d.dst, const_cast<float*>(dy), pd.diff_dst_desc(), stream);
+  memory wei = as_layout(d.weights, const_cast<float*>(w), pd.weights_desc(), stream);
+  Output dsrc = output_in(d.src, dx, pd.diff_src_desc());
+  dnnl::convolution_backward_data(pd).execute(
+      stream, {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DIFF_SRC, dsrc.target}});
+  dsrc.finish(stream);
+  stream.wait();
+}
+
+void dnnl_conv_backward_weights(const ConvShape& s, const float* dy, const float* x, float* dw) {
+  limit_threads_here();
+  const Descs d = descs(s);
+  const auto hint = forward_pd(d, false);
+  const dnnl::convolution_backward_weights::primitive_desc pd(
+      dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.any_src, d.any_weights,
+                                               d.any_dst, d.strides, d.pad_l, d.pad_r),
+      cpu_engine(), hint);
+  dnnl::stream stream(cpu_engine());
+  memory ddst = as_layout(d.dst, const_cast<float*>(dy), pd.diff_dst_desc(), stream);
+  memory src = as_layout(d.src, const_cast<float*>(x), pd.src_desc(), stream);
+  Output dwei = output_in(d.weights, dw, pd.diff_weights_desc());
+  dnnl::convolution_backward_weights(pd).execute(
+      stream, {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_WEIGHTS, dwei.target}});
+  dwei.finish(stream);
+  stream.wait();
+}
+
+}  // namespace troupe::cpu
