@@ -96,7 +96,7 @@ Var Module::register_parameter(const std::string& name, const Tensor& init) {
                "' must be non-empty and contain no '.'");
   for (const auto& [n, p] : params_)
     TROUPE_CHECK(n != name, invalid_argument, "parameter '", name, "' is registered twice");
-  Var v = Var::leaf(init, name);
+  Var v = Var::leaf(init, path_.empty() ? name : path_ + "." + name);
   params_.emplace_back(name, v);
   return v;
 }
@@ -107,11 +107,12 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> child) {
                "' must be non-empty and contain no '.'");
   for (const auto& [n, c] : children_)
     TROUPE_CHECK(n != name, invalid_argument, "module '", name, "' is registered twice");
-  child->prefix_names(name);
+  child->prefix_names(path_.empty() ? name : path_ + "." + name);
   children_.emplace_back(name, std::move(child));
 }
 
 void Module::prefix_names(const std::string& prefix) {
+  path_ = path_.empty() ? prefix : prefix + "." + path_;
   for (auto& [n, p] : params_) p.impl().name = prefix + "." + p.name();
   for (auto& [n, c] : children_) c->prefix_names(prefix);
 }

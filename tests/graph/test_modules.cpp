@@ -50,6 +50,21 @@ TEST(Modules, ParametersHaveStableDottedNames) {
   EXPECT_EQ(names_of(net), (std::vector<std::string>{"0.weight", "0.bias", "2.weight"}));
 }
 
+// Layers added to a child after the child was registered still get their full dotted names.
+TEST(Modules, LayersAddedToARegisteredChildAreNamedInFull) {
+  struct Net : Module {
+    std::shared_ptr<Sequential> blocks = register_module("blocks", std::make_shared<Sequential>());
+  };
+  Generator gen(2);
+  Net net;
+  net.blocks->add(std::make_shared<Linear>(2, 2, gen, false));
+  auto inner = std::make_shared<Sequential>();
+  inner->add(std::make_shared<Linear>(2, 2, gen, false));
+  net.blocks->add(inner);
+  inner->add(std::make_shared<Linear>(2, 2, gen, false));
+  EXPECT_EQ(names_of(net), (std::vector<std::string>{"blocks.0.weight", "blocks.1.0.weight", "blocks.1.1.weight"}));
+}
+
 TEST(Modules, InitialisationIsDeterministicAndScaled) {
   Generator g1(5), g2(5), g3(6);
   Linear a(64, 16, g1), b(64, 16, g2), c(64, 16, g3);

@@ -57,6 +57,7 @@ class Module {
   void prefix_names(const std::string& prefix);
   std::vector<std::pair<std::string, Var>> params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  std::string path_;  // dotted path from the root, so parts added after registration are named in full
 };
 
 /// A module with one input and one output, so layers chain in a Sequential.
