@@ -1,0 +1,41 @@
+#pragma once
+// Training checkpoints: parameters, optimizer state and the run's own state (step, data position,
+// RNG offsets, model config) in one folder per save. A save is written to a temporary folder,
+// fsynced and renamed, then the "latest" pointer file is replaced atomically, so a crash at any
+// moment leaves the previous checkpoint intact and never a half-written one.
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "troupe/kernels/tensor.hpp"
+
+namespace troupe::apps {
+
+/// What a checkpoint holds besides tensors: free-form named integers and strings (step, data
+/// position, config, ...), stored as JSON.
+struct CheckpointState {
+  std::map<std::string, std::int64_t> ints;
+  std::map<std::string, std::string> strings;
+  /// The integer `key`; throws naming the checkpoint when absent.
+  std::int64_t int_at(const std::string& key) const;
+  /// The string `key`; throws naming the checkpoint when absent.
+  const std::string& string_at(const std::string& key) const;
+  std::string source;  // folder it was read from, for errors
+};
+
+/// A checkpoint read back.
+struct Checkpoint {
+  std::map<std::string, Tensor> model, optimizer;
+  CheckpointState state;
+};
+
+/// Saves under `dir` (created if needed) as step-<step>/ and points dir/latest at it; keeps the
+/// `keep` newest saves and deletes older ones.
+void save_checkpoint(const std::string& dir, std::int64_t step, const std::map<std::string, Tensor>& model,
+                     const std::map<std::string, Tensor>& optimizer, const CheckpointState& state, int keep = 2);
+
+/// Reads the checkpoint dir/latest points at; throws naming the folder when there is none or it is damaged.
+Checkpoint load_checkpoint(const std::string& dir);
+
+}  // namespace troupe::apps

@@ -1,0 +1,48 @@
+#pragma once
+// The GPT language model of troupe-gpt ("gpt-mini" by default): token and learned positional
+// embeddings, pre-LayerNorm Transformer blocks, a final LayerNorm and an untied output head.
+// Parameter names follow a plain PyTorch module of the same structure (see docs/APPS.md), so
+// weights move between the two unchanged.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "troupe/graph/nn.hpp"
+
+namespace troupe::apps {
+
+/// Shape of the model; the defaults are gpt-mini.
+struct GptConfig {
+  std::int64_t vocab = 256;    // byte-level
+  std::int64_t d_model = 256;
+  std::int64_t heads = 4;
+  std::int64_t layers = 4;
+  std::int64_t d_ff = 1024;
+  std::int64_t seq = 128;      // context length (rows of the positional table)
+  /// Throws naming the first setting that makes no sense (d_model not divisible by heads, ...).
+  void validate() const;
+};
+
+/// The model as a Module: wte, wpe, blocks.<i>.{ln1,attn.qkv,attn.proj,ln2,mlp.fc,mlp.proj}, ln_f, lm_head.
+class Gpt : public graph::Module {
+ public:
+  Gpt(const GptConfig& config, Generator& gen);
+  /// Next-token logits [B, T, vocab] for integer ids [B, T] (T <= config.seq).
+  graph::Var logits(const graph::Var& ids);
+  /// Mean cross-entropy of the logits of `ids` against `targets` (both [B, T]).
+  graph::Var loss(const graph::Var& ids, const graph::Var& targets);
+
+  GptConfig config;
+  std::shared_ptr<graph::Embedding> wte, wpe;
+  std::shared_ptr<graph::Sequential> blocks;
+  std::shared_ptr<graph::LayerNorm> ln_f;
+  std::shared_ptr<graph::Linear> lm_head;
+};
+
+/// Renames the parameters of a nanoGPT-style state dict ("transformer.h.0.attn.c_attn.weight", ...)
+/// to this model's names; names already in Troupe's form pass unchanged.
+std::map<std::string, Tensor> from_nanogpt_names(const std::map<std::string, Tensor>& state);
+
+}  // namespace troupe::apps

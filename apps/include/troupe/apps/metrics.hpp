@@ -1,0 +1,45 @@
+#pragma once
+// Per-step monitoring (--metrics FILE): one record per step with the loss, the gradient's global
+// norm and its variance across parameters, allocator bytes (peak and current, to see memory
+// fluctuate) and the step time. A file ending in .csv gets CSV, anything else JSON lines.
+
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "troupe/kernels/tensor.hpp"
+
+namespace troupe::apps {
+
+/// What one step reports.
+struct StepMetrics {
+  std::int64_t step = 0;
+  double loss = 0;
+  double grad_norm = 0;      // global L2 norm before clipping
+  double grad_variance = 0;  // variance of all gradient elements taken together
+  std::size_t peak_bytes = 0, current_bytes = 0;
+  double step_ms = 0;
+  bool evaluated = false;    // a held-out evaluation ran after this step
+  double eval = 0;           // its result (validation loss, PSNR, ...)
+};
+
+/// Global norm and element variance of a set of gradients (one pass each, double accumulation).
+std::pair<double, double> gradient_stats(const std::map<std::string, Tensor>& gradients);
+
+/// Appends StepMetrics records to a file.
+class MetricsWriter {
+ public:
+  /// Opens `path` (truncated, or appended to when resuming); throws naming it when it cannot be
+  /// written. An empty path writes nothing. `eval_name` names the evaluation column.
+  MetricsWriter(const std::string& path, bool append, const std::string& eval_name);
+  /// Writes one record and flushes it, so a crashed run keeps its metrics.
+  void write(const StepMetrics& m);
+
+ private:
+  std::ofstream out_;
+  std::string eval_name_;
+  bool csv_ = false, enabled_ = false;
+};
+
+}  // namespace troupe::apps

@@ -1,0 +1,54 @@
+#pragma once
+// The training loop troupe-gpt and troupe-sr share: runs the app's step function, times it, draws
+// progress, writes per-step metrics, evaluates and checkpoints every K steps and at the end, traces
+// the last step's message flow when asked, and stops with a clear error when the loss diverges.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "troupe/apps/progress.hpp"
+
+namespace troupe::apps {
+
+/// What one training step reports to the loop.
+struct StepOutcome {
+  double loss = 0;
+  double grad_norm = 0;      // before clipping
+  double grad_variance = 0;  // of all gradient elements
+};
+
+/// Cadence and outputs of the loop.
+struct LoopOptions {
+  std::int64_t start_step = 0;  // steps already done (resume)
+  std::int64_t steps = 0;       // total steps of the run
+  std::int64_t eval_every = 0;  // 0: only at the end
+  std::int64_t save_every = 0;  // 0: only at the end (when save is set)
+  std::int64_t log_every = 10;
+  double items_per_step = 0;    // tokens or images, for the throughput
+  std::string unit = "items/s";
+  std::string metrics_path;     // --metrics
+  std::string trace_path;       // --trace: the last step's message flow
+  std::string eval_name = "val_loss";
+};
+
+/// The app's parts: one step, a held-out evaluation, a checkpoint save (may be empty).
+struct LoopHooks {
+  std::function<StepOutcome()> step;
+  std::function<double()> evaluate;
+  std::function<void(std::int64_t step)> save;
+};
+
+/// What the final JSON line reports.
+struct LoopSummary {
+  std::int64_t steps = 0;     // steps run by this invocation
+  double train_loss = 0;      // mean loss of the last (up to) 10 steps
+  double eval = 0;            // last evaluation
+  double ms_per_step = 0;     // mean step time, the first step (warm-up) excluded when there are more
+  double items_per_s = 0;
+};
+
+/// Runs steps start_step + 1 .. steps.
+LoopSummary run_training_loop(const LoopOptions& options, const LoopHooks& hooks);
+
+}  // namespace troupe::apps

@@ -1,0 +1,121 @@
+#include "troupe/apps/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "troupe/graph/safetensors.hpp"
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::apps {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kPrefix = "step-";
+
+// Flushes a file or folder to disk; rename() is only durable once both are synced.
+void fsync_path(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY);
+  TROUPE_CHECK(fd >= 0, io, "cannot open '", p.string(), "' to sync it");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  TROUPE_CHECK(rc == 0, io, "cannot sync '", p.string(), "' to disk");
+}
+
+void write_synced(const fs::path& p, const std::string& text) {
+  {
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    TROUPE_CHECK(out.good(), io, "cannot write '", p.string(), "'");
+  }
+  fsync_path(p);
+}
+
+std::string step_name(std::int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%s%08lld", kPrefix, static_cast<long long>(step));
+  return buf;
+}
+
+}  // namespace
+
+std::int64_t CheckpointState::int_at(const std::string& key) const {
+  auto it = ints.find(key);
+  TROUPE_CHECK(it != ints.end(), io, "checkpoint '", source, "' has no '", key, "'; it was written by another program or version");
+  return it->second;
+}
+
+const std::string& CheckpointState::string_at(const std::string& key) const {
+  auto it = strings.find(key);
+  TROUPE_CHECK(it != strings.end(), io, "checkpoint '", source, "' has no '", key, "'; it was written by another program or version");
+  return it->second;
+}
+
+void save_checkpoint(const std::string& dir, std::int64_t step, const std::map<std::string, Tensor>& model,
+                     const std::map<std::string, Tensor>& optimizer, const CheckpointState& state, int keep) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  TROUPE_CHECK(!ec, io, "cannot create the checkpoint folder '", dir, "': ", ec.message());
+  const fs::path root(dir), final_dir = root / step_name(step), tmp = root / (step_name(step) + ".tmp");
+  fs::remove_all(tmp, ec);
+  fs::create_directory(tmp, ec);
+  TROUPE_CHECK(!ec, io, "cannot create '", tmp.string(), "': ", ec.message());
+  graph::save_safetensors((tmp / "model.safetensors").string(), model);
+  graph::save_safetensors((tmp / "optimizer.safetensors").string(), optimizer);
+  nlohmann::json j;
+  j["ints"] = state.ints;
+  j["strings"] = state.strings;
+  write_synced(tmp / "state.json", j.dump(2));
+  fsync_path(tmp);
+  fs::remove_all(final_dir, ec);
+  fs::rename(tmp, final_dir, ec);
+  TROUPE_CHECK(!ec, io, "cannot move the checkpoint into '", final_dir.string(), "': ", ec.message());
+  // The pointer flips last: until this rename, "latest" names the previous complete checkpoint.
+  write_synced(root / "latest.tmp", step_name(step) + "\n");
+  fs::rename(root / "latest.tmp", root / "latest", ec);
+  TROUPE_CHECK(!ec, io, "cannot update '", (root / "latest").string(), "': ", ec.message());
+  fsync_path(root);
+
+  std::vector<fs::path> saves;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind(kPrefix, 0) == 0 && name.find(".tmp") == std::string::npos) saves.push_back(e.path());
+  }
+  std::sort(saves.begin(), saves.end());
+  for (std::size_t i = 0; i + static_cast<std::size_t>(std::max(keep, 1)) < saves.size(); ++i) fs::remove_all(saves[i], ec);
+}
+
+Checkpoint load_checkpoint(const std::string& dir) {
+  const fs::path root(dir);
+  std::ifstream latest(root / "latest");
+  TROUPE_CHECK(latest.good(), io, "'", dir, "' holds no checkpoint (no 'latest' file); pass the folder given to --save");
+  std::string name;
+  std::getline(latest, name);
+  const fs::path folder = root / name;
+  Checkpoint c;
+  c.state.source = folder.string();
+  c.model = graph::load_safetensors((folder / "model.safetensors").string()).tensors;
+  c.optimizer = graph::load_safetensors((folder / "optimizer.safetensors").string()).tensors;
+  std::ifstream in(folder / "state.json");
+  TROUPE_CHECK(in.good(), io, "checkpoint '", folder.string(), "' has no state.json");
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    c.state.ints = j.at("ints").get<std::map<std::string, std::int64_t>>();
+    c.state.strings = j.at("strings").get<std::map<std::string, std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorKind::io, "checkpoint '", folder.string(), "' has a damaged state.json: ", e.what());
+  }
+  return c;
+}
+
+}  // namespace troupe::apps

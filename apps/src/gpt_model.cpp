@@ -1,0 +1,83 @@
+#include "troupe/apps/gpt_model.hpp"
+
+#include <numeric>
+#include <regex>
+#include <vector>
+
+#include "troupe/graph/ops.hpp"
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::apps {
+
+using graph::Var;
+
+void GptConfig::validate() const {
+  auto positive = [](const char* name, std::int64_t v) {
+    TROUPE_CHECK(v > 0, invalid_argument, "gpt: ", name, " must be positive, got ", v);
+  };
+  positive("vocab", vocab);
+  positive("d_model", d_model);
+  positive("heads", heads);
+  positive("layers", layers);
+  positive("d_ff", d_ff);
+  positive("seq", seq);
+  TROUPE_CHECK(d_model % heads == 0, invalid_argument, "gpt: d_model ", d_model, " is not divisible by heads ", heads,
+               "; pick heads that divide it (head dim = d_model / heads)");
+}
+
+Gpt::Gpt(const GptConfig& cfg, Generator& gen) : config(cfg) {
+  config.validate();
+  // GPT-2's embedding scale: N(0, 0.02^2) rather than the N(0, 1) of a bare nn.Embedding.
+  wte = register_module("wte", std::make_shared<graph::Embedding>(cfg.vocab, cfg.d_model, gen, 0.02));
+  wpe = register_module("wpe", std::make_shared<graph::Embedding>(cfg.seq, cfg.d_model, gen, 0.02));
+  blocks = register_module("blocks", std::make_shared<graph::Sequential>());
+  for (std::int64_t i = 0; i < cfg.layers; ++i)
+    blocks->add(std::make_shared<graph::GPTBlock>(cfg.d_model, cfg.heads, gen, cfg.d_ff));
+  ln_f = register_module("ln_f", std::make_shared<graph::LayerNorm>(cfg.d_model));
+  lm_head = register_module("lm_head", std::make_shared<graph::Linear>(cfg.d_model, cfg.vocab, gen, false));
+}
+
+Var Gpt::logits(const Var& ids) {
+  TROUPE_CHECK(ids.dim() == 2 && ids.shape()[1].is_static(), shape_mismatch, "gpt: ids must be [batch, time] with a fixed time, got ",
+               sym_shape_str(ids.shape()));
+  const std::int64_t t = ids.shape()[1].size();
+  TROUPE_CHECK(t >= 1 && t <= config.seq, shape_mismatch, "gpt: sequence of ", t, " tokens does not fit the context of ",
+               config.seq, " (--seq)");
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(t));
+  std::iota(positions.begin(), positions.end(), 0);
+  const Var pos = (*wpe)(Tensor::from_vector(positions, {t}));  // [T, C], broadcast over the batch
+  const Var h = (*blocks)((*wte)(ids) + pos);
+  return (*lm_head)((*ln_f)(h));
+}
+
+Var Gpt::loss(const Var& ids, const Var& targets) { return graph::cross_entropy(logits(ids), targets); }
+
+std::map<std::string, Tensor> from_nanogpt_names(const std::map<std::string, Tensor>& state) {
+  // nanoGPT's modules are nn.Linear/nn.LayerNorm like ours ([out, in] weights), so only names differ.
+  static const std::vector<std::pair<std::regex, std::string>> rules = {
+      {std::regex(R"(^transformer\.wte\.)"), "wte."},
+      {std::regex(R"(^transformer\.wpe\.)"), "wpe."},
+      {std::regex(R"(^transformer\.ln_f\.)"), "ln_f."},
+      {std::regex(R"(^transformer\.h\.(\d+)\.ln_1\.)"), "blocks.$1.ln1."},
+      {std::regex(R"(^transformer\.h\.(\d+)\.ln_2\.)"), "blocks.$1.ln2."},
+      {std::regex(R"(^transformer\.h\.(\d+)\.attn\.c_attn\.)"), "blocks.$1.attn.qkv."},
+      {std::regex(R"(^transformer\.h\.(\d+)\.attn\.c_proj\.)"), "blocks.$1.attn.proj."},
+      {std::regex(R"(^transformer\.h\.(\d+)\.mlp\.c_fc\.)"), "blocks.$1.mlp.fc."},
+      {std::regex(R"(^transformer\.h\.(\d+)\.mlp\.c_proj\.)"), "blocks.$1.mlp.proj."},
+  };
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, t] : state) {
+    std::string renamed = name;
+    for (const auto& [pattern, replacement] : rules) {
+      if (std::regex_search(renamed, pattern)) {
+        renamed = std::regex_replace(renamed, pattern, replacement);
+        break;
+      }
+    }
+    TROUPE_CHECK(out.emplace(renamed, t).second, invalid_argument, "gpt weights: '", name, "' and another tensor both map to '",
+                 renamed, "'");
+  }
+  return out;
+}
+
+}  // namespace troupe::apps

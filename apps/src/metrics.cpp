@@ -1,0 +1,53 @@
+#include "troupe/apps/metrics.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+#include "troupe/kernels/error.hpp"
+#include "troupe/kernels/optim.hpp"
+#include "troupe/kernels/reduce.hpp"
+
+namespace troupe::apps {
+
+std::pair<double, double> gradient_stats(const std::map<std::string, Tensor>& gradients) {
+  double squares = 0, sum = 0, count = 0;
+  for (const auto& [name, g] : gradients) {
+    squares += ops::squared_norm(g);
+    sum += ops::sum(g, {}).item();
+    count += static_cast<double>(g.numel());
+  }
+  if (count == 0) return {0.0, 0.0};
+  const double mean = sum / count;
+  return {std::sqrt(squares), std::max(0.0, squares / count - mean * mean)};
+}
+
+MetricsWriter::MetricsWriter(const std::string& path, bool append, const std::string& eval_name) : eval_name_(eval_name) {
+  if (path.empty()) return;
+  enabled_ = true;
+  csv_ = path.size() >= 4 && path.compare(path.size() - 4, 4, ".csv") == 0;
+  const bool had_content = append && std::ifstream(path).peek() != std::ifstream::traits_type::eof();
+  out_.open(path, append ? std::ios::app : std::ios::trunc);
+  TROUPE_CHECK(out_.good(), io, "cannot write the metrics file '", path, "'; check the folder exists (--metrics FILE)");
+  if (csv_ && !had_content) out_ << "step,loss,grad_norm,grad_variance,peak_bytes,current_bytes,step_ms," << eval_name_ << "\n";
+}
+
+void MetricsWriter::write(const StepMetrics& m) {
+  if (!enabled_) return;
+  char buf[512];
+  const std::string eval = m.evaluated ? std::to_string(m.eval) : "";
+  if (csv_) {
+    std::snprintf(buf, sizeof buf, "%lld,%.6g,%.6g,%.6g,%zu,%zu,%.3f,%s\n", static_cast<long long>(m.step), m.loss,
+                  m.grad_norm, m.grad_variance, m.peak_bytes, m.current_bytes, m.step_ms,
+                  eval.c_str());
+  } else {
+    std::snprintf(buf, sizeof buf,
+                  "{\"step\":%lld,\"loss\":%.6g,\"grad_norm\":%.6g,\"grad_variance\":%.6g,\"peak_bytes\":%zu,"
+                  "\"current_bytes\":%zu,\"step_ms\":%.3f%s}\n",
+                  static_cast<long long>(m.step), m.loss, m.grad_norm, m.grad_variance, m.peak_bytes, m.current_bytes,
+                  m.step_ms, m.evaluated ? (",\"" + eval_name_ + "\":" + eval).c_str() : "");
+  }
+  out_ << buf;
+  out_.flush();
+}
+
+}  // namespace troupe::apps

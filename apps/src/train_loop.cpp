@@ -1,0 +1,75 @@
+#include "troupe/apps/train_loop.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <numeric>
+
+#include "troupe/actors/tracer.hpp"
+#include "troupe/apps/metrics.hpp"
+#include "troupe/kernels/allocator.hpp"
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::apps {
+
+LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
+  TROUPE_CHECK(o.steps > o.start_step, invalid_argument, "nothing to do: the run is at step ", o.start_step,
+               " and --steps is ", o.steps, "; raise --steps to continue");
+  MetricsWriter metrics(o.metrics_path, /*append=*/o.start_step > 0, o.eval_name);
+  Progress progress(o.steps, o.unit, o.log_every);
+  actors::Tracer& tracer = actors::Tracer::instance();
+  LoopSummary summary;
+  std::deque<double> recent;
+  double total_ms = 0, warm_ms = 0;
+  for (std::int64_t step = o.start_step + 1; step <= o.steps; ++step) {
+    const bool last = step == o.steps;
+    if (last && !o.trace_path.empty()) tracer.enable(true);
+    const auto t0 = std::chrono::steady_clock::now();
+    const StepOutcome out = hooks.step();
+    const double ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3;
+    if (last && !o.trace_path.empty()) tracer.enable(false);
+    TROUPE_CHECK(std::isfinite(out.loss), runtime, "the loss became ", out.loss, " at step ", step,
+                 "; training diverged: lower --lr or clip harder (--clip)");
+    ++summary.steps;
+    total_ms += ms;
+    if (summary.steps > 1) warm_ms += ms;
+    recent.push_back(out.loss);
+    if (recent.size() > 10) recent.pop_front();
+    progress.step(step, out.loss, o.items_per_step, ms / 1e3);
+
+    StepMetrics m;
+    m.step = step;
+    m.loss = out.loss;
+    m.grad_norm = out.grad_norm;
+    m.grad_variance = out.grad_variance;
+    const AllocatorStats st = cpu_allocator().stats();
+    m.peak_bytes = st.peak_bytes;
+    m.current_bytes = st.current_bytes;
+    m.step_ms = ms;
+    if ((o.eval_every > 0 && step % o.eval_every == 0) || last) {
+      summary.eval = hooks.evaluate();
+      m.evaluated = true;
+      m.eval = summary.eval;
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "step %lld: %s %.4f", static_cast<long long>(step), o.eval_name.c_str(), summary.eval);
+      progress.line(buf);
+    }
+    metrics.write(m);
+    if (hooks.save && ((o.save_every > 0 && step % o.save_every == 0) || last)) {
+      hooks.save(step);
+      progress.line("step " + std::to_string(step) + ": checkpoint saved");
+    }
+  }
+  progress.finish();
+  if (!o.trace_path.empty()) {
+    tracer.write_chrome_json(o.trace_path);
+    std::printf("message flow of the last step written to %s (troupe-trace summary %s)\n", o.trace_path.c_str(),
+                o.trace_path.c_str());
+  }
+  summary.train_loss = std::accumulate(recent.begin(), recent.end(), 0.0) / static_cast<double>(recent.size());
+  summary.ms_per_step = summary.steps > 1 ? warm_ms / static_cast<double>(summary.steps - 1) : total_ms;
+  summary.items_per_s = summary.ms_per_step > 0 ? o.items_per_step / (summary.ms_per_step / 1e3) : 0;
+  return summary;
+}
+
+}  // namespace troupe::apps

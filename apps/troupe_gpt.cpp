@@ -1,0 +1,326 @@
+// troupe-gpt: trains a byte-level GPT ("gpt-mini" by default) on the actor runtime, and samples
+// text from its checkpoints.
+//   troupe-gpt [training flags]                       train (see --help)
+//   troupe-gpt generate --checkpoint DIR --prompt "..." sample from a checkpoint
+// JIT_LEVEL=0 runs the same steps eagerly; GRAD_MODE=standard takes the naive clip path.
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+#include "troupe/actors/engine.hpp"
+#include "troupe/apps/checkpoint.hpp"
+#include "troupe/apps/corpus.hpp"
+#include "troupe/apps/gpt_model.hpp"
+#include "troupe/apps/grad_mode.hpp"
+#include "troupe/apps/metrics.hpp"
+#include "troupe/apps/train_loop.hpp"
+#include "troupe/graph/autodiff.hpp"
+#include "troupe/graph/optim.hpp"
+#include "troupe/graph/safetensors.hpp"
+#include "troupe/graph/trace.hpp"
+#include "troupe/kernels/allocator.hpp"
+#include "troupe/kernels/error.hpp"
+#include "troupe/kernels/threading.hpp"
+
+using namespace troupe;
+using graph::Var;
+
+namespace {
+
+struct TrainFlags {
+  apps::GptConfig model;
+  std::int64_t batch = 8, steps = 200, eval_every = 50, val_batches = 4, save_every = 100, log_every = 10;
+  double lr = 3e-4, weight_decay = 0.01, clip = 1.0, val_fraction = 0.1;
+  std::uint64_t seed = 1;
+  std::string data, save, resume, load_weights, metrics, trace;
+  int threads = 0, micro_batches = 0;
+};
+
+struct GenerateFlags {
+  std::string checkpoint, weights, prompt = "\n";
+  apps::GptConfig model;
+  std::int64_t tokens = 200, top_k = 40;
+  double temperature = 0.8;
+  std::uint64_t seed = 1;
+};
+
+void add_model_flags(CLI::App& app, apps::GptConfig& m) {
+  app.add_option("--d-model", m.d_model, "model width")->capture_default_str();
+  app.add_option("--layers", m.layers, "Transformer blocks")->capture_default_str();
+  app.add_option("--heads", m.heads, "attention heads (must divide --d-model)")->capture_default_str();
+  app.add_option("--d-ff", m.d_ff, "MLP hidden size")->capture_default_str();
+  app.add_option("--seq", m.seq, "context length in bytes")->capture_default_str();
+}
+
+// The run's settings as checkpoint fields, so --resume and generate rebuild the same model.
+void store_config(const apps::GptConfig& m, apps::CheckpointState& s) {
+  s.ints["vocab"] = m.vocab;
+  s.ints["d_model"] = m.d_model;
+  s.ints["layers"] = m.layers;
+  s.ints["heads"] = m.heads;
+  s.ints["d_ff"] = m.d_ff;
+  s.ints["seq"] = m.seq;
+}
+apps::GptConfig load_config(const apps::CheckpointState& s) {
+  apps::GptConfig m;
+  m.vocab = s.int_at("vocab");
+  m.d_model = s.int_at("d_model");
+  m.layers = s.int_at("layers");
+  m.heads = s.int_at("heads");
+  m.d_ff = s.int_at("d_ff");
+  m.seq = s.int_at("seq");
+  return m;
+}
+
+int train(TrainFlags f) {
+  const apps::GradMode mode = apps::grad_mode();
+  const int jit = graph::jit_level();
+  std::optional<apps::Checkpoint> resumed;
+  if (!f.resume.empty()) {
+    resumed = apps::load_checkpoint(f.resume);
+    TROUPE_CHECK(resumed->state.string_at("app") == "troupe-gpt", invalid_argument, "'", f.resume,
+                 "' is a checkpoint of ", resumed->state.string_at("app"), ", not of troupe-gpt");
+    f.model = load_config(resumed->state);  // the checkpoint decides the model and the data
+    f.batch = resumed->state.int_at("batch");
+    f.seed = static_cast<std::uint64_t>(resumed->state.int_at("seed"));
+    f.data = resumed->state.string_at("data");
+  }
+  f.model.validate();
+  TROUPE_CHECK(f.batch > 0 && f.steps > 0, invalid_argument, "--batch and --steps must be positive");
+  TROUPE_CHECK(f.clip >= 0, invalid_argument, "--clip must be >= 0 (0 turns clipping off), got ", f.clip);
+
+  const apps::Corpus corpus = apps::load_corpus(f.data);
+  const auto [train_bytes, val_bytes] = apps::split_corpus(corpus.bytes, f.val_fraction, f.model.seq);
+  apps::WindowSampler train_data(train_bytes, f.model.seq, f.batch, f.seed, "the training split");
+  apps::WindowSampler val_data(val_bytes, f.model.seq, f.batch, f.seed + 1, "the held-out split");
+
+  Generator gen(f.seed);
+  apps::Gpt model(f.model, gen);
+  ops::AdamWParams hp;
+  hp.lr = f.lr;
+  hp.weight_decay = f.weight_decay;
+  auto optimizer = std::make_shared<graph::AdamW>(model.parameters(), hp);
+  std::int64_t start_step = 0;
+  if (resumed) {
+    model.load_state_dict(resumed->model);
+    optimizer->load_state_dict(resumed->optimizer);
+    start_step = resumed->state.int_at("step");
+    train_data.set_position(static_cast<std::uint64_t>(resumed->state.int_at("data_position")));
+  } else if (!f.load_weights.empty()) {
+    model.load_state_dict(apps::from_nanogpt_names(graph::load_safetensors(f.load_weights).tensors));
+  }
+
+  const int threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  set_kernel_threads(1);  // parallelism comes from actors running concurrently, not from inside a GEMM
+  const int micro_batches = f.micro_batches > 0 ? f.micro_batches : (threads > 1 && f.batch % 2 == 0 ? 2 : 1);
+  std::printf("troupe-gpt: %lld parameters (d_model %lld, %lld layers, %lld heads, d_ff %lld, seq %lld), batch %lld\n",
+              static_cast<long long>(model.parameter_count()), static_cast<long long>(f.model.d_model),
+              static_cast<long long>(f.model.layers), static_cast<long long>(f.model.heads),
+              static_cast<long long>(f.model.d_ff), static_cast<long long>(f.model.seq), static_cast<long long>(f.batch));
+  std::printf("troupe-gpt: data: %s, %zu training / %zu held-out bytes\n", corpus.source.c_str(), train_bytes.size(),
+              val_bytes.size());
+  std::printf("troupe-gpt: GRAD_MODE=%s, JIT_LEVEL=%d (%s), %d threads, %d micro-batches%s\n", apps::to_string(mode), jit,
+              jit == 0 ? "eager" : "actor graph", threads, jit == 0 ? 1 : micro_batches,
+              resumed ? (", resuming at step " + std::to_string(start_step)).c_str() : "");
+
+  auto loss_fn = [&](const std::vector<Var>& in) { return std::vector<Var>{model.loss(in[0], in[1])}; };
+  const graph::SymDim b = graph::SymDim::symbol("batch");
+  const std::vector<graph::InputSpec> signature = {{"ids", {b, f.model.seq}, DType::i64}, {"targets", {b, f.model.seq}, DType::i64}};
+  std::unique_ptr<actors::Engine> engine;
+  std::unique_ptr<actors::Program> train_program, eval_program;
+  if (jit > 0) {
+    engine = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(threads)});
+    actors::ProgramOptions po;
+    po.micro_batches = micro_batches;
+    po.optimizers = {optimizer};
+    po.clip_grad_norm = f.clip;
+    po.clip_mode = apps::clip_mode(mode);
+    train_program = engine->compile(graph::trace(loss_fn, signature).with_gradients(), po);
+    actors::ProgramOptions eo;
+    eo.micro_batches = micro_batches;
+    eval_program = engine->compile(graph::trace(loss_fn, signature), eo);
+  }
+
+  apps::LoopHooks hooks;
+  hooks.step = [&] {
+    auto [ids, targets] = train_data.next();
+    apps::StepOutcome out;
+    if (train_program) {
+      const actors::StepResult r = train_program->run({ids, targets});
+      out.loss = r.outputs[0].item();
+      auto [norm, variance] = apps::gradient_stats(r.gradients);
+      // The returned gradients are clipped; report the variance of the gradient before clipping.
+      const double scale = f.clip > 0 ? norm / r.grad_norm : 1.0;
+      out.grad_norm = f.clip > 0 ? r.grad_norm : norm;
+      out.grad_variance = scale > 0 ? variance / (scale * scale) : variance;
+      return out;
+    }
+    optimizer->zero_grad();
+    const Var loss = model.loss(Var(ids), Var(targets));
+    graph::backward(loss);
+    std::map<std::string, Tensor> grads;
+    for (const auto& [name, p] : model.named_parameters())
+      if (p.grad().defined()) grads[name] = p.grad();
+    std::tie(out.grad_norm, out.grad_variance) = apps::gradient_stats(grads);
+    if (f.clip > 0) graph::clip_grad_norm(model.parameters(), f.clip);
+    optimizer->step();
+    optimizer->zero_grad();
+    out.loss = loss.tensor().item();
+    return out;
+  };
+  hooks.evaluate = [&] {
+    val_data.set_position(0);  // the same held-out windows every time
+    double total = 0;
+    for (std::int64_t k = 0; k < f.val_batches; ++k) {
+      auto [ids, targets] = val_data.next();
+      if (eval_program) {
+        total += eval_program->run({ids, targets}).outputs[0].item();
+      } else {
+        graph::NoGradGuard no_grad;
+        total += model.loss(Var(ids), Var(targets)).tensor().item();
+      }
+    }
+    return total / static_cast<double>(f.val_batches);
+  };
+  if (!f.save.empty())
+    hooks.save = [&](std::int64_t step) {
+      apps::CheckpointState st;
+      store_config(f.model, st);
+      st.ints["step"] = step;
+      st.ints["batch"] = f.batch;
+      st.ints["seed"] = static_cast<std::int64_t>(f.seed);
+      st.ints["data_position"] = static_cast<std::int64_t>(train_data.position());
+      st.strings["app"] = "troupe-gpt";
+      st.strings["data"] = f.data;
+      apps::save_checkpoint(f.save, step, model.state_dict(), optimizer->state_dict(), st);
+    };
+
+  apps::LoopOptions lo;
+  lo.start_step = start_step;
+  lo.steps = f.steps;
+  lo.eval_every = f.eval_every;
+  lo.save_every = f.save_every;
+  lo.log_every = f.log_every;
+  lo.items_per_step = static_cast<double>(f.batch * f.model.seq);
+  lo.unit = "tok/s";
+  lo.metrics_path = f.metrics;
+  lo.trace_path = f.trace;
+  const apps::LoopSummary s = apps::run_training_loop(lo, hooks);
+  std::printf("{\"app\":\"troupe-gpt\",\"steps\":%lld,\"train_loss\":%.5f,\"val_loss\":%.5f,\"ms_per_step\":%.2f,"
+              "\"tokens_per_s\":%.1f,\"params\":%lld,\"peak_bytes\":%zu}\n",
+              static_cast<long long>(s.steps), s.train_loss, s.eval, s.ms_per_step, s.items_per_s,
+              static_cast<long long>(model.parameter_count()), cpu_allocator().stats().peak_bytes);
+  return 0;
+}
+
+// splitmix64 step as a uniform double in [0, 1): sampling needs nothing stronger.
+double uniform01(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+}
+
+int generate(GenerateFlags f) {
+  TROUPE_CHECK(f.checkpoint.empty() != f.weights.empty(), invalid_argument,
+               "generate needs exactly one of --checkpoint DIR or --weights FILE.safetensors");
+  TROUPE_CHECK(f.temperature >= 0 && f.tokens >= 0 && f.top_k >= 0, invalid_argument,
+               "--temperature, --tokens and --top-k must be >= 0");
+  std::map<std::string, Tensor> weights;
+  if (!f.checkpoint.empty()) {
+    apps::Checkpoint c = apps::load_checkpoint(f.checkpoint);
+    f.model = load_config(c.state);
+    weights = std::move(c.model);
+  } else {
+    weights = apps::from_nanogpt_names(graph::load_safetensors(f.weights).tensors);
+  }
+  Generator gen(0);
+  apps::Gpt model(f.model, gen);
+  model.load_state_dict(weights);
+  set_kernel_threads(1);
+  std::vector<std::int64_t> context(f.prompt.begin(), f.prompt.end());
+  for (auto& c : context) c = static_cast<unsigned char>(c);
+  if (context.empty()) context.push_back('\n');
+  std::printf("%s", f.prompt.c_str());
+  std::uint64_t rng = f.seed;
+  graph::NoGradGuard no_grad;
+  for (std::int64_t k = 0; k < f.tokens; ++k) {
+    const std::int64_t t = std::min<std::int64_t>(static_cast<std::int64_t>(context.size()), f.model.seq);
+    const std::vector<std::int64_t> window(context.end() - t, context.end());
+    const Tensor logits = model.logits(Var(Tensor::from_vector(window, {1, t}))).tensor();
+    std::vector<float> row = logits.slice(1, t - 1, t).contiguous().to_vector<float>();
+    std::int64_t next = 0;
+    if (f.temperature == 0) {
+      next = std::max_element(row.begin(), row.end()) - row.begin();
+    } else {
+      // Keep the top-k logits, then sample from softmax(logits / temperature).
+      std::vector<float> sorted = row;
+      const std::size_t k_keep = f.top_k > 0 ? std::min<std::size_t>(f.top_k, row.size()) : row.size();
+      std::nth_element(sorted.begin(), sorted.begin() + (k_keep - 1), sorted.end(), std::greater<float>());
+      const float cutoff = sorted[k_keep - 1], top = *std::max_element(row.begin(), row.end());
+      std::vector<double> p(row.size());
+      double z = 0;
+      for (std::size_t i = 0; i < row.size(); ++i) z += p[i] = row[i] >= cutoff ? std::exp((row[i] - top) / f.temperature) : 0.0;
+      double u = uniform01(rng) * z;
+      for (next = 0; next + 1 < static_cast<std::int64_t>(p.size()) && u >= p[static_cast<std::size_t>(next)]; ++next)
+        u -= p[static_cast<std::size_t>(next)];
+    }
+    context.push_back(next);
+    std::putchar(static_cast<int>(next));
+    std::fflush(stdout);
+  }
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"troupe-gpt: train a byte-level GPT on the actor runtime, or sample text from a checkpoint"};
+  TrainFlags tf;
+  add_model_flags(app, tf.model);
+  app.add_option("--batch", tf.batch, "sequences per step")->capture_default_str();
+  app.add_option("--steps", tf.steps, "total training steps (a resumed run continues up to this)")->capture_default_str();
+  app.add_option("--lr", tf.lr, "AdamW learning rate")->capture_default_str();
+  app.add_option("--weight-decay", tf.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
+  app.add_option("--clip", tf.clip, "global gradient-norm clipping threshold (0 = off)")->capture_default_str();
+  app.add_option("--seed", tf.seed, "seed of the initial weights and of the data order")->capture_default_str();
+  app.add_option("--data", tf.data, "corpus file (default: the texts under /usr/share/common-licenses)");
+  app.add_option("--val-fraction", tf.val_fraction, "held-out tail of the corpus")->capture_default_str();
+  app.add_option("--eval-every", tf.eval_every, "validation loss every K steps (and at the end)")->capture_default_str();
+  app.add_option("--val-batches", tf.val_batches, "held-out batches per validation")->capture_default_str();
+  app.add_option("--save", tf.save, "checkpoint folder, written every --save-every steps and at the end");
+  app.add_option("--save-every", tf.save_every, "checkpoint cadence in steps")->capture_default_str();
+  app.add_option("--resume", tf.resume, "continue the run saved in this checkpoint folder");
+  app.add_option("--load-weights", tf.load_weights, "start from these weights (.safetensors, Troupe or nanoGPT names)");
+  app.add_option("--metrics", tf.metrics, "per-step metrics file (.csv, otherwise JSON lines)");
+  app.add_option("--trace", tf.trace, "write the last step's message flow (Chrome trace JSON)");
+  app.add_option("--log-every", tf.log_every, "plain log line cadence when stdout is not a terminal")->capture_default_str();
+  app.add_option("--threads", tf.threads, "scheduler threads (0 = all cores)")->capture_default_str();
+  app.add_option("--micro-batches", tf.micro_batches, "micro-batches per step (0 = 2 on several cores, else 1)")
+      ->capture_default_str();
+  GenerateFlags gf;
+  CLI::App* gen = app.add_subcommand("generate", "sample text from a checkpoint or a weights file");
+  gen->add_option("--checkpoint", gf.checkpoint, "a folder written by --save");
+  gen->add_option("--weights", gf.weights, "a .safetensors file (give the model flags to match it)");
+  add_model_flags(*gen, gf.model);
+  gen->add_option("--prompt", gf.prompt, "text to continue");
+  gen->add_option("--tokens", gf.tokens, "bytes to generate")->capture_default_str();
+  gen->add_option("--temperature", gf.temperature, "sampling temperature (0 = greedy)")->capture_default_str();
+  gen->add_option("--top-k", gf.top_k, "sample among the k most likely bytes (0 = all)")->capture_default_str();
+  gen->add_option("--seed", gf.seed, "sampling seed")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return gen->parsed() ? generate(gf) : train(tf);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "\ntroupe-gpt: %s\n", e.what());
+    return 1;
+  }
+}

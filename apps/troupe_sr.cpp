@@ -1,0 +1,263 @@
+// troupe-sr: trains the "sr-lite" super-resolution model (x2) on the actor runtime and upscales
+// images with it.
+//   troupe-sr [training flags]                          train (see --help)
+//   troupe-sr infer --weights W in.png out.png          upscale one image
+// GRAD_MODE=standard trains custom-relu models with the plain relu gradient; JIT_LEVEL=0 runs eagerly.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "troupe/actors/engine.hpp"
+#include "troupe/apps/checkpoint.hpp"
+#include "troupe/apps/grad_mode.hpp"
+#include "troupe/apps/image.hpp"
+#include "troupe/apps/metrics.hpp"
+#include "troupe/apps/sr_data.hpp"
+#include "troupe/apps/sr_model.hpp"
+#include "troupe/apps/train_loop.hpp"
+#include "troupe/graph/autodiff.hpp"
+#include "troupe/graph/ops.hpp"
+#include "troupe/graph/optim.hpp"
+#include "troupe/graph/safetensors.hpp"
+#include "troupe/graph/trace.hpp"
+#include "troupe/kernels/allocator.hpp"
+#include "troupe/kernels/error.hpp"
+#include "troupe/kernels/threading.hpp"
+
+using namespace troupe;
+using graph::Var;
+
+namespace {
+
+struct TrainFlags {
+  apps::SrDataOptions data;
+  std::int64_t channels = 64, blocks = 4, steps = 300, eval_every = 50, save_every = 100, log_every = 10;
+  std::string act = "custom-relu";
+  double lr = 1e-3, clip = 0;
+  std::string save, resume, metrics, trace;
+  int threads = 0, micro_batches = 0;
+};
+
+struct InferFlags {
+  std::string weights, input, output;
+  std::int64_t channels = 64, blocks = 4;
+};
+
+// The model of a checkpoint folder or a .safetensors file (then shaped by the flags).
+std::map<std::string, Tensor> load_weights(const std::string& path, apps::SrConfig& config) {
+  if (std::filesystem::is_directory(path)) {
+    apps::Checkpoint c = apps::load_checkpoint(path);
+    TROUPE_CHECK(c.state.string_at("app") == "troupe-sr", invalid_argument, "'", path, "' is a checkpoint of ",
+                 c.state.string_at("app"), ", not of troupe-sr");
+    config.channels = c.state.int_at("channels");
+    config.blocks = c.state.int_at("blocks");
+    return c.model;
+  }
+  return graph::load_safetensors(path).tensors;
+}
+
+double evaluate(apps::SrLite& model, const apps::SrData& data) {
+  graph::NoGradGuard no_grad;
+  double total = 0;
+  for (const auto& [lr, hr] : data.held_out()) total += apps::psnr(model(Var(lr)).tensor(), hr, model.config.upscale);
+  return total / static_cast<double>(data.held_out().size());
+}
+
+int train(TrainFlags f) {
+  const apps::GradMode mode = apps::grad_mode();
+  const int jit = graph::jit_level();
+  std::optional<apps::Checkpoint> resumed;
+  if (!f.resume.empty()) {
+    resumed = apps::load_checkpoint(f.resume);
+    const apps::CheckpointState& st = resumed->state;
+    TROUPE_CHECK(st.string_at("app") == "troupe-sr", invalid_argument, "'", f.resume, "' is a checkpoint of ",
+                 st.string_at("app"), ", not of troupe-sr");
+    f.channels = st.int_at("channels");
+    f.blocks = st.int_at("blocks");
+    f.act = st.string_at("act");
+    f.data.folder = st.string_at("data");
+    f.data.seed = static_cast<std::uint64_t>(st.int_at("seed"));
+    f.data.batch = st.int_at("batch");
+    f.data.patch = st.int_at("patch");
+  }
+  apps::SrConfig config;
+  config.channels = f.channels;
+  config.blocks = f.blocks;
+  config.activation = apps::parse_activation(f.act);
+  const bool plain_gradient = mode == apps::GradMode::standard && config.activation == apps::Activation::custom_relu;
+  if (plain_gradient) config.activation = apps::Activation::relu;  // same forward, the plain gradient
+  config.upscale = f.data.upscale;
+  apps::SrData data(f.data);
+
+  Generator gen(f.data.seed);
+  apps::SrLite model(config, gen);
+  ops::AdamWParams hp;  // Adam: AdamW without weight decay
+  hp.lr = f.lr;
+  hp.weight_decay = 0;
+  auto optimizer = std::make_shared<graph::AdamW>(model.parameters(), hp);
+  std::int64_t start_step = 0;
+  if (resumed) {
+    model.load_state_dict(resumed->model);
+    optimizer->load_state_dict(resumed->optimizer);
+    start_step = resumed->state.int_at("step");
+    data.set_position(static_cast<std::uint64_t>(resumed->state.int_at("data_position")));
+  }
+  const int threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  set_kernel_threads(1);
+  const int micro_batches = f.micro_batches > 0 ? f.micro_batches : (threads > 1 && f.data.batch % 2 == 0 ? 2 : 1);
+  std::printf("troupe-sr: sr-lite x%lld, %lld parameters (%lld channels, %lld residual blocks, --act %s), batch %lld of %lldx%lld patches\n",
+              static_cast<long long>(config.upscale), static_cast<long long>(model.parameter_count()),
+              static_cast<long long>(config.channels), static_cast<long long>(config.blocks), f.act.c_str(),
+              static_cast<long long>(f.data.batch), static_cast<long long>(f.data.patch), static_cast<long long>(f.data.patch));
+  std::printf("troupe-sr: data: %s; held-out bicubic PSNR %.2f dB\n", data.source().c_str(), data.bicubic_psnr());
+  std::printf("troupe-sr: GRAD_MODE=%s%s, JIT_LEVEL=%d (%s), %d threads, %d micro-batches%s\n", apps::to_string(mode),
+              plain_gradient ? " (custom-relu trains with the plain relu gradient)" : "", jit,
+              jit == 0 ? "eager" : "actor graph", threads, jit == 0 ? 1 : micro_batches,
+              resumed ? (", resuming at step " + std::to_string(start_step)).c_str() : "");
+
+  auto loss_fn = [&](const std::vector<Var>& in) { return std::vector<Var>{graph::mse_loss(model(in[0]), in[1])}; };
+  const graph::SymDim b = graph::SymDim::symbol("batch");
+  const std::int64_t lo_side = f.data.patch / f.data.upscale;
+  std::unique_ptr<actors::Engine> engine;
+  std::unique_ptr<actors::Program> program;
+  if (jit > 0) {
+    engine = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(threads)});
+    actors::ProgramOptions po;
+    po.micro_batches = micro_batches;
+    po.optimizers = {optimizer};
+    po.clip_grad_norm = f.clip;
+    po.clip_mode = apps::clip_mode(mode);
+    program = engine->compile(
+        graph::trace(loss_fn, {{"input", {b, 3, lo_side, lo_side}}, {"target", {b, 3, f.data.patch, f.data.patch}}})
+            .with_gradients(),
+        po);
+  }
+
+  apps::LoopHooks hooks;
+  hooks.step = [&] {
+    auto [lr, hr] = data.next();
+    apps::StepOutcome out;
+    if (program) {
+      const actors::StepResult r = program->run({lr, hr});
+      out.loss = r.outputs[0].item();
+      auto [norm, variance] = apps::gradient_stats(r.gradients);
+      const double scale = f.clip > 0 ? norm / r.grad_norm : 1.0;  // undo clipping in the reported variance
+      out.grad_norm = f.clip > 0 ? r.grad_norm : norm;
+      out.grad_variance = scale > 0 ? variance / (scale * scale) : variance;
+      return out;
+    }
+    optimizer->zero_grad();
+    const Var loss = loss_fn({Var(lr), Var(hr)})[0];
+    graph::backward(loss);
+    std::map<std::string, Tensor> grads;
+    for (const auto& [name, p] : model.named_parameters())
+      if (p.grad().defined()) grads[name] = p.grad();
+    std::tie(out.grad_norm, out.grad_variance) = apps::gradient_stats(grads);
+    if (f.clip > 0) graph::clip_grad_norm(model.parameters(), f.clip);
+    optimizer->step();
+    optimizer->zero_grad();
+    out.loss = loss.tensor().item();
+    return out;
+  };
+  hooks.evaluate = [&] { return evaluate(model, data); };
+  if (!f.save.empty())
+    hooks.save = [&](std::int64_t step) {
+      apps::CheckpointState st;
+      st.ints["step"] = step;
+      st.ints["channels"] = f.channels;
+      st.ints["blocks"] = f.blocks;
+      st.ints["seed"] = static_cast<std::int64_t>(f.data.seed);
+      st.ints["batch"] = f.data.batch;
+      st.ints["patch"] = f.data.patch;
+      st.ints["data_position"] = static_cast<std::int64_t>(data.position());
+      st.strings["app"] = "troupe-sr";
+      st.strings["act"] = f.act;
+      st.strings["data"] = f.data.folder;
+      apps::save_checkpoint(f.save, step, model.state_dict(), optimizer->state_dict(), st);
+    };
+  apps::LoopOptions lo;
+  lo.start_step = start_step;
+  lo.steps = f.steps;
+  lo.eval_every = f.eval_every;
+  lo.save_every = f.save_every;
+  lo.log_every = f.log_every;
+  lo.items_per_step = static_cast<double>(f.data.batch);
+  lo.unit = "img/s";
+  lo.metrics_path = f.metrics;
+  lo.trace_path = f.trace;
+  lo.eval_name = "val_psnr";
+  const apps::LoopSummary s = apps::run_training_loop(lo, hooks);
+  std::printf("{\"app\":\"troupe-sr\",\"steps\":%lld,\"train_loss\":%.6f,\"val_psnr\":%.3f,\"bicubic_psnr\":%.3f,"
+              "\"ms_per_step\":%.2f,\"images_per_s\":%.2f,\"params\":%lld,\"peak_bytes\":%zu}\n",
+              static_cast<long long>(s.steps), s.train_loss, s.eval, data.bicubic_psnr(), s.ms_per_step, s.items_per_s,
+              static_cast<long long>(model.parameter_count()), cpu_allocator().stats().peak_bytes);
+  return 0;
+}
+
+int infer(const InferFlags& f) {
+  apps::SrConfig config;
+  config.channels = f.channels;
+  config.blocks = f.blocks;
+  std::map<std::string, Tensor> weights = load_weights(f.weights, config);
+  Generator gen(0);
+  apps::SrLite model(config, gen);
+  model.load_state_dict(weights);
+  const Tensor image = apps::read_png(f.input);
+  graph::NoGradGuard no_grad;
+  const Tensor out = model(Var(image.unsqueeze(0))).tensor();
+  apps::write_png(f.output, out.slice(0, 0, 1).reshape({3, out.size(2), out.size(3)}));
+  std::printf("troupe-sr: %s (%lldx%lld) -> %s (%lldx%lld)\n", f.input.c_str(), static_cast<long long>(image.size(2)),
+              static_cast<long long>(image.size(1)), f.output.c_str(), static_cast<long long>(out.size(3)),
+              static_cast<long long>(out.size(2)));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"troupe-sr: train the sr-lite x2 super-resolution model on the actor runtime, or upscale an image"};
+  TrainFlags tf;
+  app.add_option("--data", tf.data.folder, "folder of PNG images (default: built-in procedural images)");
+  app.add_option("--act", tf.act, "activation: relu or custom-relu (relu forward, leaky gradient)")->capture_default_str();
+  app.add_option("--channels", tf.channels, "feature channels")->capture_default_str();
+  app.add_option("--blocks", tf.blocks, "residual blocks")->capture_default_str();
+  app.add_option("--patch", tf.data.patch, "high-resolution training patch side")->capture_default_str();
+  app.add_option("--batch", tf.data.batch, "patches per step")->capture_default_str();
+  app.add_option("--held-out", tf.data.held_out, "procedural held-out images for PSNR")->capture_default_str();
+  app.add_option("--steps", tf.steps, "total training steps (a resumed run continues up to this)")->capture_default_str();
+  app.add_option("--lr", tf.lr, "Adam learning rate")->capture_default_str();
+  app.add_option("--clip", tf.clip, "global gradient-norm clipping threshold (0 = off)")->capture_default_str();
+  app.add_option("--seed", tf.data.seed, "seed of the initial weights and of the data")->capture_default_str();
+  app.add_option("--eval-every", tf.eval_every, "held-out PSNR every K steps (and at the end)")->capture_default_str();
+  app.add_option("--save", tf.save, "checkpoint folder, written every --save-every steps and at the end");
+  app.add_option("--save-every", tf.save_every, "checkpoint cadence in steps")->capture_default_str();
+  app.add_option("--resume", tf.resume, "continue the run saved in this checkpoint folder");
+  app.add_option("--metrics", tf.metrics, "per-step metrics file (.csv, otherwise JSON lines)");
+  app.add_option("--trace", tf.trace, "write the last step's message flow (Chrome trace JSON)");
+  app.add_option("--log-every", tf.log_every, "plain log line cadence when stdout is not a terminal")->capture_default_str();
+  app.add_option("--threads", tf.threads, "scheduler threads (0 = all cores)")->capture_default_str();
+  app.add_option("--micro-batches", tf.micro_batches, "micro-batches per step (0 = 2 on several cores, else 1)")
+      ->capture_default_str();
+  InferFlags inf;
+  CLI::App* infer_cmd = app.add_subcommand("infer", "upscale one PNG image x2");
+  infer_cmd->add_option("--weights", inf.weights, "a checkpoint folder (--save) or a .safetensors file")->required();
+  infer_cmd->add_option("--channels", inf.channels, "feature channels of a .safetensors model")->capture_default_str();
+  infer_cmd->add_option("--blocks", inf.blocks, "residual blocks of a .safetensors model")->capture_default_str();
+  infer_cmd->add_option("input", inf.input, "input PNG")->required();
+  infer_cmd->add_option("output", inf.output, "output PNG")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return infer_cmd->parsed() ? infer(inf) : train(tf);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "\ntroupe-sr: %s\n", e.what());
+    return 1;
+  }
+}

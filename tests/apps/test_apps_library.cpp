@@ -1,0 +1,189 @@
+// The pieces the applications share: corpus split and window sampling, checkpoints (round trip,
+// the "latest" pointer, pruning, damage), gradient statistics, progress output, GRAD_MODE, and
+// the shapes and errors of the two models.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "apps/app_runner.hpp"
+#include "troupe/apps/checkpoint.hpp"
+#include "troupe/apps/corpus.hpp"
+#include "troupe/apps/gpt_model.hpp"
+#include "troupe/apps/grad_mode.hpp"
+#include "troupe/apps/metrics.hpp"
+#include "troupe/apps/progress.hpp"
+#include "troupe/apps/sr_data.hpp"
+#include "troupe/apps/sr_model.hpp"
+#include "troupe/graph/ops.hpp"
+#include "troupe/kernels/error.hpp"
+
+using namespace troupe;
+namespace fs = std::filesystem;
+
+TEST(Corpus, SplitAndWindowsAreDeterministicAndResumable) {
+  const std::string text = apps::generated_corpus(5000);
+  EXPECT_EQ(text.size(), 5000u);
+  EXPECT_EQ(apps::generated_corpus(5000), text);
+  const auto [train, val] = apps::split_corpus(text, 0.1, 16);
+  EXPECT_EQ(train.size() + val.size(), text.size());
+  EXPECT_EQ(val.size(), 500u);
+  EXPECT_EQ(train + val, text);
+  apps::WindowSampler a(train, 16, 3, 7, "train"), b(train, 16, 3, 7, "train");
+  const auto [ids, targets] = a.next();
+  EXPECT_EQ(ids.shape(), (Shape{3, 16}));
+  const auto x = ids.to_vector<std::int64_t>(), y = targets.to_vector<std::int64_t>();
+  for (int r = 0; r < 3; ++r)
+    for (int t = 0; t + 1 < 16; ++t) EXPECT_EQ(y[r * 16 + t], x[r * 16 + t + 1]);  // targets are the next bytes
+  const auto second = a.next().first.to_vector<std::int64_t>();
+  b.set_position(a.position() - 3);  // resume just before the second batch
+  EXPECT_EQ(b.next().first.to_vector<std::int64_t>(), second);
+  EXPECT_THROW(apps::WindowSampler(std::string(10, 'a'), 16, 1, 1, "tiny"), Error);
+  EXPECT_THROW(apps::split_corpus(std::string(20, 'a'), 0.1, 16), Error);
+  EXPECT_THROW(apps::split_corpus(text, 1.5, 16), Error);
+}
+
+TEST(Corpus, DefaultCorpusIsFoundOrGenerated) {
+  const apps::Corpus c = apps::load_corpus("");
+  EXPECT_GT(c.bytes.size(), 10000u);
+  EXPECT_FALSE(c.source.empty());
+  if (fs::is_directory(apps::kDefaultCorpusDir)) {
+    EXPECT_NE(c.source.find(apps::kDefaultCorpusDir), std::string::npos);
+  }
+}
+
+TEST(Checkpoint, RoundTripLatestPointerPruningAndDamage) {
+  const std::string dir = test::fresh_dir("checkpoint");
+  apps::CheckpointState st;
+  st.ints["step"] = 1;
+  st.strings["app"] = "test";
+  const std::map<std::string, Tensor> model{{"w", Tensor::full({2, 2}, 1.5)}}, opt{{"w.m", Tensor::full({2, 2}, 0.25)}};
+  for (int step = 1; step <= 3; ++step) {
+    st.ints["step"] = step;
+    apps::save_checkpoint(dir, step, model, opt, st, /*keep=*/2);
+  }
+  apps::Checkpoint c = apps::load_checkpoint(dir);
+  EXPECT_EQ(c.state.int_at("step"), 3);
+  EXPECT_EQ(c.state.string_at("app"), "test");
+  EXPECT_EQ(c.model.at("w").to_vector<float>(), std::vector<float>(4, 1.5f));
+  EXPECT_EQ(c.optimizer.at("w.m").to_vector<float>(), std::vector<float>(4, 0.25f));
+  EXPECT_FALSE(fs::exists(dir + "/step-00000001"));  // pruned: only the two newest stay
+  EXPECT_TRUE(fs::exists(dir + "/step-00000002"));
+  EXPECT_THROW(c.state.int_at("missing"), Error);
+  // A save that died half-way leaves a .tmp folder; "latest" still names the complete checkpoint.
+  fs::create_directories(dir + "/step-00000004.tmp");
+  std::ofstream(dir + "/step-00000004.tmp/model.safetensors") << "partial";
+  EXPECT_EQ(apps::load_checkpoint(dir).state.int_at("step"), 3);
+  // Damage is reported with the folder's name.
+  std::ofstream(dir + "/step-00000003/state.json") << "{ not json";
+  try {
+    apps::load_checkpoint(dir);
+    FAIL() << "a damaged state.json was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("step-00000003"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(apps::load_checkpoint(test::fresh_dir("no_checkpoint")), Error);
+}
+
+TEST(Metrics, GradientStatsAndCsvRecords) {
+  const std::map<std::string, Tensor> grads{{"a", Tensor::from_vector<float>({3, 4}, {2})},
+                                            {"b", Tensor::from_vector<float>({0, 0}, {2})}};
+  const auto [norm, variance] = apps::gradient_stats(grads);
+  EXPECT_NEAR(norm, 5.0, 1e-9);
+  EXPECT_NEAR(variance, 25.0 / 4 - (7.0 / 4) * (7.0 / 4), 1e-9);  // E[g^2] - E[g]^2 over all 4 elements
+  const std::string path = test::fresh_dir("metrics") + "/m.csv";
+  {
+    apps::MetricsWriter w(path, false, "val_psnr");
+    apps::StepMetrics m;
+    m.step = 1;
+    m.loss = 0.5;
+    w.write(m);
+    m.step = 2;
+    m.evaluated = true;
+    m.eval = 21.5;
+    w.write(m);
+  }
+  EXPECT_EQ(test::csv_column(path, "step"), (std::vector<double>{1, 2}));
+  const auto psnr = test::csv_column(path, "val_psnr");
+  EXPECT_TRUE(std::isnan(psnr[0]));
+  EXPECT_EQ(psnr[1], 21.5);
+  EXPECT_THROW(apps::MetricsWriter("/nonexistent-folder/m.csv", false, "x"), Error);
+}
+
+TEST(Progress, PlainLinesWhenNotATerminal) {
+  EXPECT_EQ(apps::format_duration(12), "12s");
+  EXPECT_EQ(apps::format_duration(187), "3m07s");
+  EXPECT_EQ(apps::format_duration(3720), "1h02m");
+  std::FILE* f = std::tmpfile();
+  apps::Progress p(4, "tok/s", 2, f);
+  EXPECT_FALSE(p.interactive());
+  for (int s = 1; s <= 4; ++s) p.step(s, 1.0 / s, 100, 0.5);
+  p.finish();
+  std::rewind(f);
+  std::string out(4096, '\0');
+  out.resize(std::fread(out.data(), 1, out.size(), f));
+  std::fclose(f);
+  EXPECT_NE(out.find("step 1/4 loss 1.0000 200 tok/s"), std::string::npos) << out;
+  EXPECT_NE(out.find("step 2/4"), std::string::npos);
+  EXPECT_EQ(out.find("step 3/4"), std::string::npos) << "logged off-cadence";
+  EXPECT_NE(out.find("step 4/4 loss 0.2500"), std::string::npos);
+  EXPECT_EQ(out.find('\r'), std::string::npos);
+}
+
+TEST(GradMode, ReadsTheEnvironment) {
+  ::unsetenv("GRAD_MODE");
+  EXPECT_EQ(apps::grad_mode(), apps::GradMode::advanced);
+  ::setenv("GRAD_MODE", "standard", 1);
+  EXPECT_EQ(apps::grad_mode(), apps::GradMode::standard);
+  EXPECT_EQ(apps::clip_mode(apps::GradMode::standard), actors::ClipMode::naive);
+  ::setenv("GRAD_MODE", "turbo", 1);
+  EXPECT_THROW(apps::grad_mode(), Error);
+  ::unsetenv("GRAD_MODE");
+}
+
+TEST(Models, ShapesAndErrors) {
+  Generator gen(1);
+  apps::GptConfig cfg;
+  cfg.d_model = 16;
+  cfg.heads = 2;
+  cfg.layers = 2;
+  cfg.d_ff = 32;
+  cfg.seq = 8;
+  apps::Gpt gpt(cfg, gen);
+  EXPECT_EQ(gpt.named_parameters().front().first, "wte.weight");
+  const Tensor ids = Tensor::zeros({2, 5}, DType::i64);
+  EXPECT_EQ(gpt.logits(graph::Var(ids)).tensor().shape(), (Shape{2, 5, 256}));
+  EXPECT_THROW(gpt.logits(graph::Var(Tensor::zeros({1, 9}, DType::i64))), Error);  // longer than --seq
+  cfg.heads = 3;
+  EXPECT_THROW(apps::Gpt(cfg, gen), Error);
+
+  apps::SrConfig sc;
+  sc.channels = 4;
+  sc.blocks = 2;
+  apps::SrLite sr(sc, gen);
+  EXPECT_EQ(sr(graph::Var(Tensor::zeros({2, 3, 6, 5}))).tensor().shape(), (Shape{2, 3, 12, 10}));
+  EXPECT_EQ(sr.named_parameters()[2].first, "body.0.conv1.weight");
+  EXPECT_THROW(sr(graph::Var(Tensor::zeros({1, 1, 6, 6}))), Error);
+  EXPECT_THROW(apps::parse_activation("tanh"), Error);
+  EXPECT_EQ(apps::parse_activation("custom-relu"), apps::Activation::custom_relu);
+}
+
+TEST(SrData, PairsAreDownsampledAndResumable) {
+  apps::SrDataOptions o;
+  o.patch = 16;
+  o.batch = 2;
+  o.held_out = 2;
+  apps::SrData a(o), b(o);
+  const auto [lr, hr] = a.next();
+  EXPECT_EQ(lr.shape(), (Shape{2, 3, 8, 8}));
+  EXPECT_EQ(hr.shape(), (Shape{2, 3, 16, 16}));
+  EXPECT_EQ(apps::downsample(hr, 2).to_vector<float>(), lr.to_vector<float>());
+  const auto second = a.next().second.to_vector<float>();
+  b.set_position(2);
+  EXPECT_EQ(b.next().second.to_vector<float>(), second);
+  EXPECT_EQ(a.held_out().size(), 2u);
+  EXPECT_GT(a.bicubic_psnr(), 10);
+  o.patch = 15;
+  EXPECT_THROW(apps::SrData{o}, Error);
+}

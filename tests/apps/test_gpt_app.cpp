@@ -1,0 +1,157 @@
+// troupe-gpt as a user runs it: a tiny model trains (loss falls, the JSON line parses), a resumed
+// run equals an uninterrupted one, eager (JIT_LEVEL=0) equals the actor graph, checkpoints
+// generate text, nanoGPT-named weights load, and bad flags or data give one clear line and exit 1.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "apps/app_runner.hpp"
+#include "troupe/apps/corpus.hpp"
+#include "troupe/apps/gpt_model.hpp"
+#include "troupe/graph/safetensors.hpp"
+
+using namespace troupe;
+using test::run_app;
+
+namespace {
+const std::string kGpt = TROUPE_GPT_BIN;
+
+// A small repetitive corpus, so a tiny model's loss falls within a few steps.
+std::string corpus_file(const std::string& dir) {
+  const std::string path = dir + "/corpus.txt";
+  std::ofstream(path) << apps::generated_corpus(20000);
+  return path;
+}
+
+std::string tiny(const std::string& data) {
+  return kGpt + " --d-model 32 --layers 1 --heads 2 --d-ff 64 --seq 16 --batch 4 --threads 1 --lr 3e-3 --eval-every 4"
+                " --val-batches 2 --data " + data;
+}
+}  // namespace
+
+TEST(GptApp, TrainsATinyModelAndReportsJson) {
+  const std::string dir = test::fresh_dir("gpt_smoke"), data = corpus_file(dir);
+  const auto r = run_app(tiny(data) + " --steps 12 --metrics " + dir + "/m.csv");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("GRAD_MODE=advanced"), std::string::npos) << r.output;
+  const auto j = r.last_json();
+  ASSERT_TRUE(j.is_object()) << r.output;
+  EXPECT_EQ(j.at("app"), "troupe-gpt");
+  EXPECT_EQ(j.at("steps"), 12);
+  for (const char* key : {"train_loss", "val_loss", "ms_per_step", "tokens_per_s", "params", "peak_bytes"})
+    EXPECT_GT(j.at(key).get<double>(), 0) << key;
+  const auto loss = test::csv_column(dir + "/m.csv", "loss");
+  ASSERT_EQ(loss.size(), 12u);
+  EXPECT_LT(loss.back(), loss.front() - 0.5) << "the loss did not fall";
+  const auto norms = test::csv_column(dir + "/m.csv", "grad_norm");
+  const auto peak = test::csv_column(dir + "/m.csv", "peak_bytes");
+  EXPECT_GT(norms[0], 0);
+  EXPECT_GT(peak[0], 0);
+  EXPECT_EQ(test::csv_column(dir + "/m.csv", "val_loss").size(), 12u);
+}
+
+TEST(GptApp, ResumeEqualsAnUninterruptedRun) {
+  const std::string dir = test::fresh_dir("gpt_resume"), data = corpus_file(dir);
+  ASSERT_EQ(run_app(tiny(data) + " --steps 8 --metrics " + dir + "/full.csv").exit_code, 0);
+  const auto first = run_app(tiny(data) + " --steps 4 --save " + dir + "/ck --metrics " + dir + "/parts.csv");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto second = run_app(tiny(data) + " --steps 8 --resume " + dir + "/ck --metrics " + dir + "/parts.csv");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("resuming at step 4"), std::string::npos) << second.output;
+  const auto full = test::csv_column(dir + "/full.csv", "loss"), parts = test::csv_column(dir + "/parts.csv", "loss");
+  ASSERT_EQ(full.size(), 8u);
+  ASSERT_EQ(parts.size(), 8u);
+  for (std::size_t i = 0; i < 8; ++i) EXPECT_NEAR(parts[i], full[i], 1e-6 * std::abs(full[i])) << "step " << i + 1;
+}
+
+TEST(GptApp, EagerStepsEqualActorSteps) {
+  const std::string dir = test::fresh_dir("gpt_eager"), data = corpus_file(dir);
+  ASSERT_EQ(run_app(tiny(data) + " --steps 5 --metrics " + dir + "/actors.csv").exit_code, 0);
+  const auto eager = run_app("JIT_LEVEL=0 " + tiny(data) + " --steps 5 --metrics " + dir + "/eager.csv");
+  ASSERT_EQ(eager.exit_code, 0) << eager.output;
+  EXPECT_NE(eager.output.find("JIT_LEVEL=0 (eager)"), std::string::npos);
+  const auto a = test::csv_column(dir + "/actors.csv", "loss"), e = test::csv_column(dir + "/eager.csv", "loss");
+  ASSERT_EQ(a.size(), e.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], e[i], 1e-5 * std::abs(e[i])) << "step " << i + 1;
+}
+
+TEST(GptApp, GeneratesFromACheckpoint) {
+  const std::string dir = test::fresh_dir("gpt_generate"), data = corpus_file(dir);
+  ASSERT_EQ(run_app(tiny(data) + " --steps 3 --save " + dir + "/ck").exit_code, 0);
+  const auto r = run_app(kGpt + " generate --checkpoint " + dir + "/ck --prompt 'The actor' --tokens 30 --temperature 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("The actor", 0), 0u) << r.output;
+  EXPECT_EQ(r.output.size(), std::string("The actor").size() + 30 + 1);  // prompt, 30 bytes, newline
+  // Greedy decoding is deterministic.
+  EXPECT_EQ(run_app(kGpt + " generate --checkpoint " + dir + "/ck --prompt 'The actor' --tokens 30 --temperature 0").output,
+            r.output);
+}
+
+// A state dict in nanoGPT's names (transformer.h.0.attn.c_attn.weight, ...) loads into the model
+// with every tensor in its place, in-process and through --load-weights.
+TEST(GptApp, LoadsWeightsWithNanoGptNames) {
+  const std::string dir = test::fresh_dir("gpt_weights"), data = corpus_file(dir);
+  apps::GptConfig cfg;
+  cfg.d_model = 32;
+  cfg.layers = 1;
+  cfg.heads = 2;
+  cfg.d_ff = 64;
+  cfg.seq = 16;
+  Generator gen(3);
+  apps::Gpt model(cfg, gen);
+  std::map<std::string, Tensor> nano;
+  const std::map<std::string, std::string> rename = {
+      {"wte.weight", "transformer.wte.weight"}, {"wpe.weight", "transformer.wpe.weight"},
+      {"ln_f.weight", "transformer.ln_f.weight"}, {"ln_f.bias", "transformer.ln_f.bias"},
+      {"blocks.0.ln1.weight", "transformer.h.0.ln_1.weight"}, {"blocks.0.ln1.bias", "transformer.h.0.ln_1.bias"},
+      {"blocks.0.ln2.weight", "transformer.h.0.ln_2.weight"}, {"blocks.0.ln2.bias", "transformer.h.0.ln_2.bias"},
+      {"blocks.0.attn.qkv.weight", "transformer.h.0.attn.c_attn.weight"},
+      {"blocks.0.attn.qkv.bias", "transformer.h.0.attn.c_attn.bias"},
+      {"blocks.0.attn.proj.weight", "transformer.h.0.attn.c_proj.weight"},
+      {"blocks.0.attn.proj.bias", "transformer.h.0.attn.c_proj.bias"},
+      {"blocks.0.mlp.fc.weight", "transformer.h.0.mlp.c_fc.weight"}, {"blocks.0.mlp.fc.bias", "transformer.h.0.mlp.c_fc.bias"},
+      {"blocks.0.mlp.proj.weight", "transformer.h.0.mlp.c_proj.weight"},
+      {"blocks.0.mlp.proj.bias", "transformer.h.0.mlp.c_proj.bias"}, {"lm_head.weight", "lm_head.weight"}};
+  const auto own = model.state_dict();
+  ASSERT_EQ(own.size(), rename.size());
+  for (const auto& [name, t] : own) nano[rename.at(name)] = t;
+  const auto mapped = apps::from_nanogpt_names(nano);
+  ASSERT_EQ(mapped.size(), own.size());
+  for (const auto& [name, t] : own) EXPECT_EQ(mapped.at(name).storage(), t.storage()) << name;
+  const std::string file = dir + "/nano.safetensors";
+  graph::save_safetensors(file, nano);
+  const auto r = run_app(tiny(data) + " --steps 1 --load-weights " + file);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // Wrong shapes (another model size) are refused with the parameter's name.
+  const auto bad = run_app(kGpt + " --d-model 64 --layers 1 --heads 2 --steps 1 --data " + data + " --load-weights " + file);
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("wte.weight"), std::string::npos) << bad.output;
+}
+
+// Each bad input: exit code 1 (CLI11's own for flag syntax), one error line naming the problem.
+TEST(GptApp, BadFlagsAndDataGiveOneClearLine) {
+  const std::string dir = test::fresh_dir("gpt_bad"), data = corpus_file(dir);
+  std::ofstream(dir + "/empty.txt").close();
+  struct Case {
+    std::string command, expect;
+  };
+  const std::vector<Case> cases = {
+      {tiny(dir + "/missing.txt") + " --steps 1", "missing.txt"},
+      {tiny(dir + "/empty.txt") + " --steps 1", "is empty"},
+      {kGpt + " --d-model 30 --heads 4 --steps 1 --data " + data, "not divisible by heads"},
+      {"GRAD_MODE=fancy " + tiny(data) + " --steps 1", "GRAD_MODE='fancy'"},
+      {"JIT_LEVEL=9 " + tiny(data) + " --steps 1", "JIT_LEVEL"},
+      {tiny(data) + " --steps 1 --resume " + dir + "/nothing", "holds no checkpoint"},
+      {kGpt + " generate --prompt hi", "--checkpoint"},
+      {kGpt + " --layers many", "--layers"},
+      {kGpt + " --no-such-flag", "no-such-flag"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.command);
+    const auto r = run_app(c.command);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+  }
+}
