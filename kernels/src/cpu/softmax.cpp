@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
+#include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
 
 namespace troupe {
@@ -23,6 +25,37 @@ Layout layout_of(const Shape& s, int axis) {
   return l;
 }
 
+// Softmax of one dense f32 row (the last-axis case: attention scores, logits), vectorised: a
+// select for the max, the fast exp (masked -inf scores give exactly 0), eight partial sums.
+TROUPE_VECTOR_CLONES void softmax_row(const float* x, float* y, std::int64_t n, bool log) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (std::int64_t k = 0; k < n; ++k) m = x[k] > m ? x[k] : m;
+  if (std::isinf(m) && m < 0) m = 0.0f;  // all -inf row: avoid inf - inf
+  double lanes[8] = {};
+  std::int64_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    for (int l = 0; l < 8; ++l) {
+      const float v = x[k + l];
+      const float e = v == -std::numeric_limits<float>::infinity() ? 0.0f : cpu::fast_exp(v - m);
+      y[k + l] = e;
+      lanes[l] += e;
+    }
+  double s = 0.0;
+  for (; k < n; ++k) {
+    const float e = x[k] == -std::numeric_limits<float>::infinity() ? 0.0f : cpu::fast_exp(x[k] - m);
+    y[k] = e;
+    s += e;
+  }
+  for (double l : lanes) s += l;
+  if (log) {
+    const float lse = static_cast<float>(m + std::log(s));
+    for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] - lse;
+  } else {
+    const float inv = static_cast<float>(1.0 / s);
+    for (std::int64_t i = 0; i < n; ++i) y[i] *= inv;
+  }
+}
+
 // attr "axis" (normalised), "log" (0/1). in[0] x dense, out[0] y dense.
 template <class T>
 void softmax_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
@@ -30,6 +63,12 @@ void softmax_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, con
   T* y = out[0].data<T>();
   const bool log = a.get_int("log") != 0;
   const Layout l = layout_of(in[0].shape(), static_cast<int>(a.get_int("axis")));
+  if constexpr (std::is_same_v<T, float>) {
+    if (l.inner == 1) {
+      for (std::int64_t o = 0; o < l.outer; ++o) softmax_row(x + o * l.n, y + o * l.n, l.n, log);
+      return;
+    }
+  }
   for (std::int64_t o = 0; o < l.outer; ++o)
     for (std::int64_t j = 0; j < l.inner; ++j) {
       const std::int64_t base = o * l.n * l.inner + j;
