@@ -3,10 +3,11 @@
 //   troupe-gpt [training flags]                       train (see --help)
 //   troupe-gpt generate --checkpoint DIR --prompt "..." sample from a checkpoint
 // JIT_LEVEL=0 runs the same steps eagerly; GRAD_MODE=standard takes the naive clip path.
-#include <CLI/CLI.hpp>
-
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -15,9 +16,8 @@
 #include "troupe/apps/corpus.hpp"
 #include "troupe/apps/gpt_model.hpp"
 #include "troupe/apps/grad_mode.hpp"
-#include "troupe/apps/metrics.hpp"
 #include "troupe/apps/train_loop.hpp"
-#include "troupe/graph/autodiff.hpp"
+#include "troupe/apps/train_step.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/graph/safetensors.hpp"
 #include "troupe/graph/trace.hpp"
@@ -32,11 +32,12 @@ namespace {
 
 struct TrainFlags {
   apps::GptConfig model;
-  std::int64_t batch = 8, steps = 200, eval_every = 50, val_batches = 4, save_every = 100, log_every = 10;
-  double lr = 3e-4, weight_decay = 0.01, clip = 1.0, val_fraction = 0.1;
+  apps::RunFlags run;
+  std::int64_t batch = 8, val_batches = 4;
+  double lr = 3e-4, weight_decay = 0.01, val_fraction = 0.1;
   std::uint64_t seed = 1;
-  std::string data, save, resume, load_weights, metrics, trace;
-  int threads = 0, micro_batches = 0;
+  std::string data, load_weights;
+  TrainFlags() { run.clip = 1.0; }
 };
 
 struct GenerateFlags {
@@ -78,10 +79,11 @@ apps::GptConfig load_config(const apps::CheckpointState& s) {
 int train(TrainFlags f) {
   const apps::GradMode mode = apps::grad_mode();
   const int jit = graph::jit_level();
+  apps::LoopOptions lo = apps::loop_options(f.run);
   std::optional<apps::Checkpoint> resumed;
-  if (!f.resume.empty()) {
-    resumed = apps::load_checkpoint(f.resume);
-    TROUPE_CHECK(resumed->state.string_at("app") == "troupe-gpt", invalid_argument, "'", f.resume,
+  if (!f.run.resume.empty()) {
+    resumed = apps::load_checkpoint(f.run.resume);
+    TROUPE_CHECK(resumed->state.string_at("app") == "troupe-gpt", invalid_argument, "'", f.run.resume,
                  "' is a checkpoint of ", resumed->state.string_at("app"), ", not of troupe-gpt");
     f.model = load_config(resumed->state);  // the checkpoint decides the model and the data
     f.batch = resumed->state.int_at("batch");
@@ -89,8 +91,7 @@ int train(TrainFlags f) {
     f.data = resumed->state.string_at("data");
   }
   f.model.validate();
-  TROUPE_CHECK(f.batch > 0 && f.steps > 0, invalid_argument, "--batch and --steps must be positive");
-  TROUPE_CHECK(f.clip >= 0, invalid_argument, "--clip must be >= 0 (0 turns clipping off), got ", f.clip);
+  TROUPE_CHECK(f.batch > 0, invalid_argument, "--batch must be positive, got ", f.batch);
 
   const apps::Corpus corpus = apps::load_corpus(f.data);
   const auto [train_bytes, val_bytes] = apps::split_corpus(corpus.bytes, f.val_fraction, f.model.seq);
@@ -113,9 +114,9 @@ int train(TrainFlags f) {
     model.load_state_dict(apps::from_nanogpt_names(graph::load_safetensors(f.load_weights).tensors));
   }
 
-  const int threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = apps::resolve_threads(f.run);
   set_kernel_threads(1);  // parallelism comes from actors running concurrently, not from inside a GEMM
-  const int micro_batches = f.micro_batches > 0 ? f.micro_batches : (threads > 1 && f.batch % 2 == 0 ? 2 : 1);
+  const int micro_batches = apps::resolve_micro_batches(f.run, threads, f.batch);
   std::printf("troupe-gpt: %lld parameters (d_model %lld, %lld layers, %lld heads, d_ff %lld, seq %lld), batch %lld\n",
               static_cast<long long>(model.parameter_count()), static_cast<long long>(f.model.d_model),
               static_cast<long long>(f.model.layers), static_cast<long long>(f.model.heads),
@@ -129,47 +130,18 @@ int train(TrainFlags f) {
   auto loss_fn = [&](const std::vector<Var>& in) { return std::vector<Var>{model.loss(in[0], in[1])}; };
   const graph::SymDim b = graph::SymDim::symbol("batch");
   const std::vector<graph::InputSpec> signature = {{"ids", {b, f.model.seq}, DType::i64}, {"targets", {b, f.model.seq}, DType::i64}};
-  std::unique_ptr<actors::Engine> engine;
-  std::unique_ptr<actors::Program> train_program, eval_program;
-  if (jit > 0) {
-    engine = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(threads)});
-    actors::ProgramOptions po;
-    po.micro_batches = micro_batches;
-    po.optimizers = {optimizer};
-    po.clip_grad_norm = f.clip;
-    po.clip_mode = apps::clip_mode(mode);
-    train_program = engine->compile(graph::trace(loss_fn, signature).with_gradients(), po);
+  apps::TrainStep train_step(loss_fn, signature, model, optimizer, f.run.clip, mode, threads, micro_batches, jit);
+  std::unique_ptr<actors::Program> eval_program;
+  if (train_step.engine()) {
     actors::ProgramOptions eo;
     eo.micro_batches = micro_batches;
-    eval_program = engine->compile(graph::trace(loss_fn, signature), eo);
+    eval_program = train_step.engine()->compile(graph::trace(loss_fn, signature), eo);
   }
 
   apps::LoopHooks hooks;
   hooks.step = [&] {
     auto [ids, targets] = train_data.next();
-    apps::StepOutcome out;
-    if (train_program) {
-      const actors::StepResult r = train_program->run({ids, targets});
-      out.loss = r.outputs[0].item();
-      auto [norm, variance] = apps::gradient_stats(r.gradients);
-      // The returned gradients are clipped; report the variance of the gradient before clipping.
-      const double scale = f.clip > 0 ? norm / r.grad_norm : 1.0;
-      out.grad_norm = f.clip > 0 ? r.grad_norm : norm;
-      out.grad_variance = scale > 0 ? variance / (scale * scale) : variance;
-      return out;
-    }
-    optimizer->zero_grad();
-    const Var loss = model.loss(Var(ids), Var(targets));
-    graph::backward(loss);
-    std::map<std::string, Tensor> grads;
-    for (const auto& [name, p] : model.named_parameters())
-      if (p.grad().defined()) grads[name] = p.grad();
-    std::tie(out.grad_norm, out.grad_variance) = apps::gradient_stats(grads);
-    if (f.clip > 0) graph::clip_grad_norm(model.parameters(), f.clip);
-    optimizer->step();
-    optimizer->zero_grad();
-    out.loss = loss.tensor().item();
-    return out;
+    return train_step({ids, targets});
   };
   hooks.evaluate = [&] {
     val_data.set_position(0);  // the same held-out windows every time
@@ -185,7 +157,7 @@ int train(TrainFlags f) {
     }
     return total / static_cast<double>(f.val_batches);
   };
-  if (!f.save.empty())
+  if (!f.run.save.empty())
     hooks.save = [&](std::int64_t step) {
       apps::CheckpointState st;
       store_config(f.model, st);
@@ -195,19 +167,12 @@ int train(TrainFlags f) {
       st.ints["data_position"] = static_cast<std::int64_t>(train_data.position());
       st.strings["app"] = "troupe-gpt";
       st.strings["data"] = f.data;
-      apps::save_checkpoint(f.save, step, model.state_dict(), optimizer->state_dict(), st);
+      apps::save_checkpoint(f.run.save, step, model.state_dict(), optimizer->state_dict(), st);
     };
 
-  apps::LoopOptions lo;
   lo.start_step = start_step;
-  lo.steps = f.steps;
-  lo.eval_every = f.eval_every;
-  lo.save_every = f.save_every;
-  lo.log_every = f.log_every;
   lo.items_per_step = static_cast<double>(f.batch * f.model.seq);
   lo.unit = "tok/s";
-  lo.metrics_path = f.metrics;
-  lo.trace_path = f.trace;
   const apps::LoopSummary s = apps::run_training_loop(lo, hooks);
   std::printf("{\"app\":\"troupe-gpt\",\"steps\":%lld,\"train_loss\":%.5f,\"val_loss\":%.5f,\"ms_per_step\":%.2f,"
               "\"tokens_per_s\":%.1f,\"params\":%lld,\"peak_bytes\":%zu}\n",
@@ -283,25 +248,14 @@ int main(int argc, char** argv) {
   TrainFlags tf;
   add_model_flags(app, tf.model);
   app.add_option("--batch", tf.batch, "sequences per step")->capture_default_str();
-  app.add_option("--steps", tf.steps, "total training steps (a resumed run continues up to this)")->capture_default_str();
   app.add_option("--lr", tf.lr, "AdamW learning rate")->capture_default_str();
   app.add_option("--weight-decay", tf.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
-  app.add_option("--clip", tf.clip, "global gradient-norm clipping threshold (0 = off)")->capture_default_str();
   app.add_option("--seed", tf.seed, "seed of the initial weights and of the data order")->capture_default_str();
   app.add_option("--data", tf.data, "corpus file (default: the texts under /usr/share/common-licenses)");
   app.add_option("--val-fraction", tf.val_fraction, "held-out tail of the corpus")->capture_default_str();
-  app.add_option("--eval-every", tf.eval_every, "validation loss every K steps (and at the end)")->capture_default_str();
   app.add_option("--val-batches", tf.val_batches, "held-out batches per validation")->capture_default_str();
-  app.add_option("--save", tf.save, "checkpoint folder, written every --save-every steps and at the end");
-  app.add_option("--save-every", tf.save_every, "checkpoint cadence in steps")->capture_default_str();
-  app.add_option("--resume", tf.resume, "continue the run saved in this checkpoint folder");
   app.add_option("--load-weights", tf.load_weights, "start from these weights (.safetensors, Troupe or nanoGPT names)");
-  app.add_option("--metrics", tf.metrics, "per-step metrics file (.csv, otherwise JSON lines)");
-  app.add_option("--trace", tf.trace, "write the last step's message flow (Chrome trace JSON)");
-  app.add_option("--log-every", tf.log_every, "plain log line cadence when stdout is not a terminal")->capture_default_str();
-  app.add_option("--threads", tf.threads, "scheduler threads (0 = all cores)")->capture_default_str();
-  app.add_option("--micro-batches", tf.micro_batches, "micro-batches per step (0 = 2 on several cores, else 1)")
-      ->capture_default_str();
+  apps::add_run_flags(app, tf.run);
   GenerateFlags gf;
   CLI::App* gen = app.add_subcommand("generate", "sample text from a checkpoint or a weights file");
   gen->add_option("--checkpoint", gf.checkpoint, "a folder written by --save");
@@ -312,15 +266,5 @@ int main(int argc, char** argv) {
   gen->add_option("--temperature", gf.temperature, "sampling temperature (0 = greedy)")->capture_default_str();
   gen->add_option("--top-k", gf.top_k, "sample among the k most likely bytes (0 = all)")->capture_default_str();
   gen->add_option("--seed", gf.seed, "sampling seed")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  try {
-    return gen->parsed() ? generate(gf) : train(tf);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "\ntroupe-gpt: %s\n", e.what());
-    return 1;
-  }
+  return apps::run_cli(app, argc, argv, "troupe-gpt", [&] { return gen->parsed() ? generate(gf) : train(tf); });
 }

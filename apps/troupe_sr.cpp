@@ -3,23 +3,18 @@
 //   troupe-sr [training flags]                          train (see --help)
 //   troupe-sr infer --weights W in.png out.png          upscale one image
 // GRAD_MODE=standard trains custom-relu models with the plain relu gradient; JIT_LEVEL=0 runs eagerly.
-#include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <thread>
 
-#include "troupe/actors/engine.hpp"
 #include "troupe/apps/checkpoint.hpp"
 #include "troupe/apps/grad_mode.hpp"
 #include "troupe/apps/image.hpp"
-#include "troupe/apps/metrics.hpp"
 #include "troupe/apps/sr_data.hpp"
 #include "troupe/apps/sr_model.hpp"
 #include "troupe/apps/train_loop.hpp"
-#include "troupe/graph/autodiff.hpp"
+#include "troupe/apps/train_step.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/graph/safetensors.hpp"
@@ -35,11 +30,11 @@ namespace {
 
 struct TrainFlags {
   apps::SrDataOptions data;
-  std::int64_t channels = 64, blocks = 4, steps = 300, eval_every = 50, save_every = 100, log_every = 10;
+  apps::RunFlags run;
+  std::int64_t channels = 64, blocks = 4;
   std::string act = "custom-relu";
-  double lr = 1e-3, clip = 0;
-  std::string save, resume, metrics, trace;
-  int threads = 0, micro_batches = 0;
+  double lr = 1e-3;
+  TrainFlags() { run.steps = 300; }
 };
 
 struct InferFlags {
@@ -70,11 +65,12 @@ double evaluate(apps::SrLite& model, const apps::SrData& data) {
 int train(TrainFlags f) {
   const apps::GradMode mode = apps::grad_mode();
   const int jit = graph::jit_level();
+  apps::LoopOptions lo = apps::loop_options(f.run);
   std::optional<apps::Checkpoint> resumed;
-  if (!f.resume.empty()) {
-    resumed = apps::load_checkpoint(f.resume);
+  if (!f.run.resume.empty()) {
+    resumed = apps::load_checkpoint(f.run.resume);
     const apps::CheckpointState& st = resumed->state;
-    TROUPE_CHECK(st.string_at("app") == "troupe-sr", invalid_argument, "'", f.resume, "' is a checkpoint of ",
+    TROUPE_CHECK(st.string_at("app") == "troupe-sr", invalid_argument, "'", f.run.resume, "' is a checkpoint of ",
                  st.string_at("app"), ", not of troupe-sr");
     f.channels = st.int_at("channels");
     f.blocks = st.int_at("blocks");
@@ -106,9 +102,9 @@ int train(TrainFlags f) {
     start_step = resumed->state.int_at("step");
     data.set_position(static_cast<std::uint64_t>(resumed->state.int_at("data_position")));
   }
-  const int threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  set_kernel_threads(1);
-  const int micro_batches = f.micro_batches > 0 ? f.micro_batches : (threads > 1 && f.data.batch % 2 == 0 ? 2 : 1);
+  const int threads = apps::resolve_threads(f.run);
+  set_kernel_threads(1);  // parallelism comes from actors running concurrently
+  const int micro_batches = apps::resolve_micro_batches(f.run, threads, f.data.batch);
   std::printf("troupe-sr: sr-lite x%lld, %lld parameters (%lld channels, %lld residual blocks, --act %s), batch %lld of %lldx%lld patches\n",
               static_cast<long long>(config.upscale), static_cast<long long>(model.parameter_count()),
               static_cast<long long>(config.channels), static_cast<long long>(config.blocks), f.act.c_str(),
@@ -122,49 +118,15 @@ int train(TrainFlags f) {
   auto loss_fn = [&](const std::vector<Var>& in) { return std::vector<Var>{graph::mse_loss(model(in[0]), in[1])}; };
   const graph::SymDim b = graph::SymDim::symbol("batch");
   const std::int64_t lo_side = f.data.patch / f.data.upscale;
-  std::unique_ptr<actors::Engine> engine;
-  std::unique_ptr<actors::Program> program;
-  if (jit > 0) {
-    engine = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(threads)});
-    actors::ProgramOptions po;
-    po.micro_batches = micro_batches;
-    po.optimizers = {optimizer};
-    po.clip_grad_norm = f.clip;
-    po.clip_mode = apps::clip_mode(mode);
-    program = engine->compile(
-        graph::trace(loss_fn, {{"input", {b, 3, lo_side, lo_side}}, {"target", {b, 3, f.data.patch, f.data.patch}}})
-            .with_gradients(),
-        po);
-  }
-
+  apps::TrainStep train_step(loss_fn, {{"input", {b, 3, lo_side, lo_side}}, {"target", {b, 3, f.data.patch, f.data.patch}}},
+                             model, optimizer, f.run.clip, mode, threads, micro_batches, jit);
   apps::LoopHooks hooks;
   hooks.step = [&] {
     auto [lr, hr] = data.next();
-    apps::StepOutcome out;
-    if (program) {
-      const actors::StepResult r = program->run({lr, hr});
-      out.loss = r.outputs[0].item();
-      auto [norm, variance] = apps::gradient_stats(r.gradients);
-      const double scale = f.clip > 0 ? norm / r.grad_norm : 1.0;  // undo clipping in the reported variance
-      out.grad_norm = f.clip > 0 ? r.grad_norm : norm;
-      out.grad_variance = scale > 0 ? variance / (scale * scale) : variance;
-      return out;
-    }
-    optimizer->zero_grad();
-    const Var loss = loss_fn({Var(lr), Var(hr)})[0];
-    graph::backward(loss);
-    std::map<std::string, Tensor> grads;
-    for (const auto& [name, p] : model.named_parameters())
-      if (p.grad().defined()) grads[name] = p.grad();
-    std::tie(out.grad_norm, out.grad_variance) = apps::gradient_stats(grads);
-    if (f.clip > 0) graph::clip_grad_norm(model.parameters(), f.clip);
-    optimizer->step();
-    optimizer->zero_grad();
-    out.loss = loss.tensor().item();
-    return out;
+    return train_step({lr, hr});
   };
   hooks.evaluate = [&] { return evaluate(model, data); };
-  if (!f.save.empty())
+  if (!f.run.save.empty())
     hooks.save = [&](std::int64_t step) {
       apps::CheckpointState st;
       st.ints["step"] = step;
@@ -177,18 +139,11 @@ int train(TrainFlags f) {
       st.strings["app"] = "troupe-sr";
       st.strings["act"] = f.act;
       st.strings["data"] = f.data.folder;
-      apps::save_checkpoint(f.save, step, model.state_dict(), optimizer->state_dict(), st);
+      apps::save_checkpoint(f.run.save, step, model.state_dict(), optimizer->state_dict(), st);
     };
-  apps::LoopOptions lo;
   lo.start_step = start_step;
-  lo.steps = f.steps;
-  lo.eval_every = f.eval_every;
-  lo.save_every = f.save_every;
-  lo.log_every = f.log_every;
   lo.items_per_step = static_cast<double>(f.data.batch);
   lo.unit = "img/s";
-  lo.metrics_path = f.metrics;
-  lo.trace_path = f.trace;
   lo.eval_name = "val_psnr";
   const apps::LoopSummary s = apps::run_training_loop(lo, hooks);
   std::printf("{\"app\":\"troupe-sr\",\"steps\":%lld,\"train_loss\":%.6f,\"val_psnr\":%.3f,\"bicubic_psnr\":%.3f,"
@@ -228,20 +183,9 @@ int main(int argc, char** argv) {
   app.add_option("--patch", tf.data.patch, "high-resolution training patch side")->capture_default_str();
   app.add_option("--batch", tf.data.batch, "patches per step")->capture_default_str();
   app.add_option("--held-out", tf.data.held_out, "procedural held-out images for PSNR")->capture_default_str();
-  app.add_option("--steps", tf.steps, "total training steps (a resumed run continues up to this)")->capture_default_str();
   app.add_option("--lr", tf.lr, "Adam learning rate")->capture_default_str();
-  app.add_option("--clip", tf.clip, "global gradient-norm clipping threshold (0 = off)")->capture_default_str();
   app.add_option("--seed", tf.data.seed, "seed of the initial weights and of the data")->capture_default_str();
-  app.add_option("--eval-every", tf.eval_every, "held-out PSNR every K steps (and at the end)")->capture_default_str();
-  app.add_option("--save", tf.save, "checkpoint folder, written every --save-every steps and at the end");
-  app.add_option("--save-every", tf.save_every, "checkpoint cadence in steps")->capture_default_str();
-  app.add_option("--resume", tf.resume, "continue the run saved in this checkpoint folder");
-  app.add_option("--metrics", tf.metrics, "per-step metrics file (.csv, otherwise JSON lines)");
-  app.add_option("--trace", tf.trace, "write the last step's message flow (Chrome trace JSON)");
-  app.add_option("--log-every", tf.log_every, "plain log line cadence when stdout is not a terminal")->capture_default_str();
-  app.add_option("--threads", tf.threads, "scheduler threads (0 = all cores)")->capture_default_str();
-  app.add_option("--micro-batches", tf.micro_batches, "micro-batches per step (0 = 2 on several cores, else 1)")
-      ->capture_default_str();
+  apps::add_run_flags(app, tf.run);
   InferFlags inf;
   CLI::App* infer_cmd = app.add_subcommand("infer", "upscale one PNG image x2");
   infer_cmd->add_option("--weights", inf.weights, "a checkpoint folder (--save) or a .safetensors file")->required();
@@ -249,15 +193,5 @@ int main(int argc, char** argv) {
   infer_cmd->add_option("--blocks", inf.blocks, "residual blocks of a .safetensors model")->capture_default_str();
   infer_cmd->add_option("input", inf.input, "input PNG")->required();
   infer_cmd->add_option("output", inf.output, "output PNG")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  try {
-    return infer_cmd->parsed() ? infer(inf) : train(tf);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "\ntroupe-sr: %s\n", e.what());
-    return 1;
-  }
+  return apps::run_cli(app, argc, argv, "troupe-sr", [&] { return infer_cmd->parsed() ? infer(inf) : train(tf); });
 }

@@ -1,0 +1,66 @@
+#pragma once
+// The training step both apps run, and the flags that shape a run. A step is an actor program
+// (traced loss with gradients, the optimizer as an actor, clipping inside the program) or, with
+// JIT_LEVEL=0, the same step done eagerly; both report the same StepOutcome.
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "troupe/actors/engine.hpp"
+#include "troupe/apps/grad_mode.hpp"
+#include "troupe/apps/train_loop.hpp"
+#include "troupe/graph/module.hpp"
+#include "troupe/graph/optim.hpp"
+#include "troupe/graph/trace.hpp"
+
+namespace troupe::apps {
+
+/// The flags every training app has (steps, cadences, outputs, threads, clipping).
+struct RunFlags {
+  std::int64_t steps = 200, eval_every = 50, save_every = 100, log_every = 10;
+  double clip = 0;
+  std::string save, resume, metrics, trace;
+  int threads = 0, micro_batches = 0;
+};
+
+/// Registers RunFlags on `app`; `steps` and `clip` keep the defaults they hold.
+void add_run_flags(CLI::App& app, RunFlags& flags);
+
+/// The cadence and output part of LoopOptions from the flags.
+LoopOptions loop_options(const RunFlags& flags);
+
+/// Scheduler threads for `flags.threads` (0 = the machine's cores).
+int resolve_threads(const RunFlags& flags);
+/// Micro-batches for the flag (0 = 2 on several threads when the batch splits, else 1).
+int resolve_micro_batches(const RunFlags& flags, int threads, std::int64_t batch);
+
+/// One training step of `model` with `optimizer`: on the actor runtime or eagerly.
+class TrainStep {
+ public:
+  /// Compiles the step unless `jit_level` is 0 (then each call runs eagerly).
+  TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputSpec>& signature, graph::Module& model,
+            std::shared_ptr<graph::Optimizer> optimizer, double clip, GradMode mode, int threads, int micro_batches,
+            int jit_level);
+  /// Runs one step on `inputs`: loss, gradient norm and variance (both before clipping).
+  StepOutcome operator()(const std::vector<Tensor>& inputs);
+  /// The engine of the actor program (null in eager mode), for programs the app adds (evaluation).
+  actors::Engine* engine() const { return engine_.get(); }
+
+ private:
+  graph::TraceableFn loss_fn_;
+  graph::Module& model_;
+  std::shared_ptr<graph::Optimizer> optimizer_;
+  double clip_;
+  std::unique_ptr<actors::Engine> engine_;
+  std::unique_ptr<actors::Program> program_;
+};
+
+/// Parses `argv` into `app` and runs `body`: flag errors as CLI11 reports them, a troupe::Error
+/// as one line "<app name>: <message>" on stderr and exit code 1.
+int run_cli(CLI::App& app, int argc, char** argv, const char* name, const std::function<int()>& body);
+
+}  // namespace troupe::apps

@@ -1,0 +1,106 @@
+#include "troupe/apps/train_step.hpp"
+
+#include <cstdio>
+#include <thread>
+
+#include "troupe/apps/metrics.hpp"
+#include "troupe/graph/autodiff.hpp"
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::apps {
+
+void add_run_flags(CLI::App& app, RunFlags& f) {
+  app.add_option("--steps", f.steps, "total training steps (a resumed run continues up to this)")->capture_default_str();
+  app.add_option("--clip", f.clip, "global gradient-norm clipping threshold (0 = off)")->capture_default_str();
+  app.add_option("--eval-every", f.eval_every, "held-out evaluation every K steps (and at the end)")->capture_default_str();
+  app.add_option("--save", f.save, "checkpoint folder, written every --save-every steps and at the end");
+  app.add_option("--save-every", f.save_every, "checkpoint cadence in steps")->capture_default_str();
+  app.add_option("--resume", f.resume, "continue the run saved in this checkpoint folder");
+  app.add_option("--metrics", f.metrics, "per-step metrics file (.csv, otherwise JSON lines)");
+  app.add_option("--trace", f.trace, "write the last step's message flow (Chrome trace JSON)");
+  app.add_option("--log-every", f.log_every, "plain log line cadence when stdout is not a terminal")->capture_default_str();
+  app.add_option("--threads", f.threads, "scheduler threads (0 = all cores)")->capture_default_str();
+  app.add_option("--micro-batches", f.micro_batches, "micro-batches per step (0 = 2 on several cores, else 1)")
+      ->capture_default_str();
+}
+
+LoopOptions loop_options(const RunFlags& f) {
+  TROUPE_CHECK(f.steps > 0, invalid_argument, "--steps must be positive, got ", f.steps);
+  TROUPE_CHECK(f.clip >= 0, invalid_argument, "--clip must be >= 0 (0 turns clipping off), got ", f.clip);
+  LoopOptions o;
+  o.steps = f.steps;
+  o.eval_every = f.eval_every;
+  o.save_every = f.save_every;
+  o.log_every = f.log_every;
+  o.metrics_path = f.metrics;
+  o.trace_path = f.trace;
+  return o;
+}
+
+int resolve_threads(const RunFlags& f) {
+  TROUPE_CHECK(f.threads >= 0, invalid_argument, "--threads must be >= 0 (0 = all cores), got ", f.threads);
+  return f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+int resolve_micro_batches(const RunFlags& f, int threads, std::int64_t batch) {
+  TROUPE_CHECK(f.micro_batches >= 0, invalid_argument, "--micro-batches must be >= 0, got ", f.micro_batches);
+  if (f.micro_batches > 0) return f.micro_batches;
+  return threads > 1 && batch % 2 == 0 ? 2 : 1;
+}
+
+TrainStep::TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputSpec>& signature, graph::Module& model,
+                     std::shared_ptr<graph::Optimizer> optimizer, double clip, GradMode mode, int threads,
+                     int micro_batches, int jit_level)
+    : loss_fn_(std::move(loss_fn)), model_(model), optimizer_(std::move(optimizer)), clip_(clip) {
+  if (jit_level == 0) return;
+  engine_ = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(threads)});
+  actors::ProgramOptions po;
+  po.micro_batches = micro_batches;
+  po.optimizers = {optimizer_};
+  po.clip_grad_norm = clip;
+  po.clip_mode = clip_mode(mode);
+  program_ = engine_->compile(graph::trace(loss_fn_, signature).with_gradients(), po);
+}
+
+StepOutcome TrainStep::operator()(const std::vector<Tensor>& inputs) {
+  StepOutcome out;
+  if (program_) {
+    const actors::StepResult r = program_->run(inputs);
+    out.loss = r.outputs[0].item();
+    auto [norm, variance] = gradient_stats(r.gradients);
+    // The returned gradients are clipped; report the norm and variance from before clipping.
+    const double scale = clip_ > 0 ? norm / r.grad_norm : 1.0;
+    out.grad_norm = clip_ > 0 ? r.grad_norm : norm;
+    out.grad_variance = scale > 0 ? variance / (scale * scale) : variance;
+    return out;
+  }
+  optimizer_->zero_grad();
+  std::vector<graph::Var> vars(inputs.begin(), inputs.end());
+  const graph::Var loss = loss_fn_(vars)[0];
+  graph::backward(loss);
+  std::map<std::string, Tensor> grads;
+  for (const auto& [name, p] : model_.named_parameters())
+    if (p.grad().defined()) grads[name] = p.grad();
+  std::tie(out.grad_norm, out.grad_variance) = gradient_stats(grads);
+  if (clip_ > 0) graph::clip_grad_norm(model_.parameters(), clip_);
+  optimizer_->step();
+  optimizer_->zero_grad();
+  out.loss = loss.tensor().item();
+  return out;
+}
+
+int run_cli(CLI::App& app, int argc, char** argv, const char* name, const std::function<int()>& body) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return body();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "\n%s: %s\n", name, e.what());
+    return 1;
+  }
+}
+
+}  // namespace troupe::apps
