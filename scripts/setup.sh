@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Troupe needs to build, test and benchmark. Idempotent and quiet:
-# does nothing when everything is present. Runs as root, or through sudo.
+# Installs the Debian packages Troupe needs to build and test; with --bench also PyTorch (Debian's
+# python3-torch), which the side-by-side benchmarks and the golden-data generator run. Idempotent
+# and quiet: does nothing when everything is present. Runs as root, or through sudo.
 set -euo pipefail
 
 packages=(
@@ -11,6 +12,9 @@ packages=(
   nlohmann-json3-dev libpng-dev libcli11-dev
   python3
 )
+if [ "${1:-}" = --bench ]; then
+  packages+=(python3-torch)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
