@@ -233,6 +233,7 @@ void pump(Self* self) {
 caf::behavior node_actor(Self* self, std::shared_ptr<const ActorPlan> plan, int index,
                          std::shared_ptr<const graph::Graph> graph, int registers, PeersPtr peers) {
   spawn_acquired();
+  HandlerSync init_sync(self);  // what init writes is published like a handler's writes
   NodeState& s = self->state;
   s.self = self;
   s.plan = std::move(plan);
@@ -285,6 +286,7 @@ struct OptimizerState {
 caf::behavior optimizer_actor(caf::stateful_actor<OptimizerState>* self, std::shared_ptr<graph::Optimizer> optimizer,
                               int index, std::uint32_t trace_id, PeersPtr peers) {
   spawn_acquired();
+  HandlerSync init_sync(self);  // what init writes is published like a handler's writes
   self->state.self = self;
   self->state.optimizer = std::move(optimizer);
   self->state.index = index;

@@ -170,6 +170,7 @@ void check_complete(Self* self) {
 
 caf::behavior program_actor(Self* self, std::shared_ptr<const ProgramSetup> setup) {
   spawn_acquired();
+  HandlerSync init_sync(self);  // what init writes is published like a handler's writes
   self->state.self = self;
   self->state.setup = std::move(setup);
   auto me = [self] { return my_trace_id(self->state); };
