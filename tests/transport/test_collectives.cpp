@@ -1,0 +1,170 @@
+// Collectives on the in-process backend: 1-8 ranks as threads, odd sizes (1 element, primes, sizes
+// not divisible by the rank count, chunk boundaries), every collective against a direct
+// computation; disagreeing ranks fail together with one message; a silent rank times out by name.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <thread>
+
+#include "kernels/reference.hpp"
+#include "troupe/kernels/error.hpp"
+#include "troupe/transport/inprocess.hpp"
+#include "troupe/transport/process_group.hpp"
+
+using namespace troupe;
+using namespace troupe::transport;
+
+namespace {
+// Runs body(group) on `n` rank threads; returns each rank's exception (null when it succeeded).
+std::vector<std::exception_ptr> on_ranks(int n, const std::function<void(ProcessGroup&)>& body, std::size_t chunk = 64,
+                                         std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) {
+  auto world = make_inprocess_world(n);
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        world[static_cast<std::size_t>(r)]->timeout = timeout;
+        ProcessGroup g(*world[static_cast<std::size_t>(r)], 0, chunk);
+        body(g);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+Tensor rank_tensor(int rank, std::int64_t n, DType dtype = DType::f32) {
+  return test::random_tensor({n}, 100 + static_cast<std::uint64_t>(rank)).to(dtype);
+}
+
+std::string message(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+}
+}  // namespace
+
+TEST(Collectives, AllReduceMatchesTheSumForEveryRankCountAndSize) {
+  for (int n = 1; n <= 8; ++n)
+    for (std::int64_t size : {1, 2, 7, 13, 97, 1031}) {
+      SCOPED_TRACE(std::to_string(n) + " ranks, " + std::to_string(size) + " elements");
+      std::vector<double> expected(static_cast<std::size_t>(size), 0.0);
+      for (int r = 0; r < n; ++r) {
+        const auto v = test::values(rank_tensor(r, size));
+        for (std::size_t i = 0; i < v.size(); ++i) expected[i] += v[i];
+      }
+      std::vector<Tensor> results(static_cast<std::size_t>(n));
+      const auto errors = on_ranks(n, [&](ProcessGroup& g) {
+        Tensor t = rank_tensor(g.rank(), size);
+        g.all_reduce(t);
+        results[static_cast<std::size_t>(g.rank())] = t;
+      });
+      for (int r = 0; r < n; ++r) {
+        ASSERT_FALSE(errors[static_cast<std::size_t>(r)]) << message(errors[static_cast<std::size_t>(r)]);
+        test::expect_close(results[static_cast<std::size_t>(r)], expected, {size}, 1e-5, 1e-5);
+      }
+    }
+}
+
+TEST(Collectives, MeanGatherScatterBroadcastAndPointToPoint) {
+  for (int n : {1, 2, 3, 5, 8}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    const std::int64_t k = 3;  // rows per rank in gather / scatter
+    const auto errors = on_ranks(n, [&](ProcessGroup& g) {
+      const int r = g.rank();
+      // mean in f64
+      Tensor m = Tensor::full({5}, static_cast<double>(r), DType::f64);
+      g.all_reduce(m, ReduceOp::mean);
+      for (double v : m.to_vector<double>()) EXPECT_NEAR(v, (n - 1) / 2.0, 1e-12);
+      // all_gather: rank r contributes rows filled with r
+      Tensor mine = Tensor::full({k, 2}, static_cast<double>(r));
+      const auto gathered = g.all_gather(mine).to_vector<float>();
+      ASSERT_EQ(gathered.size(), static_cast<std::size_t>(n * k * 2));
+      for (int q = 0; q < n; ++q)
+        for (int i = 0; i < k * 2; ++i) EXPECT_EQ(gathered[static_cast<std::size_t>(q * k * 2 + i)], q);
+      // reduce_scatter: every rank holds [n*k] = index; rank r gets part r summed over ranks
+      std::vector<float> idx(static_cast<std::size_t>(n * k));
+      for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<float>(i);
+      const auto part = g.reduce_scatter(Tensor::from_vector(idx, {n * k})).to_vector<float>();
+      ASSERT_EQ(part.size(), static_cast<std::size_t>(k));
+      for (int i = 0; i < k; ++i) EXPECT_EQ(part[static_cast<std::size_t>(i)], static_cast<float>(n * (r * k + i)));
+      // broadcast from the last rank
+      Tensor b = Tensor::full({11}, static_cast<double>(r));
+      g.broadcast(b, n - 1);
+      for (float v : b.to_vector<float>()) EXPECT_EQ(v, n - 1);
+      // point to point around the ring
+      if (n > 1) {
+        Tensor out = Tensor::full({4}, static_cast<double>(r)), in = Tensor::zeros({4});
+        if (r % 2 == 0) {
+          g.send(out, (r + 1) % n);
+          g.recv(in, (r - 1 + n) % n);
+        } else {
+          g.recv(in, (r - 1 + n) % n);
+          g.send(out, (r + 1) % n);
+        }
+        for (float v : in.to_vector<float>()) EXPECT_EQ(v, (r - 1 + n) % n);
+      }
+      g.barrier();
+    });
+    for (const auto& e : errors) EXPECT_FALSE(e) << message(e);
+  }
+}
+
+TEST(Collectives, DisagreeingRanksAllFailWithOneMessage) {
+  const auto errors = on_ranks(3, [&](ProcessGroup& g) {
+    Tensor t = Tensor::zeros({g.rank() == 1 ? 9 : 10});
+    g.all_reduce(t);
+  });
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(errors[static_cast<std::size_t>(r)]) << "rank " << r << " did not notice";
+    const std::string m = message(errors[static_cast<std::size_t>(r)]);
+    EXPECT_NE(m.find("rank 1 all_reduce of 9"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 0 all_reduce of 10"), std::string::npos) << m;
+  }
+}
+
+TEST(Collectives, ASilentRankTimesOutByName) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto errors = on_ranks(
+      2,
+      [&](ProcessGroup& g) {
+        if (g.rank() == 1) return;  // never joins the collective
+        Tensor t = Tensor::zeros({4});
+        g.all_reduce(t);
+      },
+      64, std::chrono::milliseconds(300));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  ASSERT_TRUE(errors[0]);
+  EXPECT_NE(message(errors[0]).find("rank 1 sent nothing"), std::string::npos) << message(errors[0]);
+}
+
+TEST(Collectives, CommunicatorRunsQueuedCollectivesAndReportsCompletion) {
+  auto world = make_inprocess_world(2);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (auto& t : world) comms.push_back(std::make_unique<Communicator>(std::move(t), "allreduce", 0, 64));
+  std::vector<Tensor> ts;
+  std::vector<std::future<void>> done;
+  for (int r = 0; r < 2; ++r)
+    for (int k = 0; k < 3; ++k) {
+      ts.push_back(Tensor::full({100}, r + 10.0 * k));
+      auto promise = std::make_shared<std::promise<void>>();
+      done.push_back(promise->get_future());
+      comms[static_cast<std::size_t>(r)]->all_reduce(ts.back(), ReduceOp::sum, [promise](std::exception_ptr e) {
+        if (e) promise->set_exception(e);
+        else promise->set_value();
+      });
+    }
+  for (auto& f : done) {
+    ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    f.get();
+  }
+  for (int r = 0; r < 2; ++r)
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(ts[static_cast<std::size_t>(r * 3 + k)].to_vector<float>()[0], 1 + 20.0f * k);
+  // Bad input fails through the callback, and the communicator keeps serving.
+  auto bad = comms[0]->submit([](ProcessGroup& g) { g.all_reduce(Tensor::zeros({2}, DType::i32)); });
+  EXPECT_THROW(bad.get(), Error);
+}

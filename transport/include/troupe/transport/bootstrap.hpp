@@ -1,0 +1,47 @@
+#pragma once
+// Finding the other ranks of a job. JobInfo says who this process is (from troupe-launch, mpirun or
+// Slurm); Bootstrap is the rendezvous: rank 0 listens (loopback by default), the others connect and
+// present the job token, and the ranks exchange small blobs (UCX worker addresses). A connection
+// with a wrong token is refused and logged; a rank that never arrives is named in the error.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace troupe::transport {
+
+/// This process's place in the job.
+struct JobInfo {
+  int rank = 0, size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string token;         // shared secret of the job (TROUPE_JOB_TOKEN)
+  std::string source;        // "troupe-launch", "mpirun", "slurm" or "single process"
+  /// From TROUPE_RANK/TROUPE_WORLD_SIZE/TROUPE_MASTER_ADDR/TROUPE_MASTER_PORT/TROUPE_JOB_TOKEN,
+  /// else OMPI_COMM_WORLD_RANK/SIZE, else SLURM_PROCID/SLURM_NTASKS, else a single process.
+  static JobInfo from_environment();
+};
+
+/// The rendezvous connection of one rank (rank 0: to every other rank; others: to rank 0).
+class Bootstrap {
+ public:
+  /// Connects the job within `timeout`; throws naming the ranks that never arrived, or the master
+  /// that could not be reached.
+  Bootstrap(const JobInfo& job, std::chrono::milliseconds timeout);
+  ~Bootstrap();
+  Bootstrap(const Bootstrap&) = delete;
+  Bootstrap& operator=(const Bootstrap&) = delete;
+  /// Every rank's `mine`, in rank order (a collective of the bootstrap connections).
+  std::vector<std::string> all_gather(const std::string& mine);
+  int rank() const { return job_.rank; }
+  int size() const { return job_.size; }
+
+ private:
+  JobInfo job_;
+  std::chrono::milliseconds timeout_;
+  int listen_fd_ = -1;
+  std::vector<int> peers_;  // rank 0: socket of each rank (index = rank); others: [socket to rank 0]
+};
+
+}  // namespace troupe::transport

@@ -1,0 +1,98 @@
+#pragma once
+// Collectives over the ranks of a Transport. ProcessGroup runs them on the calling thread; a
+// Communicator runs them in order on its own thread and reports each completion through a
+// callback, so an actor can start a collective and go on (its callback sends the actor a message).
+// All ranks must issue the same collectives in the same order; a disagreement (sizes, dtypes, kind)
+// is detected up front and fails the collective on every rank with the same message.
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "troupe/kernels/tensor.hpp"
+#include "troupe/transport/transport.hpp"
+
+namespace troupe::transport {
+
+/// How all_reduce and reduce_scatter combine the ranks' values.
+enum class ReduceOp { sum, mean };
+
+/// Synchronous collectives; rings chunked into `chunk_bytes` messages.
+class ProcessGroup {
+ public:
+  /// Collectives of this group use tag space `channel`, so groups on one transport never mix.
+  explicit ProcessGroup(Transport& transport, std::uint32_t channel = 0, std::size_t chunk_bytes = 1 << 20);
+  int rank() const { return t_.rank(); }
+  int size() const { return t_.size(); }
+  Transport& transport() const { return t_; }
+  /// Reduces a dense f32/f64 tensor over the ranks in place (ring: reduce-scatter, then all-gather).
+  void all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::sum);
+  /// Every rank's tensor, concatenated along dim 0 in rank order.
+  Tensor all_gather(const Tensor& tensor);
+  /// The reduction of every rank's `tensor` ([size * k, ...]), of which this rank keeps part `rank` ([k, ...]).
+  Tensor reduce_scatter(const Tensor& tensor, ReduceOp op = ReduceOp::sum);
+  /// Copies root's tensor into every rank's `tensor` (same shape and dtype everywhere).
+  void broadcast(const Tensor& tensor, int root);
+  /// Point to point: `tensor` to rank `dst`, and into `tensor` from rank `src`.
+  void send(const Tensor& tensor, int dst);
+  void recv(const Tensor& tensor, int src);
+  /// Returns once every rank reached it.
+  void barrier();
+
+ private:
+  struct Header;
+  void agree(const char* op, const Tensor& tensor, std::int64_t extra);
+  std::uint64_t next_tag();
+  void ring_reduce_scatter(char* data, const std::vector<std::int64_t>& offsets, std::size_t elem, DType dtype);
+  void ring_all_gather(char* data, const std::vector<std::int64_t>& offsets, std::size_t elem);
+  void exchange_chunked(int dst, const char* send, int src, std::size_t send_bytes, std::size_t recv_bytes,
+                        const std::function<void(const char*, std::size_t, std::size_t)>& on_chunk);
+  Transport& t_;
+  std::uint32_t channel_;
+  std::size_t chunk_bytes_;
+  std::uint32_t sequence_ = 0;
+};
+
+/// Called when a queued collective finished: null, or the exception that failed it.
+using Done = std::function<void(std::exception_ptr error)>;
+
+/// A ProcessGroup on its own thread with a queue of collectives, run in submission order.
+class Communicator {
+ public:
+  /// Owns `transport`; `name` appears in errors and traces ("allreduce", "allgather").
+  Communicator(std::unique_ptr<Transport> transport, std::string name, std::uint32_t channel = 0,
+               std::size_t chunk_bytes = 1 << 20);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  /// Queues an in-place all_reduce of `tensor`; `done` runs on the communicator's thread.
+  void all_reduce(Tensor tensor, ReduceOp op, Done done);
+  /// Queues an all_gather; `done` receives the gathered tensor (undefined on error).
+  void all_gather(Tensor tensor, std::function<void(Tensor, std::exception_ptr)> done);
+  /// Queues any sequence of collectives on the group.
+  void submit(std::function<void(ProcessGroup&)> work, Done done);
+  /// The same, returning a future.
+  std::future<void> submit(std::function<void(ProcessGroup&)> work);
+  int rank() const { return transport_->rank(); }
+  int size() const { return transport_->size(); }
+  const std::string& name() const { return name_; }
+
+ private:
+  void loop();
+  std::unique_ptr<Transport> transport_;
+  std::string name_;
+  ProcessGroup group_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::function<void(ProcessGroup&)>, Done>> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace troupe::transport

@@ -1,0 +1,208 @@
+#include "troupe/transport/bootstrap.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::transport {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::uint32_t kMagic = 0x54525550;  // "TRUP"
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  TROUPE_CHECK(end && *end == '\0', invalid_argument, name, "='", v, "' is not an integer");
+  return static_cast<int>(x);
+}
+
+std::string env_str(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+int remaining_ms(Clock::time_point deadline) {
+  return static_cast<int>(std::max<long long>(
+      0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count()));
+}
+
+// Reads or writes exactly n bytes before the deadline; false on a closed connection or timeout.
+bool io_all(int fd, void* data, std::size_t n, bool write, Clock::time_point deadline) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    pollfd pfd{fd, static_cast<short>(write ? POLLOUT : POLLIN), 0};
+    if (::poll(&pfd, 1, remaining_ms(deadline)) <= 0) return false;
+    const ssize_t k = write ? ::send(fd, p, n, MSG_NOSIGNAL) : ::recv(fd, p, n, 0);
+    if (k <= 0) {
+      if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      return false;
+    }
+    p += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
+bool send_blob(int fd, const std::string& s, Clock::time_point deadline) {
+  const std::uint64_t n = s.size();
+  return io_all(fd, const_cast<std::uint64_t*>(&n), sizeof n, true, deadline) &&
+         io_all(fd, const_cast<char*>(s.data()), s.size(), true, deadline);
+}
+
+bool recv_blob(int fd, std::string& s, Clock::time_point deadline, std::uint64_t limit = 1 << 26) {
+  std::uint64_t n = 0;
+  if (!io_all(fd, &n, sizeof n, false, deadline) || n > limit) return false;
+  s.resize(n);
+  return io_all(fd, s.data(), n, false, deadline);
+}
+
+sockaddr_in address_of(const JobInfo& job) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(job.master_port));
+  TROUPE_CHECK(::inet_pton(AF_INET, job.master_addr.c_str(), &a.sin_addr) == 1, invalid_argument,
+               "master address '", job.master_addr, "' is not an IPv4 address (TROUPE_MASTER_ADDR / --master-addr)");
+  return a;
+}
+
+}  // namespace
+
+JobInfo JobInfo::from_environment() {
+  JobInfo j;
+  if (std::getenv("TROUPE_RANK")) {
+    j.rank = env_int("TROUPE_RANK", 0);
+    j.size = env_int("TROUPE_WORLD_SIZE", 1);
+    j.source = "troupe-launch";
+  } else if (std::getenv("OMPI_COMM_WORLD_RANK")) {
+    j.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
+    j.size = env_int("OMPI_COMM_WORLD_SIZE", 1);
+    j.source = "mpirun";
+  } else if (std::getenv("SLURM_PROCID")) {
+    j.rank = env_int("SLURM_PROCID", 0);
+    j.size = env_int("SLURM_NTASKS", 1);
+    j.source = "slurm";
+  } else {
+    j.source = "single process";
+  }
+  j.master_addr = env_str("TROUPE_MASTER_ADDR", j.master_addr);
+  j.master_port = env_int("TROUPE_MASTER_PORT", j.master_port);
+  j.token = env_str("TROUPE_JOB_TOKEN", "");
+  TROUPE_CHECK(j.size >= 1 && j.rank >= 0 && j.rank < j.size, invalid_argument, "rank ", j.rank,
+               " does not fit a world of ", j.size, " (from ", j.source, ")");
+  return j;
+}
+
+Bootstrap::Bootstrap(const JobInfo& job, std::chrono::milliseconds timeout) : job_(job), timeout_(timeout) {
+  if (job.size == 1) return;
+  const auto deadline = Clock::now() + timeout;
+  const sockaddr_in addr = address_of(job);
+  if (job.rank == 0) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    const int one = 1;
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    TROUPE_CHECK(::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0 && ::listen(listen_fd_, 64) == 0,
+                 io, "rank 0 cannot listen on ", job.master_addr, ":", job.master_port, ": ", std::strerror(errno),
+                 "; pick another TROUPE_MASTER_PORT");
+    peers_.assign(static_cast<std::size_t>(job.size), -1);
+    int arrived = 1;
+    while (arrived < job.size) {
+      pollfd pfd{listen_fd_, POLLIN, 0};
+      if (::poll(&pfd, 1, remaining_ms(deadline)) <= 0) {
+        std::string missing;
+        for (int r = 1; r < job.size; ++r)
+          if (peers_[static_cast<std::size_t>(r)] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+        fail(ErrorKind::runtime, "rank 0 waited ", timeout.count(), " ms for rank(s) ", missing,
+             " to join the job; they never arrived (crashed at start, or launched with another master address/port)");
+      }
+      sockaddr_in from{};
+      socklen_t len = sizeof from;
+      const int fd = ::accept(listen_fd_, reinterpret_cast<sockaddr*>(&from), &len);
+      if (fd < 0) continue;
+      char who[INET_ADDRSTRLEN] = {};
+      ::inet_ntop(AF_INET, &from.sin_addr, who, sizeof who);
+      std::uint32_t magic = 0;
+      std::int32_t rank = -1;
+      std::string token;
+      const auto hello_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+      const bool ok = io_all(fd, &magic, sizeof magic, false, hello_deadline) && magic == kMagic &&
+                      io_all(fd, &rank, sizeof rank, false, hello_deadline) && recv_blob(fd, token, hello_deadline, 4096);
+      if (!ok || token != job.token || rank <= 0 || rank >= job.size || peers_[static_cast<std::size_t>(rank)] >= 0) {
+        std::fprintf(stderr, "troupe: rank 0 refused a connection from %s:%d (%s)\n", who, ntohs(from.sin_port),
+                     !ok ? "not a Troupe rank" : token != job.token ? "wrong job token" : "bad or duplicate rank");
+        ::close(fd);
+        continue;
+      }
+      const int one_nodelay = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one_nodelay, sizeof one_nodelay);
+      peers_[static_cast<std::size_t>(rank)] = fd;
+      ++arrived;
+    }
+    return;
+  }
+  // Other ranks: rank 0 may not listen yet, so retry until the deadline.
+  for (;;) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) {
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      const std::int32_t rank = job.rank;
+      TROUPE_CHECK(io_all(fd, const_cast<std::uint32_t*>(&kMagic), sizeof kMagic, true, deadline) &&
+                       io_all(fd, const_cast<std::int32_t*>(&rank), sizeof rank, true, deadline) &&
+                       send_blob(fd, job.token, deadline),
+                   io, "rank ", job.rank, " lost the connection to rank 0 at ", job.master_addr, ":", job.master_port,
+                   " while joining");
+      peers_.push_back(fd);
+      return;
+    }
+    ::close(fd);
+    TROUPE_CHECK(Clock::now() < deadline, runtime, "rank ", job.rank, " could not reach rank 0 at ", job.master_addr,
+                 ":", job.master_port, " within ", timeout.count(), " ms; is rank 0 running?");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+Bootstrap::~Bootstrap() {
+  for (int fd : peers_)
+    if (fd >= 0) ::close(fd);
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+std::vector<std::string> Bootstrap::all_gather(const std::string& mine) {
+  std::vector<std::string> all(static_cast<std::size_t>(job_.size));
+  all[static_cast<std::size_t>(job_.rank)] = mine;
+  if (job_.size == 1) return all;
+  const auto deadline = Clock::now() + timeout_;
+  if (job_.rank == 0) {
+    for (int r = 1; r < job_.size; ++r)
+      TROUPE_CHECK(recv_blob(peers_[static_cast<std::size_t>(r)], all[static_cast<std::size_t>(r)], deadline), runtime,
+                   "rank 0: rank ", r, " closed its connection or did not answer within ", timeout_.count(),
+                   " ms during the rendezvous; it probably died");
+    for (int r = 1; r < job_.size; ++r)
+      for (const std::string& blob : all)
+        TROUPE_CHECK(send_blob(peers_[static_cast<std::size_t>(r)], blob, deadline), runtime, "rank 0: rank ", r,
+                     " closed its connection during the rendezvous; it probably died");
+    return all;
+  }
+  TROUPE_CHECK(send_blob(peers_[0], mine, deadline), runtime, "rank ", job_.rank,
+               ": rank 0 closed the rendezvous connection; it probably died");
+  for (auto& blob : all)
+    TROUPE_CHECK(recv_blob(peers_[0], blob, deadline), runtime, "rank ", job_.rank, ": rank 0 did not answer within ",
+                 timeout_.count(), " ms during the rendezvous (it died, or another rank never arrived)");
+  return all;
+}
+
+}  // namespace troupe::transport

@@ -1,0 +1,188 @@
+#include "troupe/transport/ucx.hpp"
+
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::transport {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void check(ucs_status_t s, const char* what) {
+  TROUPE_CHECK(s == UCS_OK, io, "UCX ", what, " failed: ", ucs_status_string(s));
+}
+
+// UCX tags: sender rank in the top 16 bits, so a receive matches one peer exactly.
+std::uint64_t wire_tag(int src, std::uint64_t tag) { return (static_cast<std::uint64_t>(src) << 48) | (tag & 0xFFFFFFFFFFFFULL); }
+
+class UcxTransport : public Transport {
+ public:
+  UcxTransport(Bootstrap& boot, std::chrono::milliseconds t) : rank_(boot.rank()), size_(boot.size()) {
+    timeout = t;
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_TAG;
+    ucp_config_t* config = nullptr;
+    check(ucp_config_read(nullptr, nullptr, &config), "config");
+    const ucs_status_t s = ucp_init(&params, config, &context_);
+    ucp_config_release(config);
+    check(s, "init");
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // one communicator thread drives each transport
+    check(ucp_worker_create(context_, &wp, &worker_), "worker");
+    ucp_address_t* address = nullptr;
+    std::size_t length = 0;
+    check(ucp_worker_get_address(worker_, &address, &length), "worker address");
+    const std::string mine(reinterpret_cast<const char*>(address), length);
+    ucp_worker_release_address(worker_, address);
+    const std::vector<std::string> all = boot.all_gather(mine);
+    failed_.assign(static_cast<std::size_t>(size_), UCS_OK);
+    eps_.assign(static_cast<std::size_t>(size_), nullptr);
+    handlers_.resize(static_cast<std::size_t>(size_));
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      handlers_[static_cast<std::size_t>(r)] = {this, r};
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.address = reinterpret_cast<const ucp_address_t*>(all[static_cast<std::size_t>(r)].data());
+      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.err_handler.cb = &UcxTransport::on_error;
+      ep.err_handler.arg = &handlers_[static_cast<std::size_t>(r)];
+      check(ucp_ep_create(worker_, &ep, &eps_[static_cast<std::size_t>(r)]), "endpoint");
+    }
+  }
+
+  ~UcxTransport() override {
+    for (ucp_ep_h ep : eps_) {
+      if (!ep) continue;
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;  // peers may be gone already; do not wait for them
+      void* req = ucp_ep_close_nbx(ep, &p);
+      if (UCS_PTR_IS_PTR(req)) {
+        const auto deadline = Clock::now() + std::chrono::seconds(2);
+        while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < deadline) ucp_worker_progress(worker_);
+        ucp_request_free(req);
+      }
+    }
+    if (worker_) ucp_worker_destroy(worker_);
+    if (context_) ucp_cleanup(context_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "ucx"; }
+
+  void send(int dst, std::uint64_t tag, const void* data, std::size_t bytes) override {
+    wait({post_send(dst, tag, data, bytes)}, {dst}, "send to");
+  }
+  void recv(int src, std::uint64_t tag, void* data, std::size_t bytes) override {
+    wait({post_recv(src, tag, data, bytes)}, {src}, "receive from", bytes);
+  }
+  void exchange(int dst, const void* send_data, std::size_t send_bytes, int src, void* recv_data, std::size_t recv_bytes,
+                std::uint64_t tag) override {
+    void* r = post_recv(src, tag, recv_data, recv_bytes);
+    void* s = post_send(dst, tag, send_data, send_bytes);
+    wait({r, s}, {src, dst}, "exchange with", recv_bytes);
+  }
+
+ private:
+  struct Handler {
+    UcxTransport* self;
+    int rank;
+  };
+  static void on_error(void* arg, ucp_ep_h, ucs_status_t status) {
+    auto* h = static_cast<Handler*>(arg);
+    h->self->failed_[static_cast<std::size_t>(h->rank)] = status;
+  }
+
+  void check_peer(int r) const {
+    TROUPE_CHECK(r >= 0 && r < size_ && r != rank_, invalid_argument, "rank ", rank_, ": peer ", r,
+                 " is not another rank of this ", size_, "-rank job");
+    TROUPE_CHECK(failed_[static_cast<std::size_t>(r)] == UCS_OK, runtime, "rank ", rank_, ": rank ", r,
+                 " died or closed its connection (UCX: ", ucs_status_string(failed_[static_cast<std::size_t>(r)]), ")");
+  }
+
+  void* post_send(int dst, std::uint64_t tag, const void* data, std::size_t bytes) {
+    check_peer(dst);
+    ucp_request_param_t p{};
+    void* req = ucp_tag_send_nbx(eps_[static_cast<std::size_t>(dst)], data, bytes, wire_tag(rank_, tag), &p);
+    TROUPE_CHECK(!UCS_PTR_IS_ERR(req), runtime, "rank ", rank_, ": sending to rank ", dst,
+                 " failed: ", ucs_status_string(UCS_PTR_STATUS(req)));
+    return req;
+  }
+
+  void* post_recv(int src, std::uint64_t tag, void* data, std::size_t bytes) {
+    check_peer(src);
+    ucp_request_param_t p{};
+    void* req = ucp_tag_recv_nbx(worker_, data, bytes, wire_tag(src, tag), ~0ULL, &p);
+    TROUPE_CHECK(!UCS_PTR_IS_ERR(req), runtime, "rank ", rank_, ": receiving from rank ", src,
+                 " failed: ", ucs_status_string(UCS_PTR_STATUS(req)));
+    return req;
+  }
+
+  // Progresses until every request completed; the first request (when `expect` is given) is a
+  // receive whose length is checked. Errors name the peers.
+  void wait(std::vector<void*> reqs, const std::vector<int>& peers, const char* what, std::size_t expect = SIZE_MAX) {
+    const auto deadline = Clock::now() + timeout;
+    for (std::size_t k = 0; k < reqs.size(); ++k) {
+      void* req = reqs[k];
+      if (req == nullptr) continue;  // completed immediately
+      ucs_status_t st;
+      while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS) {
+        ucp_worker_progress(worker_);
+        for (int p : peers)
+          if (failed_[static_cast<std::size_t>(p)] != UCS_OK || Clock::now() > deadline) {
+            ucp_request_cancel(worker_, req);
+            while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+            ucp_request_free(req);
+            for (std::size_t j = k + 1; j < reqs.size(); ++j)
+              if (reqs[j]) {
+                ucp_request_cancel(worker_, reqs[j]);
+                while (ucp_request_check_status(reqs[j]) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+                ucp_request_free(reqs[j]);
+              }
+            if (failed_[static_cast<std::size_t>(p)] != UCS_OK)
+              fail(ErrorKind::runtime, "rank ", rank_, ": rank ", p, " died or closed its connection (UCX: ",
+                   ucs_status_string(failed_[static_cast<std::size_t>(p)]), ")");
+            fail(ErrorKind::runtime, "rank ", rank_, ": ", what, " rank ", peers[0], " did not complete within ",
+                 timeout.count(), " ms; that rank is stuck, dead, or running a different collective");
+          }
+      }
+      std::size_t got = SIZE_MAX;
+      if (k == 0 && expect != SIZE_MAX && st == UCS_OK) {
+        ucp_tag_recv_info_t info{};
+        if (ucp_tag_recv_request_test(req, &info) == UCS_OK) got = info.length;
+      }
+      ucp_request_free(req);
+      if (st != UCS_OK)
+        fail(st == UCS_ERR_MESSAGE_TRUNCATED ? ErrorKind::shape_mismatch : ErrorKind::runtime, "rank ", rank_, ": ", what,
+             " rank ", peers[std::min(k, peers.size() - 1)], " failed: ", ucs_status_string(st),
+             st == UCS_ERR_MESSAGE_TRUNCATED ? "; the ranks disagree on a message size" : "");
+      TROUPE_CHECK(got == SIZE_MAX || got == expect, shape_mismatch, "rank ", rank_, ": rank ", peers[0], " sent ", got,
+                   " bytes where ", expect, " were expected; the ranks disagree on a tensor's size");
+    }
+  }
+
+  int rank_, size_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<ucp_ep_h> eps_;
+  std::vector<ucs_status_t> failed_;
+  std::vector<Handler> handlers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_ucx_transport(Bootstrap& bootstrap, std::chrono::milliseconds timeout) {
+  return std::make_unique<UcxTransport>(bootstrap, timeout);
+}
+
+}  // namespace troupe::transport
