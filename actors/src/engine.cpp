@@ -8,6 +8,7 @@
 #include "program_actor.hpp"
 #include "trace_hooks.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/transport/process_group.hpp"
 
 namespace troupe::actors {
 
@@ -22,11 +23,11 @@ namespace {
 // A compiled program: the handles of its actors and a reference that keeps the actor system alive.
 class ActorProgram : public Program {
  public:
-  ActorProgram(std::shared_ptr<Engine::Impl> engine, PeersPtr peers, std::vector<caf::actor> optimizers,
+  ActorProgram(std::shared_ptr<Engine::Impl> engine, PeersPtr peers, std::vector<caf::actor> helpers,
                std::map<std::string, int> counts, std::uint32_t caller_trace_id)
       : engine_(std::move(engine)),
         peers_(std::move(peers)),
-        optimizers_(std::move(optimizers)),
+        helpers_(std::move(helpers)),
         counts_(std::move(counts)),
         caller_(caller_trace_id) {}
 
@@ -38,7 +39,7 @@ class ActorProgram : public Program {
       caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     };
     for (const caf::actor& a : peers_->actors) stop(a);
-    for (const caf::actor& a : optimizers_) stop(a);
+    for (const caf::actor& a : helpers_) stop(a);
     stop(peers_->program);
   }
 
@@ -57,7 +58,7 @@ class ActorProgram : public Program {
  private:
   std::shared_ptr<Engine::Impl> engine_;
   PeersPtr peers_;
-  std::vector<caf::actor> optimizers_;
+  std::vector<caf::actor> helpers_;  // optimizer and bucket actors
   std::map<std::string, int> counts_;
   std::uint32_t caller_;
 };
@@ -137,6 +138,28 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
   setup->plan = plan;
   setup->micro_batches = options.micro_batches;
   setup->optimizer_params = optimizer_params;
+  if (options.data_parallel.communicator) {
+    const DataParallel& dp = options.data_parallel;
+    TROUPE_CHECK(dp.fusion_mb >= 0 && dp.first_bucket_mb >= 0, invalid_argument,
+                 "compile: data_parallel fusion_mb and first_bucket_mb must be >= 0");
+    TROUPE_CHECK(fn.output_count() < fn.graph().outputs().size(), invalid_argument,
+                 "compile: data parallelism needs gradients; trace the function with_gradients()");
+    // The naive path: one bucket per gradient tensor, all submitted after the step.
+    const bool overlap = options.clip_mode == ClipMode::parallel;
+    const auto mb = [](double m) { return static_cast<std::size_t>(m * 1024 * 1024); };
+    auto buckets = std::make_shared<const BucketPlan>(
+        plan_buckets(*plan, *traced, overlap ? mb(dp.first_bucket_mb) : 0, overlap ? mb(dp.fusion_mb) : 0));
+    setup->comm = dp.communicator;
+    setup->buckets = buckets;
+    setup->overlap = overlap;
+    setup->gradients_mean = dp.gradients_mean;
+    setup->comm_trace_id = tracer.register_actor("communicator " + dp.communicator->name());
+    for (std::size_t b = 0; b < buckets->buckets.size(); ++b) {
+      setup->bucket_trace_ids.push_back(tracer.register_actor("bucket " + std::to_string(b)));
+      setup->bucket_actors.push_back(
+          spawn_bucket_actor(sys, buckets, static_cast<int>(b), setup->bucket_trace_ids.back(), peers));
+    }
+  }
   setup->clip_grad_norm = options.clip_grad_norm;
   setup->clip_mode = options.clip_mode;
   for (std::size_t o = 0; o < options.optimizers.size(); ++o)
@@ -146,9 +169,12 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
   peers->program = spawn_program_actor(sys, setup);
 
   std::map<std::string, int> counts{{"input", 1}, {"op", plan->op_count}, {"gradient", 0}, {"output", 0},
-                                    {"optimizer", static_cast<int>(options.optimizers.size())}};
+                                    {"optimizer", static_cast<int>(options.optimizers.size())},
+                                    {"bucket", static_cast<int>(setup->bucket_actors.size())}};
   for (int param : plan->sink_param) ++counts[param >= 0 ? "gradient" : "output"];
-  return std::make_unique<ActorProgram>(impl_, peers, setup->optimizers, counts, tracer.register_actor("caller"));
+  std::vector<caf::actor> helpers = setup->optimizers;
+  helpers.insert(helpers.end(), setup->bucket_actors.begin(), setup->bucket_actors.end());
+  return std::make_unique<ActorProgram>(impl_, peers, std::move(helpers), counts, tracer.register_actor("caller"));
 }
 
 }  // namespace troupe::actors

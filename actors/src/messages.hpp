@@ -104,6 +104,16 @@ void post(Self* self, const caf::actor& to, Ts&&... xs) {
   self->send(to, std::forward<Ts>(xs)...);
 }
 
+/// A send from a thread that is not an actor (a communicator's completion callback).
+template <class... Ts>
+void post_from_outside(const caf::actor& to, Ts&&... xs) {
+  mailbox_release(to);
+  caf::anon_send(to, std::forward<Ts>(xs)...);
+}
+
+/// The gradients of one reduced bucket, in the bucket's entry order.
+using TensorListPtr = std::shared_ptr<const std::vector<Tensor>>;
+
 using ready_atom = caf::atom_constant<caf::atom("ready")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
@@ -113,6 +123,8 @@ using result_atom = caf::atom_constant<caf::atom("result")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
 using apply_atom = caf::atom_constant<caf::atom("apply")>;
 using applied_atom = caf::atom_constant<caf::atom("applied")>;
+using reduced_atom = caf::atom_constant<caf::atom("reduced")>;  // communicator -> bucket / program
+using bucket_atom = caf::atom_constant<caf::atom("bucket")>;    // bucket -> program
 
 }  // namespace troupe::actors
 
@@ -120,4 +132,5 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::StepContextPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::ReadyPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::RunRequestPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::GradientMapPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::TensorListPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::Tensor)

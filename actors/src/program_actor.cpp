@@ -4,7 +4,10 @@
 #include <deque>
 #include <limits>
 
+#include <cstring>
+
 #include "trace_hooks.hpp"
+#include "troupe/transport/process_group.hpp"
 #include "troupe/graph/executor.hpp"
 #include "troupe/kernels/elementwise.hpp"
 #include "troupe/kernels/error.hpp"
@@ -25,6 +28,12 @@ struct ProgramState {
   double grad_norm = 0;
   std::vector<Tensor> sink_values;
   std::vector<double> sink_norms;  // squared gradient norms reported by the gradient stages
+  // Data parallel, per step: gradients arrived per bucket, the next bucket to submit (buckets go
+  // out in plan order on every rank), reduced buckets, their squared norms, the reduced loss.
+  std::vector<std::size_t> bucket_fill;
+  std::size_t next_submit = 0, buckets_done = 0;
+  std::vector<double> bucket_norms;
+  bool outputs_submitted = false, outputs_reduced = false;
   caf::abstract_actor* self = nullptr;
   static inline const char* name = "troupe.program";
   // Requests still open when the program shuts down fail instead of leaving their caller waiting.
@@ -61,7 +70,7 @@ StepContextPtr make_context(const ProgramState& s, const std::vector<Tensor>& in
     for (int b = 0; b < m; ++b) ctx->inputs[static_cast<std::size_t>(b)].push_back(t.slice(0, b * rows, (b + 1) * rows).contiguous());
   }
   ctx->bindings = graph::bind_inputs(g, ctx->inputs[0]);
-  ctx->gradient_norms = s.setup->clip_grad_norm > 0 && s.setup->clip_mode == ClipMode::parallel;
+  ctx->gradient_norms = s.setup->clip_grad_norm > 0 && s.setup->clip_mode == ClipMode::parallel && !s.setup->comm;
   for (const graph::Var& p : s.setup->fn->parameters()) ctx->parameters.push_back(p.tensor());
   return ctx;
 }
@@ -80,6 +89,12 @@ void start_next(Self* self) {
     s.grad_norm = std::numeric_limits<double>::quiet_NaN();
     s.sink_values.assign(s.setup->plan->sinks.size(), Tensor());
     s.sink_norms.assign(s.setup->plan->sinks.size(), 0.0);
+    if (s.setup->comm) {
+      s.bucket_fill.assign(s.setup->buckets->buckets.size(), 0);
+      s.bucket_norms.assign(s.setup->buckets->buckets.size(), 0.0);
+      s.next_submit = s.buckets_done = 0;
+      s.outputs_submitted = s.outputs_reduced = false;
+    }
     StepContextPtr ctx;
     try {
       ctx = make_context(s, s.current->inputs);
@@ -105,14 +120,78 @@ void finish(Self* self, std::unique_ptr<StepResult> result, std::exception_ptr e
   start_next(self);
 }
 
+// Submits the buckets whose gradients are all in, in plan order (so every rank issues the same
+// collectives in the same order); on the naive path only once the whole step has finished.
+void submit_buckets(Self* self, bool step_finished) {
+  ProgramState& s = self->state;
+  const BucketPlan& bp = *s.setup->buckets;
+  while (s.next_submit < bp.buckets.size() && s.bucket_fill[s.next_submit] == bp.buckets[s.next_submit].size() &&
+         (s.setup->overlap || step_finished)) {
+    const std::size_t b = s.next_submit++;
+    Tensor flat = Tensor::empty({bp.numel[b]});
+    for (const BucketEntry& e : bp.buckets[b]) {
+      const Tensor g = s.sink_values[static_cast<std::size_t>(e.sink)].contiguous();
+      std::memcpy(flat.data<float>() + e.offset, g.raw_data(), g.nbytes());
+    }
+    const caf::actor bucket = s.setup->bucket_actors[b], program = s.setup->peers->program;
+    const std::uint64_t step = s.step;
+    const std::uint32_t comm = s.setup->comm_trace_id, bucket_trace = s.setup->bucket_trace_ids[b];
+    trace_send(my_trace_id(s), comm, "allreduce", step, -1, flat.nbytes());
+    s.setup->comm->all_reduce(flat, s.setup->gradients_mean ? transport::ReduceOp::mean : transport::ReduceOp::sum,
+                              [=](std::exception_ptr e) {
+                                if (!e) {
+                                  const std::uint64_t f = trace_send(comm, bucket_trace, "reduced", step, -1, flat.nbytes());
+                                  post_from_outside(bucket, reduced_atom::value, step, static_cast<int>(b), flat, f);
+                                  return;
+                                }
+                                try {
+                                  std::rethrow_exception(e);
+                                } catch (const Error& err) {
+                                  post_from_outside(program, fail_atom::value, step, static_cast<int>(err.kind()),
+                                                    "gradient bucket " + std::to_string(b) + " of step " +
+                                                        std::to_string(step) + ": " + message_of(err),
+                                                    std::uint64_t{0});
+                                }
+                              });
+  }
+}
+
+// The ranks' mean of the step's 0-d outputs (the loss), so every rank reports the same value.
+void submit_outputs(Self* self) {
+  ProgramState& s = self->state;
+  s.outputs_submitted = true;
+  std::vector<float> values;
+  for (std::size_t k = 0; k < s.sink_values.size(); ++k)
+    if (s.setup->plan->sink_param[k] < 0 && s.sink_values[k].dim() == 0) values.push_back(static_cast<float>(s.sink_values[k].item()));
+  Tensor packed = Tensor::from_vector(values, {static_cast<std::int64_t>(values.size())});
+  const caf::actor program = s.setup->peers->program;
+  const std::uint64_t step = s.step;
+  s.setup->comm->all_reduce(packed, transport::ReduceOp::mean, [=](std::exception_ptr e) {
+    if (!e) {
+      post_from_outside(program, reduced_atom::value, step, -1, packed, std::uint64_t{0});
+      return;
+    }
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& err) {
+      post_from_outside(program, fail_atom::value, step, static_cast<int>(err.kind()),
+                        "averaging the outputs of step " + std::to_string(step) + ": " + message_of(err), std::uint64_t{0});
+    }
+  });
+}
+
 // Global-norm clipping of the step's gradients (in sink_values). Summing the partial norms in sink
 // order, not arrival order, keeps the norm identical from run to run.
 double clip_gradients(ProgramState& s) {
   const ActorPlan& plan = *s.setup->plan;
   double total = 0;
-  for (std::size_t k = 0; k < s.sink_values.size(); ++k) {
-    if (plan.sink_param[k] < 0) continue;
-    total += s.setup->clip_mode == ClipMode::parallel ? s.sink_norms[k] : ops::squared_norm(s.sink_values[k]);
+  if (s.setup->comm && s.setup->clip_mode == ClipMode::parallel) {
+    for (double b : s.bucket_norms) total += b;  // each reduced bucket's own norm: identical on every rank
+  } else {
+    for (std::size_t k = 0; k < s.sink_values.size(); ++k) {
+      if (plan.sink_param[k] < 0) continue;
+      total += s.setup->clip_mode == ClipMode::parallel ? s.sink_norms[k] : ops::squared_norm(s.sink_values[k]);
+    }
   }
   const double norm = std::sqrt(total);
   const double scale = ops::clip_coefficient(norm, s.setup->clip_grad_norm);
@@ -126,6 +205,7 @@ std::unique_ptr<StepResult> collect(ProgramState& s) {
   auto r = std::make_unique<StepResult>();
   r->step = s.step;
   r->grad_norm = s.grad_norm;
+  r->bucket_squared_norms = s.bucket_norms;
   const auto& fn = *s.setup->fn;
   for (std::size_t k = 0; k < s.sink_values.size(); ++k) {
     const int param = s.setup->plan->sink_param[k];
@@ -140,6 +220,12 @@ void check_complete(Self* self) {
   ProgramState& s = self->state;
   const ActorPlan& plan = *s.setup->plan;
   if (!s.current || s.done < plan.op_count + 1 || s.results < static_cast<int>(plan.sinks.size())) return;
+  if (s.setup->comm) {
+    submit_buckets(self, /*step_finished=*/true);
+    if (s.buckets_done < s.setup->buckets->buckets.size()) return;
+    if (!s.outputs_submitted) submit_outputs(self);
+    if (!s.outputs_reduced) return;
+  }
   if (!s.clipped && s.setup->clip_grad_norm > 0) {
     s.clipped = true;
     try {
@@ -195,6 +281,37 @@ caf::behavior program_actor(Self* self, std::shared_ptr<const ProgramSetup> setu
         self->state.sink_values.at(static_cast<std::size_t>(sink)) = value;
         self->state.sink_norms.at(static_cast<std::size_t>(sink)) = squared_norm;
         ++self->state.results;
+        if (self->state.setup->comm) {
+          const int b = self->state.setup->buckets->bucket_of_sink[static_cast<std::size_t>(sink)];
+          if (b >= 0) {
+            ++self->state.bucket_fill[static_cast<std::size_t>(b)];
+            submit_buckets(self, false);
+          }
+        }
+        check_complete(self);
+      },
+      [=](bucket_atom, std::uint64_t step, int bucket, double squared_norm, const TensorListPtr& grads, std::uint64_t flow) {
+        HandlerSync sync(self);
+        HandlerTrace trace(me(), "bucket", flow, step, -1);
+        ProgramState& s = self->state;
+        if (step != s.step || !s.current) return;
+        const auto& entries = s.setup->buckets->buckets[static_cast<std::size_t>(bucket)];
+        for (std::size_t i = 0; i < entries.size(); ++i) s.sink_values[static_cast<std::size_t>(entries[i].sink)] = (*grads)[i];
+        s.bucket_norms[static_cast<std::size_t>(bucket)] = squared_norm;
+        ++s.buckets_done;
+        check_complete(self);
+      },
+      [=](reduced_atom, std::uint64_t step, int, const Tensor& outputs, std::uint64_t flow) {
+        HandlerSync sync(self);
+        HandlerTrace trace(me(), "reduced", flow, step, -1);
+        ProgramState& s = self->state;
+        if (step != s.step || !s.current) return;
+        const auto values = outputs.to_vector<float>();
+        std::size_t i = 0;
+        for (std::size_t k = 0; k < s.sink_values.size(); ++k)
+          if (s.setup->plan->sink_param[k] < 0 && s.sink_values[k].dim() == 0)
+            s.sink_values[k] = Tensor::scalar(values[i++], s.sink_values[k].dtype());
+        s.outputs_reduced = true;
         check_complete(self);
       },
       [=](applied_atom, std::uint64_t step, int, std::uint64_t flow) {

@@ -4,6 +4,7 @@
 
 #include <caf/fwd.hpp>
 
+#include "buckets.hpp"
 #include "messages.hpp"
 #include "plan.hpp"
 #include "troupe/graph/trace.hpp"
@@ -20,6 +21,14 @@ struct ProgramSetup {
   std::vector<std::vector<std::string>> optimizer_params;  // parameter names per optimizer actor
   std::vector<caf::actor> optimizers;
   PeersPtr peers;
+  // Data parallel (comm null when off): bucket plan and actors, overlap = start AllReduces during
+  // backward (the parallel path) rather than after the step (the naive one).
+  std::shared_ptr<transport::Communicator> comm;
+  std::shared_ptr<const BucketPlan> buckets;
+  std::vector<caf::actor> bucket_actors;
+  bool overlap = true, gradients_mean = true;
+  std::uint32_t comm_trace_id = 0;         // the communicator's track in traces
+  std::vector<std::uint32_t> bucket_trace_ids;
 };
 
 /// Spawns the program actor.

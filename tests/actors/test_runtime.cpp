@@ -219,7 +219,9 @@ TEST(Runtime, BadInputsAreRefusedWithoutBreakingTheProgram) {
   EXPECT_EQ(r.outputs[0].shape(), (Shape{6, 2}));  // non-scalar outputs are concatenated
   NoGradGuard no_grad;
   EXPECT_LE(test::scaled_max_error(r.outputs[0], lin(Var(x)).tensor()), 1e-6);
-  EXPECT_THROW(engine.compile(trace(fn, {{"x", {-1, 3}}}), ProgramOptions{0, 1, {}}), Error);
+  ProgramOptions no_registers;
+  no_registers.registers = 0;
+  EXPECT_THROW(engine.compile(trace(fn, {{"x", {-1, 3}}}), no_registers), Error);
 }
 
 TEST(Runtime, ShutdownWithQueuedStepsDoesNotHang) {

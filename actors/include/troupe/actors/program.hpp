@@ -14,7 +14,23 @@
 #include "troupe/graph/optim.hpp"
 #include "troupe/kernels/tensor.hpp"
 
+namespace troupe::transport {
+class Communicator;
+}
+
 namespace troupe::actors {
+
+/// Data parallelism over the ranks of a communicator. Gradients are packed in one fixed order (the
+/// same on every rank) into buckets of up to `fusion_mb`, the first one small so communication
+/// starts early; a bucket's AllReduce starts as soon as its last gradient is complete, while
+/// backward goes on, and each reduced bucket takes its own squared norm for clipping. 0-d outputs
+/// (the loss) are averaged over the ranks too, so every rank reports the same loss.
+struct DataParallel {
+  std::shared_ptr<transport::Communicator> communicator;  // null: no data parallelism
+  double fusion_mb = 64;
+  double first_bucket_mb = 1;
+  bool gradients_mean = true;  // average (true) or sum the ranks' gradients
+};
 
 /// Where the global gradient norm of clipping is computed.
 enum class ClipMode {
@@ -39,8 +55,12 @@ struct ProgramOptions {
   /// Global-norm gradient clipping before the optimizers (0 = off): gradients are scaled by
   /// min(1, clip_grad_norm / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_. Needs gradients.
   double clip_grad_norm = 0;
-  /// How the clipping norm is computed; both give the same norm up to summation order.
+  /// How the clipping norm is computed; both give the same norm up to summation order. With data
+  /// parallelism, naive also means the naive gradient path: after the whole step, one AllReduce per
+  /// gradient tensor, then one norm pass.
   ClipMode clip_mode = ClipMode::parallel;
+  /// Data parallelism (off unless a communicator is set).
+  DataParallel data_parallel;
 };
 
 /// What one step produced.
@@ -48,6 +68,7 @@ struct StepResult {
   std::vector<Tensor> outputs;              // the traced function's own outputs
   std::map<std::string, Tensor> gradients;  // by parameter name, averaged over micro-batches (clipped when clipping)
   double grad_norm = 0;                     // global gradient norm before clipping (NaN when not clipping)
+  std::vector<double> bucket_squared_norms; // data parallel: each reduced bucket's squared norm
   std::uint64_t step = 0;                   // counts from 1 per program
 };
 

@@ -1,0 +1,41 @@
+#pragma once
+// The data-parallel gradient path: which gradients go into which AllReduce bucket, and the bucket
+// actors that, once their bucket is reduced, take its squared norm and hand the gradients (views
+// of the reduced buffer) to the program actor.
+
+#include <caf/fwd.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "messages.hpp"
+#include "plan.hpp"
+
+namespace troupe::actors {
+
+/// One gradient's place in a bucket.
+struct BucketEntry {
+  int sink = -1;              // sink index of the gradient
+  std::int64_t offset = 0;    // element offset in the bucket's flat buffer
+  Shape shape;
+};
+
+/// The buckets of a program, in submission order (the same on every rank).
+struct BucketPlan {
+  std::vector<std::vector<BucketEntry>> buckets;
+  std::vector<int> bucket_of_sink;  // -1 for outputs that are not gradients
+  std::vector<std::int64_t> numel;  // per bucket
+};
+
+/// Packs the gradient sinks in reverse parameter order (the order backward finishes them) into
+/// buckets: the first up to `first_bytes`, the others up to `fusion_bytes` (a gradient larger than
+/// the limit gets a bucket of its own). `fusion_bytes` 0: one bucket per gradient.
+BucketPlan plan_buckets(const ActorPlan& plan, const graph::TracedFunction& fn, std::size_t first_bytes,
+                        std::size_t fusion_bytes);
+
+/// Spawns the actor of bucket `index`.
+caf::actor spawn_bucket_actor(caf::actor_system& sys, std::shared_ptr<const BucketPlan> plan, int index,
+                              std::uint32_t trace_id, PeersPtr peers);
+
+}  // namespace troupe::actors
