@@ -14,6 +14,7 @@
 #include "troupe/actors/engine.hpp"
 #include "troupe/apps/checkpoint.hpp"
 #include "troupe/apps/corpus.hpp"
+#include "troupe/apps/data_parallel.hpp"
 #include "troupe/apps/gpt_model.hpp"
 #include "troupe/apps/grad_mode.hpp"
 #include "troupe/apps/train_loop.hpp"
@@ -37,6 +38,9 @@ struct TrainFlags {
   double lr = 3e-4, weight_decay = 0.01, val_fraction = 0.1;
   std::uint64_t seed = 1;
   std::string data, load_weights;
+  int dp = 1;
+  double comm_fusion_mb = 64;
+  bool check_grads = false;
   TrainFlags() { run.clip = 1.0; }
 };
 
@@ -93,9 +97,12 @@ int train(TrainFlags f) {
   f.model.validate();
   TROUPE_CHECK(f.batch > 0, invalid_argument, "--batch must be positive, got ", f.batch);
 
+  apps::DataParallelJob job(f.dp);
   const apps::Corpus corpus = apps::load_corpus(f.data);
   const auto [train_bytes, val_bytes] = apps::split_corpus(corpus.bytes, f.val_fraction, f.model.seq);
-  apps::WindowSampler train_data(train_bytes, f.model.seq, f.batch, f.seed, "the training split");
+  // Every rank draws the global batch and keeps its rows, so N ranks see what one process at N
+  // times the batch would.
+  apps::WindowSampler train_data(train_bytes, f.model.seq, f.batch * job.size(), f.seed, "the training split");
   apps::WindowSampler val_data(val_bytes, f.model.seq, f.batch, f.seed + 1, "the held-out split");
 
   Generator gen(f.seed);
@@ -126,11 +133,16 @@ int train(TrainFlags f) {
   std::printf("troupe-gpt: GRAD_MODE=%s, JIT_LEVEL=%d (%s), %d threads, %d micro-batches%s\n", apps::to_string(mode), jit,
               jit == 0 ? "eager" : "actor graph", threads, jit == 0 ? 1 : micro_batches,
               resumed ? (", resuming at step " + std::to_string(start_step)).c_str() : "");
+  if (job.size() > 1)
+    std::printf("troupe-gpt: data parallel: rank %d of %d (%s), per-rank batch %lld, global batch %lld, fusion %.0f MiB\n",
+                job.rank(), job.size(), job.source().c_str(), static_cast<long long>(f.batch),
+                static_cast<long long>(f.batch * job.size()), f.comm_fusion_mb);
 
   auto loss_fn = [&](const std::vector<Var>& in) { return std::vector<Var>{model.loss(in[0], in[1])}; };
   const graph::SymDim b = graph::SymDim::symbol("batch");
   const std::vector<graph::InputSpec> signature = {{"ids", {b, f.model.seq}, DType::i64}, {"targets", {b, f.model.seq}, DType::i64}};
-  apps::TrainStep train_step(loss_fn, signature, model, optimizer, f.run.clip, mode, threads, micro_batches, jit);
+  apps::TrainStep train_step(loss_fn, signature, model, optimizer, f.run.clip, mode, threads, micro_batches, jit,
+                             job.options(f.comm_fusion_mb));
   std::unique_ptr<actors::Program> eval_program;
   if (train_step.engine()) {
     actors::ProgramOptions eo;
@@ -139,9 +151,17 @@ int train(TrainFlags f) {
   }
 
   apps::LoopHooks hooks;
+  std::int64_t step_number = start_step;
   hooks.step = [&] {
     auto [ids, targets] = train_data.next();
-    return train_step({ids, targets});
+    const std::int64_t r = job.rank();
+    const apps::StepOutcome out = train_step({ids.slice(0, r * f.batch, (r + 1) * f.batch).contiguous(),
+                                              targets.slice(0, r * f.batch, (r + 1) * f.batch).contiguous()});
+    ++step_number;
+    if (f.check_grads)
+      for (const std::string& w : job.compare_bucket_norms(step_number, out.bucket_squared_norms))
+        std::fprintf(stderr, "troupe-gpt: %s\n", w.c_str());
+    return out;
   };
   hooks.evaluate = [&] {
     val_data.set_position(0);  // the same held-out windows every time
@@ -157,7 +177,7 @@ int train(TrainFlags f) {
     }
     return total / static_cast<double>(f.val_batches);
   };
-  if (!f.run.save.empty())
+  if (!f.run.save.empty() && job.rank() == 0)  // the ranks hold the same model: rank 0 saves it
     hooks.save = [&](std::int64_t step) {
       apps::CheckpointState st;
       store_config(f.model, st);
@@ -171,6 +191,7 @@ int train(TrainFlags f) {
     };
 
   lo.start_step = start_step;
+  if (job.rank() > 0) lo.metrics_path = lo.trace_path = "";  // rank 0 writes the run's files
   lo.items_per_step = static_cast<double>(f.batch * f.model.seq);
   lo.unit = "tok/s";
   const apps::LoopSummary s = apps::run_training_loop(lo, hooks);
@@ -255,6 +276,9 @@ int main(int argc, char** argv) {
   app.add_option("--val-fraction", tf.val_fraction, "held-out tail of the corpus")->capture_default_str();
   app.add_option("--val-batches", tf.val_batches, "held-out batches per validation")->capture_default_str();
   app.add_option("--load-weights", tf.load_weights, "start from these weights (.safetensors, Troupe or nanoGPT names)");
+  app.add_option("--dp", tf.dp, "data-parallel ranks (run under troupe-launch -n N, mpirun or Slurm)")->capture_default_str();
+  app.add_option("--comm-fusion-mb", tf.comm_fusion_mb, "AllReduce bucket size limit in MiB")->capture_default_str();
+  app.add_flag("--check-grads", tf.check_grads, "compare the ranks' post-reduce gradient norms every step and warn when they differ");
   apps::add_run_flags(app, tf.run);
   GenerateFlags gf;
   CLI::App* gen = app.add_subcommand("generate", "sample text from a checkpoint or a weights file");

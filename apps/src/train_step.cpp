@@ -6,6 +6,7 @@
 #include "troupe/apps/metrics.hpp"
 #include "troupe/graph/autodiff.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/transport/process_group.hpp"
 
 namespace troupe::apps {
 
@@ -50,8 +51,8 @@ int resolve_micro_batches(const RunFlags& f, int threads, std::int64_t batch) {
 
 TrainStep::TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputSpec>& signature, graph::Module& model,
                      std::shared_ptr<graph::Optimizer> optimizer, double clip, GradMode mode, int threads,
-                     int micro_batches, int jit_level)
-    : loss_fn_(std::move(loss_fn)), model_(model), optimizer_(std::move(optimizer)), clip_(clip) {
+                     int micro_batches, int jit_level, actors::DataParallel dp)
+    : loss_fn_(std::move(loss_fn)), model_(model), optimizer_(std::move(optimizer)), clip_(clip), dp_(std::move(dp)) {
   if (jit_level == 0) return;
   engine_ = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(threads)});
   actors::ProgramOptions po;
@@ -59,6 +60,7 @@ TrainStep::TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputS
   po.optimizers = {optimizer_};
   po.clip_grad_norm = clip;
   po.clip_mode = clip_mode(mode);
+  po.data_parallel = dp_;
   program_ = engine_->compile(graph::trace(loss_fn_, signature).with_gradients(), po);
 }
 
@@ -67,6 +69,7 @@ StepOutcome TrainStep::operator()(const std::vector<Tensor>& inputs) {
   if (program_) {
     const actors::StepResult r = program_->run(inputs);
     out.loss = r.outputs[0].item();
+    out.bucket_squared_norms = r.bucket_squared_norms;
     auto [norm, variance] = gradient_stats(r.gradients);
     // The returned gradients are clipped; report the norm and variance from before clipping.
     const double scale = clip_ > 0 ? norm / r.grad_norm : 1.0;
@@ -81,11 +84,27 @@ StepOutcome TrainStep::operator()(const std::vector<Tensor>& inputs) {
   std::map<std::string, Tensor> grads;
   for (const auto& [name, p] : model_.named_parameters())
     if (p.grad().defined()) grads[name] = p.grad();
+  Tensor loss_value = loss.tensor().contiguous().clone();
+  if (dp_.communicator) {
+    // Eager data parallel: the plain path, one AllReduce per gradient after backward.
+    const auto op = dp_.gradients_mean ? transport::ReduceOp::mean : transport::ReduceOp::sum;
+    dp_.communicator
+        ->submit([&](transport::ProcessGroup& g) {
+          for (auto& [name, t] : grads) {
+            t = t.contiguous().clone();
+            g.all_reduce(t, op);
+          }
+          g.all_reduce(loss_value, transport::ReduceOp::mean);
+        })
+        .get();
+    for (const auto& [name, p] : model_.named_parameters())
+      if (grads.count(name)) p.set_grad(grads.at(name));
+  }
   std::tie(out.grad_norm, out.grad_variance) = gradient_stats(grads);
   if (clip_ > 0) graph::clip_grad_norm(model_.parameters(), clip_);
   optimizer_->step();
   optimizer_->zero_grad();
-  out.loss = loss.tensor().item();
+  out.loss = loss_value.item();
   return out;
 }
 

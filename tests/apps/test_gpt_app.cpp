@@ -3,6 +3,7 @@
 // generate text, nanoGPT-named weights load, and bad flags or data give one clear line and exit 1.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -154,4 +155,50 @@ TEST(GptApp, BadFlagsAndDataGiveOneClearLine) {
     EXPECT_NE(r.output.find(c.expect), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
   }
+}
+
+// --dp 2 under troupe-launch: both ranks report the same loss every step, and it equals one
+// process at twice the per-rank batch (1e-5 relative over 10 steps); --check-grads finds the
+// ranks' post-reduce gradient norms equal (no warning).
+TEST(GptApp, DataParallelEqualsOneProcessAtTheGlobalBatch) {
+  const std::string dir = test::fresh_dir("gpt_dp"), data = corpus_file(dir);
+  const std::string common = " --d-model 32 --layers 1 --heads 2 --d-ff 64 --seq 16 --threads 1 --lr 3e-3 --eval-every 100"
+                             " --steps 10 --comm-fusion-mb 0.01 --data " + data;
+  ASSERT_EQ(run_app(kGpt + common + " --batch 8 --metrics " + dir + "/single.csv").exit_code, 0);
+  const auto dp = run_app(std::string(TROUPE_LAUNCH_BIN) + " -n 2 --timeout 20 -- " + kGpt + common +
+                          " --batch 4 --dp 2 --check-grads --metrics " + dir + "/dp.csv");
+  ASSERT_EQ(dp.exit_code, 0) << dp.output;
+  EXPECT_NE(dp.output.find("[rank 1] troupe-gpt: data parallel: rank 1 of 2 (troupe-launch)"), std::string::npos) << dp.output;
+  EXPECT_EQ(dp.output.find("warning:"), std::string::npos) << dp.output;
+  const auto single = test::csv_column(dir + "/single.csv", "loss"), parallel = test::csv_column(dir + "/dp.csv", "loss");
+  ASSERT_EQ(parallel.size(), 10u);
+  for (std::size_t i = 0; i < 10; ++i) EXPECT_NEAR(parallel[i], single[i], 1e-5 * std::abs(single[i])) << "step " << i + 1;
+  // Both ranks' final lines carry the same training loss.
+  std::vector<double> finals;
+  for (const auto& line : dp.lines())
+    if (line.find("] {\"app\"") != std::string::npos)
+      finals.push_back(nlohmann::json::parse(line.substr(line.find('{'))).at("train_loss").get<double>());
+  ASSERT_EQ(finals.size(), 2u);
+  EXPECT_EQ(finals[0], finals[1]);
+  // --dp without the job around it is refused, naming what to do.
+  const auto alone = run_app(kGpt + common + " --batch 4 --dp 2");
+  EXPECT_EQ(alone.exit_code, 1);
+  EXPECT_NE(alone.output.find("troupe-launch -n 2"), std::string::npos) << alone.output;
+}
+
+// troupe-launch: every rank gets its place in the job; a failing rank stops the others at once
+// and its exit code is the launcher's.
+TEST(Launch, SetsTheJobAndStopsEveryoneWhenARankFails) {
+  const std::string launch = TROUPE_LAUNCH_BIN;
+  const auto ok = run_app(launch + " -n 3 -- sh -c 'echo rank $TROUPE_RANK of $TROUPE_WORLD_SIZE token ${#TROUPE_JOB_TOKEN}'");
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  for (int r = 0; r < 3; ++r)
+    EXPECT_NE(ok.output.find("[rank " + std::to_string(r) + "] rank " + std::to_string(r) + " of 3 token 32"), std::string::npos)
+        << ok.output;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto bad = run_app(launch + " -n 2 -- sh -c 'if [ $TROUPE_RANK = 1 ]; then exit 7; fi; sleep 60'");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  EXPECT_EQ(bad.exit_code, 7);
+  EXPECT_NE(bad.output.find("rank 1 exited with code 7; stopping the other ranks"), std::string::npos) << bad.output;
+  EXPECT_NE(run_app(launch + " --no-such-flag -- true").exit_code, 0);
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "troupe/apps/progress.hpp"
 
@@ -16,6 +17,7 @@ struct StepOutcome {
   double loss = 0;
   double grad_norm = 0;      // before clipping
   double grad_variance = 0;  // of all gradient elements
+  std::vector<double> bucket_squared_norms;  // data parallel: each reduced bucket's squared norm
 };
 
 /// Cadence and outputs of the loop.

@@ -41,10 +41,12 @@ int resolve_micro_batches(const RunFlags& flags, int threads, std::int64_t batch
 /// One training step of `model` with `optimizer`: on the actor runtime or eagerly.
 class TrainStep {
  public:
-  /// Compiles the step unless `jit_level` is 0 (then each call runs eagerly).
+  /// Compiles the step unless `jit_level` is 0 (then each call runs eagerly). With a communicator
+  /// in `dp`, gradients and the loss are averaged over its ranks (buckets on the actor runtime,
+  /// tensor by tensor when eager).
   TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputSpec>& signature, graph::Module& model,
             std::shared_ptr<graph::Optimizer> optimizer, double clip, GradMode mode, int threads, int micro_batches,
-            int jit_level);
+            int jit_level, actors::DataParallel dp = {});
   /// Runs one step on `inputs`: loss, gradient norm and variance (both before clipping).
   StepOutcome operator()(const std::vector<Tensor>& inputs);
   /// The engine of the actor program (null in eager mode), for programs the app adds (evaluation).
@@ -55,6 +57,7 @@ class TrainStep {
   graph::Module& model_;
   std::shared_ptr<graph::Optimizer> optimizer_;
   double clip_;
+  actors::DataParallel dp_;
   std::unique_ptr<actors::Engine> engine_;
   std::unique_ptr<actors::Program> program_;
 };
