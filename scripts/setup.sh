@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Troupe needs to build and test; with --bench also PyTorch (Debian's
-# python3-torch), which the side-by-side benchmarks and the golden-data generator run. Idempotent
+# python3-torch) and OpenMPI, which the side-by-side benchmarks and the golden-data generator run. Idempotent
 # and quiet: does nothing when everything is present. Runs as root, or through sudo.
 set -euo pipefail
 
@@ -13,7 +13,7 @@ packages=(
   python3
 )
 if [ "${1:-}" = --bench ]; then
-  packages+=(python3-torch)
+  packages+=(python3-torch openmpi-bin libopenmpi-dev)
 fi
 
 missing=()

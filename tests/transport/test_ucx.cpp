@@ -149,22 +149,28 @@ TEST(Ucx, AWrongJobTokenIsRefused) {
   EXPECT_EQ(out[1].exit_code, 1) << "the refused rank must not think it joined";
 }
 
+// By the timeout (the default, shared-memory transports) and by UCX's peer-failure handling
+// (TROUPE_UCX_PEER_FAILURE=1, TCP).
 TEST(Ucx, ARankThatDiesMidJobIsNamedWithinTheTimeout) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto out = run_job(3, [](JobInfo& job) {
-    Bootstrap boot(job, std::chrono::seconds(20));
-    auto transport = make_ucx_transport(boot, std::chrono::seconds(3));
-    ProcessGroup g(*transport);
-    Tensor t = Tensor::zeros({1000});
-    g.all_reduce(t);  // the first step works
-    if (job.rank == 2) std::_Exit(3);  // then rank 2 dies, as if killed
-    g.all_reduce(t);
-  });
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
-  EXPECT_EQ(out[2].exit_code, 3);
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(out[static_cast<std::size_t>(r)].exit_code, 1) << "rank " << r << " did not notice";
-    EXPECT_NE(out[static_cast<std::size_t>(r)].message.find("rank 2"), std::string::npos)
-        << "rank " << r << ": " << out[static_cast<std::size_t>(r)].message;
+  for (const char* detect : {"0", "1"}) {
+    SCOPED_TRACE(std::string("TROUPE_UCX_PEER_FAILURE=") + detect);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto out = run_job(3, [detect](JobInfo& job) {
+      ::setenv("TROUPE_UCX_PEER_FAILURE", detect, 1);
+      Bootstrap boot(job, std::chrono::seconds(20));
+      auto transport = make_ucx_transport(boot, std::chrono::seconds(3));
+      ProcessGroup g(*transport);
+      Tensor t = Tensor::zeros({1000});
+      g.all_reduce(t);  // the first step works
+      if (job.rank == 2) std::_Exit(3);  // then rank 2 dies, as if killed
+      g.all_reduce(t);
+    });
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+    EXPECT_EQ(out[2].exit_code, 3);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(out[static_cast<std::size_t>(r)].exit_code, 1) << "rank " << r << " did not notice";
+      EXPECT_NE(out[static_cast<std::size_t>(r)].message.find("rank 2"), std::string::npos)
+          << "rank " << r << ": " << out[static_cast<std::size_t>(r)].message;
+    }
   }
 }

@@ -101,6 +101,7 @@ JobInfo JobInfo::from_environment() {
   j.master_addr = env_str("TROUPE_MASTER_ADDR", j.master_addr);
   j.master_port = env_int("TROUPE_MASTER_PORT", j.master_port);
   j.token = env_str("TROUPE_JOB_TOKEN", "");
+  j.timeout = std::chrono::seconds(env_int("TROUPE_TIMEOUT", 30));
   TROUPE_CHECK(j.size >= 1 && j.rank >= 0 && j.rank < j.size, invalid_argument, "rank ", j.rank,
                " does not fit a world of ", j.size, " (from ", j.source, ")");
   return j;

@@ -79,11 +79,13 @@ void ProcessGroup::agree(const char* op, const Tensor& tensor, std::int64_t extr
 
 // Sends and receives one segment of a ring step in chunks, calling on_chunk(data, offset, bytes)
 // for each received chunk (reduce or copy into place).
-void ProcessGroup::exchange_chunked(int dst, const char* send, int src, std::size_t send_bytes,
+// `recv_into` non-null: chunks land there directly (gathers); null: in the scratch chunk, then
+// on_chunk(data, offset, bytes) reduces them into place.
+void ProcessGroup::exchange_chunked(int dst, const char* send, int src, char* recv_into, std::size_t send_bytes,
                                     std::size_t recv_bytes,
                                     const std::function<void(const char*, std::size_t, std::size_t)>& on_chunk) {
   const std::uint64_t tag = next_tag();
-  std::vector<char> buf(std::min(chunk_bytes_, std::max<std::size_t>(recv_bytes, 1)));
+  if (!recv_into && scratch_.size() < std::min(chunk_bytes_, recv_bytes)) scratch_.resize(std::min(chunk_bytes_, recv_bytes));
   // Each side of a link agrees on its chunk count (the same segment); a side with nothing left
   // (segments differ in size, or are empty) only sends or only receives.
   const std::size_t send_chunks = (send_bytes + chunk_bytes_ - 1) / chunk_bytes_;
@@ -92,10 +94,11 @@ void ProcessGroup::exchange_chunked(int dst, const char* send, int src, std::siz
     const std::size_t so = c * chunk_bytes_, ro = c * chunk_bytes_;
     const std::size_t sb = c < send_chunks ? std::min(chunk_bytes_, send_bytes - so) : 0;
     const std::size_t rb = c < recv_chunks ? std::min(chunk_bytes_, recv_bytes - ro) : 0;
-    if (sb && rb) t_.exchange(dst, send + so, sb, src, buf.data(), rb, tag);
+    char* into = recv_into ? recv_into + ro : scratch_.data();
+    if (sb && rb) t_.exchange(dst, send + so, sb, src, into, rb, tag);
     else if (sb) t_.send(dst, tag, send + so, sb);
-    else t_.recv(src, tag, buf.data(), rb);
-    if (rb) on_chunk(buf.data(), ro, rb);
+    else t_.recv(src, tag, into, rb);
+    if (rb && on_chunk) on_chunk(into, ro, rb);
   }
 }
 
@@ -104,7 +107,7 @@ void ProcessGroup::ring_reduce_scatter(char* data, const std::vector<std::int64_
   for (int s = 0; s < n - 1; ++s) {
     const int send_seg = (r - s + n) % n, recv_seg = (r - s - 1 + n) % n;
     char* rs = data + off[recv_seg] * elem;
-    exchange_chunked(right, data + off[send_seg] * elem, left, (off[send_seg + 1] - off[send_seg]) * elem,
+    exchange_chunked(right, data + off[send_seg] * elem, left, nullptr, (off[send_seg + 1] - off[send_seg]) * elem,
                      (off[recv_seg + 1] - off[recv_seg]) * elem, [&](const char* chunk, std::size_t o, std::size_t b) {
                        if (dtype == DType::f32) add_into<float>(rs + o, chunk, b);
                        else add_into<double>(rs + o, chunk, b);
@@ -117,9 +120,8 @@ void ProcessGroup::ring_all_gather(char* data, const std::vector<std::int64_t>& 
   for (int s = 0; s < n - 1; ++s) {
     const int send_seg = (r + 1 - s + n) % n, recv_seg = (r - s + n) % n;
     char* rs = data + off[recv_seg] * elem;
-    exchange_chunked(right, data + off[send_seg] * elem, left, (off[send_seg + 1] - off[send_seg]) * elem,
-                     (off[recv_seg + 1] - off[recv_seg]) * elem,
-                     [&](const char* chunk, std::size_t o, std::size_t b) { std::memcpy(rs + o, chunk, b); });
+    exchange_chunked(right, data + off[send_seg] * elem, left, rs, (off[send_seg + 1] - off[send_seg]) * elem,
+                     (off[recv_seg + 1] - off[recv_seg]) * elem, nullptr);
   }
 }
 
@@ -159,8 +161,7 @@ Tensor ProcessGroup::all_gather(const Tensor& tensor) {
   for (int s = 0; s < n - 1; ++s) {
     const int send_seg = (r - s + n) % n, recv_seg = (r - s - 1 + n) % n;
     char* rs = o + off[recv_seg];
-    exchange_chunked(right, o + off[send_seg], left, bytes, bytes,
-                     [&](const char* chunk, std::size_t at, std::size_t b) { std::memcpy(rs + at, chunk, b); });
+    exchange_chunked(right, o + off[send_seg], left, rs, bytes, bytes, nullptr);
   }
   return out;
 }

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "troupe/kernels/tensor.hpp"
 #include "troupe/transport/transport.hpp"
@@ -51,12 +52,13 @@ class ProcessGroup {
   std::uint64_t next_tag();
   void ring_reduce_scatter(char* data, const std::vector<std::int64_t>& offsets, std::size_t elem, DType dtype);
   void ring_all_gather(char* data, const std::vector<std::int64_t>& offsets, std::size_t elem);
-  void exchange_chunked(int dst, const char* send, int src, std::size_t send_bytes, std::size_t recv_bytes,
-                        const std::function<void(const char*, std::size_t, std::size_t)>& on_chunk);
+  void exchange_chunked(int dst, const char* send, int src, char* recv_into, std::size_t send_bytes,
+                        std::size_t recv_bytes, const std::function<void(const char*, std::size_t, std::size_t)>& on_chunk);
   Transport& t_;
   std::uint32_t channel_;
   std::size_t chunk_bytes_;
   std::uint32_t sequence_ = 0;
+  std::vector<char> scratch_;  // one chunk, reused: receives that are reduced rather than stored
 };
 
 /// Called when a queued collective finished: null, or the exception that failed it.
