@@ -195,10 +195,18 @@ int train(TrainFlags f) {
   lo.items_per_step = static_cast<double>(f.batch * f.model.seq);
   lo.unit = "tok/s";
   const apps::LoopSummary s = apps::run_training_loop(lo, hooks);
+  std::string dp_fields;
+  if (job.size() > 1) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, ",\"dp\":%d,\"rank\":%d,\"comm_ms\":%.2f,\"exposed_comm_ms\":%.2f,\"hidden_fraction\":%.3f",
+                  job.size(), job.rank(), s.comm_ms, s.exposed_comm_ms,
+                  s.comm_ms > 0 ? std::max(0.0, 1.0 - s.exposed_comm_ms / s.comm_ms) : 0.0);
+    dp_fields = buf;
+  }
   std::printf("{\"app\":\"troupe-gpt\",\"steps\":%lld,\"train_loss\":%.5f,\"val_loss\":%.5f,\"ms_per_step\":%.2f,"
-              "\"tokens_per_s\":%.1f,\"params\":%lld,\"peak_bytes\":%zu}\n",
+              "\"tokens_per_s\":%.1f,\"params\":%lld,\"peak_bytes\":%zu%s}\n",
               static_cast<long long>(s.steps), s.train_loss, s.eval, s.ms_per_step, s.items_per_s,
-              static_cast<long long>(model.parameter_count()), cpu_allocator().stats().peak_bytes);
+              static_cast<long long>(model.parameter_count()), cpu_allocator().stats().peak_bytes, dp_fields.c_str());
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <deque>
 #include <limits>
 
+#include <chrono>
 #include <cstring>
 
 #include "trace_hooks.hpp"
@@ -34,6 +35,10 @@ struct ProgramState {
   std::size_t next_submit = 0, buckets_done = 0;
   std::vector<double> bucket_norms;
   bool outputs_submitted = false, outputs_reduced = false;
+  double comm_busy_at_start = 0;  // communicator busy seconds when the step started
+  std::chrono::steady_clock::time_point compute_done{};  // every op actor finished (backward done)
+  bool compute_finished = false;
+  double comm_ms = 0, exposed_ms = 0;
   caf::abstract_actor* self = nullptr;
   static inline const char* name = "troupe.program";
   // Requests still open when the program shuts down fail instead of leaving their caller waiting.
@@ -94,6 +99,8 @@ void start_next(Self* self) {
       s.bucket_norms.assign(s.setup->buckets->buckets.size(), 0.0);
       s.next_submit = s.buckets_done = 0;
       s.outputs_submitted = s.outputs_reduced = false;
+      s.comm_busy_at_start = s.setup->comm->busy_seconds();
+      s.compute_finished = false;
     }
     StepContextPtr ctx;
     try {
@@ -206,6 +213,8 @@ std::unique_ptr<StepResult> collect(ProgramState& s) {
   r->step = s.step;
   r->grad_norm = s.grad_norm;
   r->bucket_squared_norms = s.bucket_norms;
+  r->comm_ms = s.comm_ms;
+  r->exposed_comm_ms = s.exposed_ms;
   const auto& fn = *s.setup->fn;
   for (std::size_t k = 0; k < s.sink_values.size(); ++k) {
     const int param = s.setup->plan->sink_param[k];
@@ -221,8 +230,17 @@ void check_complete(Self* self) {
   const ActorPlan& plan = *s.setup->plan;
   if (!s.current || s.done < plan.op_count + 1 || s.results < static_cast<int>(plan.sinks.size())) return;
   if (s.setup->comm) {
+    if (!s.compute_finished) {
+      s.compute_finished = true;
+      s.compute_done = std::chrono::steady_clock::now();
+    }
     submit_buckets(self, /*step_finished=*/true);
     if (s.buckets_done < s.setup->buckets->buckets.size()) return;
+    if (!s.outputs_submitted) {
+      // Gradient communication of this step is over: how much of it ran after compute.
+      s.comm_ms = (s.setup->comm->busy_seconds() - s.comm_busy_at_start) * 1e3;
+      s.exposed_ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.compute_done).count() * 1e3;
+    }
     if (!s.outputs_submitted) submit_outputs(self);
     if (!s.outputs_reduced) return;
   }

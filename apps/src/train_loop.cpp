@@ -32,7 +32,11 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
                  "; training diverged: lower --lr or clip harder (--clip)");
     ++summary.steps;
     total_ms += ms;
-    if (summary.steps > 1) warm_ms += ms;
+    if (summary.steps > 1) {
+      warm_ms += ms;
+      summary.comm_ms += out.comm_ms;
+      summary.exposed_comm_ms += out.exposed_comm_ms;
+    }
     recent.push_back(out.loss);
     if (recent.size() > 10) recent.pop_front();
     progress.step(step, out.loss, o.items_per_step, ms / 1e3);
@@ -68,6 +72,10 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
   }
   summary.train_loss = std::accumulate(recent.begin(), recent.end(), 0.0) / static_cast<double>(recent.size());
   summary.ms_per_step = summary.steps > 1 ? warm_ms / static_cast<double>(summary.steps - 1) : total_ms;
+  if (summary.steps > 1) {
+    summary.comm_ms /= static_cast<double>(summary.steps - 1);
+    summary.exposed_comm_ms /= static_cast<double>(summary.steps - 1);
+  }
   summary.items_per_s = summary.ms_per_step > 0 ? o.items_per_step / (summary.ms_per_step / 1e3) : 0;
   return summary;
 }

@@ -70,6 +70,8 @@ StepOutcome TrainStep::operator()(const std::vector<Tensor>& inputs) {
     const actors::StepResult r = program_->run(inputs);
     out.loss = r.outputs[0].item();
     out.bucket_squared_norms = r.bucket_squared_norms;
+    out.comm_ms = r.comm_ms;
+    out.exposed_comm_ms = r.exposed_comm_ms;
     auto [norm, variance] = gradient_stats(r.gradients);
     // The returned gradients are clipped; report the norm and variance from before clipping.
     const double scale = clip_ > 0 ? norm / r.grad_norm : 1.0;

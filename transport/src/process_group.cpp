@@ -293,6 +293,7 @@ void Communicator::loop() {
       queue_.pop_front();
     }
     std::exception_ptr error;
+    const auto t0 = std::chrono::steady_clock::now();
     try {
       job.first(group_);
     } catch (const Error& e) {
@@ -300,6 +301,7 @@ void Communicator::loop() {
     } catch (...) {
       error = std::current_exception();
     }
+    busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
     if (job.second) job.second(error);
   }
 }

@@ -69,6 +69,8 @@ struct StepResult {
   std::map<std::string, Tensor> gradients;  // by parameter name, averaged over micro-batches (clipped when clipping)
   double grad_norm = 0;                     // global gradient norm before clipping (NaN when not clipping)
   std::vector<double> bucket_squared_norms; // data parallel: each reduced bucket's squared norm
+  double comm_ms = 0;     // data parallel: time the communicator spent on this step's collectives
+  double exposed_comm_ms = 0;  // of which after backward had finished (not hidden behind compute)
   std::uint64_t step = 0;                   // counts from 1 per program
 };
 

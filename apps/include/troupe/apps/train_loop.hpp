@@ -18,6 +18,7 @@ struct StepOutcome {
   double grad_norm = 0;      // before clipping
   double grad_variance = 0;  // of all gradient elements
   std::vector<double> bucket_squared_norms;  // data parallel: each reduced bucket's squared norm
+  double comm_ms = 0, exposed_comm_ms = 0;   // data parallel: gradient communication, and the part after compute
 };
 
 /// Cadence and outputs of the loop.
@@ -48,6 +49,7 @@ struct LoopSummary {
   double eval = 0;            // last evaluation
   double ms_per_step = 0;     // mean step time, the first step (warm-up) excluded when there are more
   double items_per_s = 0;
+  double comm_ms = 0, exposed_comm_ms = 0;  // means per step, warm-up excluded like ms_per_step
 };
 
 /// Runs steps start_step + 1 .. steps.

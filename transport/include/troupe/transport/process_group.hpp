@@ -5,6 +5,7 @@
 // All ranks must issue the same collectives in the same order; a disagreement (sizes, dtypes, kind)
 // is detected up front and fails the collective on every rank with the same message.
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -84,6 +85,8 @@ class Communicator {
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
   const std::string& name() const { return name_; }
+  /// Seconds spent running collectives so far (for communication time per step).
+  double busy_seconds() const { return static_cast<double>(busy_ns_.load()) * 1e-9; }
 
  private:
   void loop();
@@ -94,6 +97,7 @@ class Communicator {
   std::condition_variable cv_;
   std::deque<std::pair<std::function<void(ProcessGroup&)>, Done>> queue_;
   bool stopping_ = false;
+  std::atomic<std::int64_t> busy_ns_{0};
   std::thread thread_;
 };
 

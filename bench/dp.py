@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""bench/run dp: data-parallel gpt-mini training steps, 2 ranks on this host (troupe-launch, UCX over
+shared memory, 1 scheduler thread per rank, per-rank batch 8), GRAD_MODE=advanced (buckets
+all-reduced during backward, parallel clip) against standard (tensor-by-tensor AllReduce after the
+step, naive clip), alternating; a fusion-threshold sweep; and the scaling efficiency of DP=2 against
+one process at the same per-rank batch. One JSON line per measurement."""
+import json, os, statistics, subprocess, sys
+
+ROUNDS, STEPS = 2, 12
+
+
+def run(build, env_extra, args):
+    cmd = [os.path.join(build, "apps", "troupe-gpt"), "--steps", str(STEPS), "--eval-every", "100000",
+           "--val-batches", "1", "--threads", "1", "--micro-batches", "1", *args]
+    env = dict(os.environ, **env_extra)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    rows = [json.loads(l[l.index("{"):]) for l in out.splitlines() if '"app":"troupe-gpt"' in l]
+    return rows  # one per rank
+
+
+def dp(build, mode, fusion):
+    launch = os.path.join(build, "apps", "troupe-launch")
+    cmd = [launch, "-n", "2", "--", os.path.join(build, "apps", "troupe-gpt"), "--dp", "2", "--comm-fusion-mb", str(fusion),
+           "--steps", str(STEPS), "--eval-every", "100000", "--val-batches", "1", "--threads", "1", "--micro-batches", "1"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=dict(os.environ, GRAD_MODE=mode)).stdout
+    rows = [json.loads(l[l.index("{"):]) for l in out.splitlines() if '"app":"troupe-gpt"' in l]
+    step = max(r["ms_per_step"] for r in rows)  # the job runs at its slowest rank
+    comm = statistics.mean(r["comm_ms"] for r in rows)
+    hidden = statistics.mean(r["hidden_fraction"] for r in rows)
+    return step, comm, hidden
+
+
+def main():
+    build = sys.argv[1] if len(sys.argv) > 1 else "build"
+    results = {"advanced": [], "standard": []}
+    for _ in range(ROUNDS):
+        for mode in ("advanced", "standard"):
+            results[mode].append(dp(build, mode, 64))
+    med = lambda xs, i: statistics.median(x[i] for x in xs)
+    adv, std = med(results["advanced"], 0), med(results["standard"], 0)
+    print(json.dumps({"bench": "dp-advanced-vs-standard", "config": "shm-2ranks-fusion64", "advanced_ms": round(adv, 2),
+                      "standard_ms": round(std, 2), "speedup": round(std / adv, 3),
+                      "comm_ms": round(med(results["advanced"], 1), 2),
+                      "hidden_fraction": round(med(results["advanced"], 2), 3)}), flush=True)
+    for fusion in (1, 4, 16, 64):
+        step, comm, hidden = dp(build, "advanced", fusion)
+        print(json.dumps({"bench": "dp-fusion-sweep", "config": "shm-2ranks", "fusion_mb": fusion, "step_ms": round(step, 2),
+                          "comm_ms": round(comm, 2), "hidden_fraction": round(hidden, 3)}), flush=True)
+    singles, dps = [], []
+    for _ in range(ROUNDS):
+        singles.append(run(build, {}, [])[0]["ms_per_step"])
+        dps.append(dp(build, "advanced", 4)[0])
+    single, dual = statistics.median(singles), statistics.median(dps)
+    print(json.dumps({"bench": "dp-scaling", "config": "shm-2ranks-1thread-per-rank", "single_ms": round(single, 2),
+                      "dp2_ms": round(dual, 2), "efficiency": round(single / dual, 3)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
