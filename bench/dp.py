@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """bench/run dp: data-parallel gpt-mini training steps, 2 ranks on this host (troupe-launch, UCX over
-shared memory, 1 scheduler thread per rank, per-rank batch 8), GRAD_MODE=advanced (buckets
+shared memory, and as two "hosts" in network namespaces joined by a 1 Gbit/s link (bench/netns.sh,
+UCX over TCP; needs root), 1 scheduler thread per rank, per-rank batch 8), GRAD_MODE=advanced (buckets
 all-reduced during backward, parallel clip) against standard (tensor-by-tensor AllReduce after the
 step, naive clip), alternating; a fusion-threshold sweep; and the scaling efficiency of DP=2 against
 one process at the same per-rank batch. One JSON line per measurement."""
@@ -18,11 +19,24 @@ def run(build, env_extra, args):
     return rows  # one per rank
 
 
-def dp(build, mode, fusion):
-    launch = os.path.join(build, "apps", "troupe-launch")
-    cmd = [launch, "-n", "2", "--", os.path.join(build, "apps", "troupe-gpt"), "--dp", "2", "--comm-fusion-mb", str(fusion),
-           "--steps", str(STEPS), "--eval-every", "100000", "--val-batches", "1", "--threads", "1", "--micro-batches", "1"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=dict(os.environ, GRAD_MODE=mode)).stdout
+def gpt_args(build, fusion):
+    return [os.path.join(build, "apps", "troupe-gpt"), "--dp", "2", "--comm-fusion-mb", str(fusion), "--steps", str(STEPS),
+            "--eval-every", "100000", "--val-batches", "1", "--threads", "1", "--micro-batches", "1"]
+
+
+def dp(build, mode, fusion, netns=False):
+    if not netns:
+        cmd = [os.path.join(build, "apps", "troupe-launch"), "-n", "2", "--", *gpt_args(build, fusion)]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=dict(os.environ, GRAD_MODE=mode)).stdout
+    else:
+        # Two "hosts" (bench/netns.sh): each rank in its namespace, UCX over TCP through the 1 Gbit/s veth.
+        procs = []
+        for rank, (ns, dev) in enumerate([("troupe0", "troupe-a"), ("troupe1", "troupe-b")]):
+            env = dict(os.environ, GRAD_MODE=mode, TROUPE_RANK=str(rank), TROUPE_WORLD_SIZE="2", TROUPE_MASTER_ADDR="10.77.0.1",
+                       TROUPE_MASTER_PORT="29600", TROUPE_JOB_TOKEN="netns-bench", UCX_TLS="tcp,self", UCX_NET_DEVICES=dev)
+            procs.append(subprocess.Popen(["ip", "netns", "exec", ns, *gpt_args(build, fusion)], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+        out = "".join(p.communicate()[0] for p in procs)
     rows = [json.loads(l[l.index("{"):]) for l in out.splitlines() if '"app":"troupe-gpt"' in l]
     step = max(r["ms_per_step"] for r in rows)  # the job runs at its slowest rank
     comm = statistics.mean(r["comm_ms"] for r in rows)
@@ -46,6 +60,23 @@ def main():
         step, comm, hidden = dp(build, "advanced", fusion)
         print(json.dumps({"bench": "dp-fusion-sweep", "config": "shm-2ranks", "fusion_mb": fusion, "step_ms": round(step, 2),
                           "comm_ms": round(comm, 2), "hidden_fraction": round(hidden, 3)}), flush=True)
+    here = os.path.dirname(os.path.abspath(__file__))
+    if subprocess.run([os.path.join(here, "netns.sh"), "up"], capture_output=True).returncode != 0:
+        print(json.dumps({"bench": "dp-advanced-vs-standard", "config": "netns-1gbit", "skipped": "needs root for ip netns and tc"}))
+    else:
+        try:
+            for fusion in (64, 4):
+                res = {"advanced": [], "standard": []}
+                for _ in range(ROUNDS):
+                    for mode in ("advanced", "standard"):
+                        res[mode].append(dp(build, mode, fusion, netns=True))
+                adv, std = med(res["advanced"], 0), med(res["standard"], 0)
+                print(json.dumps({"bench": "dp-advanced-vs-standard", "config": f"netns-1gbit-fusion{fusion}",
+                                  "advanced_ms": round(adv, 2), "standard_ms": round(std, 2), "speedup": round(std / adv, 3),
+                                  "comm_ms": round(med(res["advanced"], 1), 2), "standard_comm_ms": round(med(res["standard"], 1), 2),
+                                  "hidden_fraction": round(med(res["advanced"], 2), 3)}), flush=True)
+        finally:
+            subprocess.run([os.path.join(here, "netns.sh"), "down"])
     singles, dps = [], []
     for _ in range(ROUNDS):
         singles.append(run(build, {}, [])[0]["ms_per_step"])

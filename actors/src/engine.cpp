@@ -82,6 +82,11 @@ Engine::Engine(EngineOptions options) : impl_(std::make_shared<Impl>()) {
   impl_->threads = options.threads == 0 ? cores : options.threads;
   TROUPE_CHECK(options.max_throughput > 0, invalid_argument, "Engine: max_throughput must be positive");
   impl_->config.set("scheduler.max-threads", static_cast<int>(impl_->threads));
+  // CAF's work-stealing workers run the most recently enqueued actor first, so along a backward
+  // chain the gradient stages and the program actor wait until the chain is done, and no AllReduce
+  // starts during backward. One FIFO queue keeps the order in which actors became ready.
+  impl_->config.set("scheduler.policy",
+                    options.scheduling == Scheduling::fifo ? caf::atom("sharing") : caf::atom("stealing"));
   impl_->config.set("scheduler.max-throughput", static_cast<int>(options.max_throughput));
   impl_->system = std::make_unique<caf::actor_system>(impl_->config);
 }

@@ -10,12 +10,20 @@
 
 namespace troupe::actors {
 
+/// How scheduler threads pick the next actor to run.
+enum class Scheduling {
+  fifo,           // one shared queue in ready order (default: gradient stages run as gradients complete)
+  work_stealing,  // CAF's per-thread queues, newest first, idle threads steal
+};
+
 /// Engine settings.
 struct EngineOptions {
   /// Scheduler threads; 0 = the machine's cores (CAF's own default would oversubscribe small machines).
   std::size_t threads = 0;
   /// Messages an actor may handle before yielding its thread (fairness between actors).
   std::size_t max_throughput = 64;
+  /// Scheduling policy; fifo lets data-parallel AllReduces start while backward runs.
+  Scheduling scheduling = Scheduling::fifo;
 };
 
 /// Owner of the actor system.
