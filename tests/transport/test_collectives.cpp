@@ -3,11 +3,14 @@
 // computation; disagreeing ranks fail together with one message; a silent rank times out by name.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <thread>
 
 #include "kernels/reference.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/transport/bootstrap.hpp"
 #include "troupe/transport/inprocess.hpp"
 #include "troupe/transport/process_group.hpp"
 
@@ -167,4 +170,37 @@ TEST(Collectives, CommunicatorRunsQueuedCollectivesAndReportsCompletion) {
   // Bad input fails through the callback, and the communicator keeps serving.
   auto bad = comms[0]->submit([](ProcessGroup& g) { g.all_reduce(Tensor::zeros({2}, DType::i32)); });
   EXPECT_THROW(bad.get(), Error);
+}
+
+// Rank and size come from troupe-launch, else mpirun, else Slurm; a rank outside the world and a
+// malformed number are refused by name.
+TEST(Collectives, JobInfoReadsLauncherMpirunAndSlurm) {
+  for (const char* v : {"TROUPE_RANK", "TROUPE_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID",
+                        "SLURM_NTASKS", "TROUPE_MASTER_ADDR", "TROUPE_MASTER_PORT", "TROUPE_JOB_TOKEN", "TROUPE_TIMEOUT"})
+    ::unsetenv(v);
+  EXPECT_EQ(JobInfo::from_environment().source, "single process");
+  ::setenv("SLURM_PROCID", "3", 1);
+  ::setenv("SLURM_NTASKS", "4", 1);
+  JobInfo j = JobInfo::from_environment();
+  EXPECT_EQ(j.source, "slurm");
+  EXPECT_EQ(j.rank, 3);
+  EXPECT_EQ(j.size, 4);
+  ::setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  EXPECT_EQ(JobInfo::from_environment().source, "mpirun");
+  ::setenv("TROUPE_RANK", "0", 1);
+  ::setenv("TROUPE_WORLD_SIZE", "2", 1);
+  ::setenv("TROUPE_MASTER_PORT", "31000", 1);
+  ::setenv("TROUPE_TIMEOUT", "7", 1);
+  j = JobInfo::from_environment();
+  EXPECT_EQ(j.source, "troupe-launch");
+  EXPECT_EQ(j.master_port, 31000);
+  EXPECT_EQ(j.timeout, std::chrono::milliseconds(7000));
+  ::setenv("TROUPE_RANK", "5", 1);
+  EXPECT_THROW(JobInfo::from_environment(), Error);
+  ::setenv("TROUPE_RANK", "one", 1);
+  EXPECT_THROW(JobInfo::from_environment(), Error);
+  for (const char* v : {"TROUPE_RANK", "TROUPE_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID",
+                        "SLURM_NTASKS", "TROUPE_MASTER_PORT", "TROUPE_TIMEOUT"})
+    ::unsetenv(v);
 }
