@@ -143,8 +143,13 @@ void submit_buckets(Self* self, bool step_finished) {
     const caf::actor bucket = s.setup->bucket_actors[b], program = s.setup->peers->program;
     const std::uint64_t step = s.step;
     const std::uint32_t comm = s.setup->comm_trace_id, bucket_trace = s.setup->bucket_trace_ids[b];
-    trace_send(my_trace_id(s), comm, "allreduce", step, -1, flat.nbytes());
-    s.setup->comm->all_reduce(flat, s.setup->gradients_mean ? transport::ReduceOp::mean : transport::ReduceOp::sum,
+    const std::uint64_t flow = trace_send(my_trace_id(s), comm, "allreduce", step, -1, flat.nbytes());
+    const auto op = s.setup->gradients_mean ? transport::ReduceOp::mean : transport::ReduceOp::sum;
+    s.setup->comm->submit(
+        [=](transport::ProcessGroup& g) {
+          HandlerTrace span(comm, "allreduce", flow, step, -1);  // the collective shows on the communicator's track
+          g.all_reduce(flat, op);
+        },
                               [=](std::exception_ptr e) {
                                 if (!e) {
                                   const std::uint64_t f = trace_send(comm, bucket_trace, "reduced", step, -1, flat.nbytes());

@@ -117,6 +117,16 @@ TraceSummary summarize_trace(const std::string& json, const std::string& source)
     messaging[target.step] += ts - st->second.first;
   }
 
+  auto is_communicator = [&](std::int64_t tid) {
+    auto it = names.find(tid);
+    return it != names.end() && it->second.rfind("communicator", 0) == 0;
+  };
+  for (const Slice& sl : slices)
+    if (sl.name != "compute" && is_communicator(sl.tid)) out.hottest_collectives.push_back({names[sl.tid], sl.name, sl.step, sl.dur});
+  std::sort(out.hottest_collectives.begin(), out.hottest_collectives.end(),
+            [](const CollectiveSummary& x, const CollectiveSummary& y) { return x.us > y.us; });
+  if (out.hottest_collectives.size() > 5) out.hottest_collectives.resize(5);
+
   std::map<std::uint64_t, std::vector<int>> by_step;
   for (std::size_t i = 0; i < slices.size(); ++i)
     if (slices[i].step > 0) by_step[slices[i].step].push_back(static_cast<int>(i));
@@ -136,6 +146,25 @@ TraceSummary summarize_trace(const std::string& json, const std::string& source)
     }
     s.wall_us = b - a;
     s.messaging_us = messaging[step];
+    // Communication: slices on communicator tracks; hidden = their overlap with the union of the
+    // step's compute intervals on the other tracks.
+    std::vector<std::pair<double, double>> compute;
+    for (int i : ids) {
+      const Slice& sl = slices[static_cast<std::size_t>(i)];
+      if (sl.name == "compute") compute.emplace_back(sl.ts, sl.ts + sl.dur);
+    }
+    std::sort(compute.begin(), compute.end());
+    std::vector<std::pair<double, double>> merged;
+    for (const auto& iv : compute) {
+      if (!merged.empty() && iv.first <= merged.back().second) merged.back().second = std::max(merged.back().second, iv.second);
+      else merged.push_back(iv);
+    }
+    for (int i : ids) {
+      const Slice& sl = slices[static_cast<std::size_t>(i)];
+      if (sl.name == "compute" || !is_communicator(sl.tid)) continue;
+      s.communication_us += sl.dur;
+      for (const auto& [x, y] : merged) s.hidden_us += std::max(0.0, std::min(y, sl.ts + sl.dur) - std::max(x, sl.ts));
+    }
     // Walk back from the slice that ended the step along the messages that caused each run.
     for (int i = last, guard = 0; i >= 0 && guard < 100000; i = slices[static_cast<std::size_t>(i)].cause, ++guard) {
       const Slice& sl = slices[static_cast<std::size_t>(i)];
@@ -167,6 +196,11 @@ std::string format_summary(const TraceSummary& s) {
                   "\nstep %llu: wall %.1f us, compute %.1f us, messaging latency %.1f us (summed over messages)\n",
                   static_cast<unsigned long long>(st.step), st.wall_us, st.compute_us, st.messaging_us);
     out += line;
+    if (st.communication_us > 0) {
+      std::snprintf(line, sizeof line, "  communication %.1f us, of which %.1f us (%.0f%%) hidden behind compute\n",
+                    st.communication_us, st.hidden_us, 100.0 * st.hidden_us / st.communication_us);
+      out += line;
+    }
     std::snprintf(line, sizeof line, "  critical path (%zu handler runs, %.1f us in handlers):", st.critical_path.size(),
                   st.critical_path_us);
     out += line;
@@ -175,6 +209,12 @@ std::string format_summary(const TraceSummary& s) {
       out += (i ? " -> " : " ") + st.critical_path[i];
     }
     out += "\n";
+  }
+  if (!s.hottest_collectives.empty()) out += "\nhottest collectives:\n";
+  for (const CollectiveSummary& c : s.hottest_collectives) {
+    std::snprintf(line, sizeof line, "  %-28s %-12s step %llu  %.1f us\n", c.track.c_str(), c.name.c_str(),
+                  static_cast<unsigned long long>(c.step), c.us);
+    out += line;
   }
   return out;
 }
@@ -191,7 +231,11 @@ std::string summary_json(const TraceSummary& s) {
   for (const StepSummary& st : s.steps)
     j["steps"].push_back({{"step", st.step}, {"wall_us", st.wall_us}, {"compute_us", st.compute_us},
                           {"messaging_us", st.messaging_us}, {"critical_path", st.critical_path},
-                          {"critical_path_us", st.critical_path_us}});
+                          {"critical_path_us", st.critical_path_us}, {"communication_us", st.communication_us},
+                          {"hidden_us", st.hidden_us}});
+  j["hottest_collectives"] = nlohmann::json::array();
+  for (const CollectiveSummary& c : s.hottest_collectives)
+    j["hottest_collectives"].push_back({{"track", c.track}, {"name", c.name}, {"step", c.step}, {"us", c.us}});
   return j.dump(2);
 }
 

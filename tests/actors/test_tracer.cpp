@@ -109,3 +109,25 @@ TEST(Tracer, SummaryRefusesWhatIsNotATrace) {
   EXPECT_TRUE(empty.actors.empty());
   EXPECT_TRUE(empty.steps.empty());
 }
+
+// Communication in a trace: slices on "communicator ..." tracks count as communication; the part
+// overlapping any actor's compute counts as hidden; the longest collectives are listed.
+TEST(Tracer, SummaryReportsCommunicationAndTheHiddenPart) {
+  const std::string json = R"([
+    {"ph":"M","name":"thread_name","tid":1,"args":{"name":"matmul %3"}},
+    {"ph":"M","name":"thread_name","tid":2,"args":{"name":"communicator allreduce"}},
+    {"ph":"X","name":"ready","tid":1,"ts":0,"dur":100,"args":{"step":1}},
+    {"ph":"X","name":"compute","tid":1,"ts":10,"dur":80,"args":{"step":1}},
+    {"ph":"X","name":"allreduce","tid":2,"ts":50,"dur":100,"args":{"step":1}},
+    {"ph":"X","name":"allreduce","tid":2,"ts":160,"dur":30,"args":{"step":1}}
+  ])";
+  const actors::TraceSummary s = actors::summarize_trace(json, "test");
+  ASSERT_EQ(s.steps.size(), 1u);
+  EXPECT_DOUBLE_EQ(s.steps[0].communication_us, 130.0);
+  EXPECT_DOUBLE_EQ(s.steps[0].hidden_us, 40.0);  // [50, 90) overlaps compute [10, 90)
+  ASSERT_EQ(s.hottest_collectives.size(), 2u);
+  EXPECT_EQ(s.hottest_collectives[0].us, 100.0);
+  EXPECT_EQ(s.hottest_collectives[0].track, "communicator allreduce");
+  EXPECT_NE(actors::format_summary(s).find("of which 40.0 us (31%) hidden behind compute"), std::string::npos)
+      << actors::format_summary(s);
+}

@@ -27,6 +27,15 @@ struct StepSummary {
   double messaging_us = 0;  // send-to-handler latency summed over the step's messages
   std::vector<std::string> critical_path;  // actor names, first to last
   double critical_path_us = 0;             // handler time along it
+  double communication_us = 0;  // collectives on communicator tracks
+  double hidden_us = 0;         // the part of it that ran while some actor computed
+};
+
+/// One collective run on a communicator track.
+struct CollectiveSummary {
+  std::string track, name;
+  std::uint64_t step = 0;
+  double us = 0;
 };
 
 /// The whole summary.
@@ -35,6 +44,7 @@ struct TraceSummary {
   int messages = 0;
   std::vector<ActorSummary> actors;  // busiest first
   std::vector<StepSummary> steps;
+  std::vector<CollectiveSummary> hottest_collectives;  // longest first, at most 5
 };
 
 /// Parses `json` (Chrome trace format as written by Tracer); throws troupe::Error naming `source` if malformed.
