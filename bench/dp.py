@@ -5,7 +5,7 @@ UCX over TCP; needs root), 1 scheduler thread per rank, per-rank batch 8), GRAD_
 all-reduced during backward, parallel clip) against standard (tensor-by-tensor AllReduce after the
 step, naive clip), alternating; a fusion-threshold sweep; and the scaling efficiency of DP=2 against
 one process at the same per-rank batch. One JSON line per measurement."""
-import json, os, statistics, subprocess, sys
+import json, os, socket, statistics, subprocess, sys
 
 ROUNDS, STEPS = 2, 12
 
@@ -44,8 +44,34 @@ def dp(build, mode, fusion, netns=False):
     return step, comm, hidden
 
 
+def torch_ddp(world):
+    here = os.path.dirname(os.path.abspath(__file__))
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    out = subprocess.run(["/usr/bin/python3", os.path.join(here, "torch_ddp.py"), str(world), str(port), str(STEPS)],
+                         check=True, capture_output=True, text=True, env=dict(os.environ, OPENBLAS_NUM_THREADS="1")).stdout
+    return json.loads(out.strip().splitlines()[-1])["ms"]
+
+
+def scaling(build):
+    singles, dps, t1, t2 = [], [], [], []
+    for _ in range(ROUNDS):
+        singles.append(run(build, {}, [])[0]["ms_per_step"])
+        dps.append(dp(build, "advanced", 64)[0])
+        t1.append(torch_ddp(1))
+        t2.append(torch_ddp(2))
+    single, dual = statistics.median(singles), statistics.median(dps)
+    ts, td = statistics.median(t1), statistics.median(t2)
+    print(json.dumps({"bench": "dp-scaling", "config": "shm-2ranks-1thread-per-rank", "single_ms": round(single, 2),
+                      "dp2_ms": round(dual, 2), "efficiency": round(single / dual, 3), "torch_single_ms": round(ts, 2),
+                      "torch_ddp2_ms": round(td, 2), "torch_ddp_efficiency": round(ts / td, 3)}), flush=True)
+
+
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
+    if len(sys.argv) > 2 and sys.argv[2] == "scaling":
+        return scaling(build)
     results = {"advanced": [], "standard": []}
     for _ in range(ROUNDS):
         for mode in ("advanced", "standard"):
@@ -77,13 +103,7 @@ def main():
                                   "hidden_fraction": round(med(res["advanced"], 2), 3)}), flush=True)
         finally:
             subprocess.run([os.path.join(here, "netns.sh"), "down"])
-    singles, dps = [], []
-    for _ in range(ROUNDS):
-        singles.append(run(build, {}, [])[0]["ms_per_step"])
-        dps.append(dp(build, "advanced", 4)[0])
-    single, dual = statistics.median(singles), statistics.median(dps)
-    print(json.dumps({"bench": "dp-scaling", "config": "shm-2ranks-1thread-per-rank", "single_ms": round(single, 2),
-                      "dp2_ms": round(dual, 2), "efficiency": round(single / dual, 3)}), flush=True)
+    scaling(build)
 
 
 if __name__ == "__main__":
