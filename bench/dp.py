@@ -4,7 +4,8 @@ shared memory, and as two "hosts" in network namespaces joined by a 1 Gbit/s lin
 UCX over TCP; needs root), 1 scheduler thread per rank, per-rank batch 8), GRAD_MODE=advanced (buckets
 all-reduced during backward, parallel clip) against standard (tensor-by-tensor AllReduce after the
 step, naive clip), alternating; a fusion-threshold sweep; and the scaling efficiency of DP=2 against
-one process at the same per-rank batch. One JSON line per measurement."""
+one process at the same per-rank batch, next to torch DDP (gloo) measured the same way. One JSON line
+per measurement. usage: dp.py BUILD [scaling]   (scaling: only the scaling row)"""
 import json, os, socket, statistics, subprocess, sys
 
 ROUNDS, STEPS = 2, 12
