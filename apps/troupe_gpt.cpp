@@ -16,6 +16,7 @@
 #include "troupe/apps/corpus.hpp"
 #include "troupe/apps/data_parallel.hpp"
 #include "troupe/apps/gpt_model.hpp"
+#include "troupe/apps/splitmix.hpp"
 #include "troupe/apps/grad_mode.hpp"
 #include "troupe/apps/train_loop.hpp"
 #include "troupe/apps/train_step.hpp"
@@ -210,14 +211,6 @@ int train(TrainFlags f) {
   return 0;
 }
 
-// splitmix64 step as a uniform double in [0, 1): sampling needs nothing stronger.
-double uniform01(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
-}
-
 int generate(GenerateFlags f) {
   TROUPE_CHECK(f.checkpoint.empty() != f.weights.empty(), invalid_argument,
                "generate needs exactly one of --checkpoint DIR or --weights FILE.safetensors");
@@ -258,7 +251,7 @@ int generate(GenerateFlags f) {
       std::vector<double> p(row.size());
       double z = 0;
       for (std::size_t i = 0; i < row.size(); ++i) z += p[i] = row[i] >= cutoff ? std::exp((row[i] - top) / f.temperature) : 0.0;
-      double u = uniform01(rng) * z;
+      double u = apps::uniform01(rng) * z;
       for (next = 0; next + 1 < static_cast<std::int64_t>(p.size()) && u >= p[static_cast<std::size_t>(next)]; ++next)
         u -= p[static_cast<std::size_t>(next)];
     }

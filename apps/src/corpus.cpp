@@ -6,6 +6,7 @@
 #include <sstream>
 #include <vector>
 
+#include "troupe/apps/splitmix.hpp"
 #include "troupe/kernels/error.hpp"
 
 namespace troupe::apps {
@@ -23,14 +24,6 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-// splitmix64: a tiny, well-mixed hash; good enough to pick windows and generated words.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 }  // namespace
 
 std::string generated_corpus(std::size_t bytes) {
@@ -46,7 +39,7 @@ std::string generated_corpus(std::size_t bytes) {
   std::string out;
   std::uint64_t k = 0;
   while (out.size() < bytes) {
-    const std::uint64_t r = mix(++k);
+    const std::uint64_t r = mix64(++k);
     std::string s = subjects[r % subjects.size()] + " " + verbs[(r >> 8) % verbs.size()] + " " +
                     objects[(r >> 16) % objects.size()] + tails[(r >> 24) % tails.size()];
     s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
@@ -104,7 +97,7 @@ std::pair<Tensor, Tensor> WindowSampler::next() {
   std::int64_t* y = targets.data<std::int64_t>();
   const std::uint64_t starts = data_.size() - static_cast<std::size_t>(seq_);  // window start in [0, starts)
   for (std::int64_t b = 0; b < batch_; ++b) {
-    const std::size_t start = mix(seed_ * 0x100000001b3ULL + position_++) % starts;
+    const std::size_t start = mix64(seed_ * 0x100000001b3ULL + position_++) % starts;
     for (std::int64_t t = 0; t < seq_; ++t) {
       x[b * seq_ + t] = static_cast<unsigned char>(data_[start + static_cast<std::size_t>(t)]);
       y[b * seq_ + t] = static_cast<unsigned char>(data_[start + static_cast<std::size_t>(t) + 1]);

@@ -1,10 +1,11 @@
-// Synthetic training images: painted from a seed with a local splitmix64 stream (no std:: distributions,
+// Synthetic training images: painted from a seed with a splitmix64 stream (splitmix.hpp; no std:: distributions,
 // whose output differs between standard libraries), so a seed means the same image everywhere.
 #include <algorithm>
 #include <array>
 #include <cmath>
 
 #include "troupe/apps/image.hpp"
+#include "troupe/apps/splitmix.hpp"
 #include "troupe/kernels/error.hpp"
 
 namespace troupe::apps {
@@ -14,17 +15,10 @@ constexpr double kPi = 3.14159265358979323846;
 
 using Colour = std::array<double, 3>;
 
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 struct Rng {
   std::uint64_t state;
   double uniform(double lo = 0.0, double hi = 1.0) {
-    return lo + (hi - lo) * static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;
+    return lo + (hi - lo) * uniform01(state);
   }
   int below(int n) { return static_cast<int>(uniform() * n); }
   Colour colour() { return {uniform(), uniform(), uniform()}; }
@@ -71,7 +65,7 @@ struct Paint {
         break;
       case noise: {
         std::uint64_t s = noise_key ^ (static_cast<std::uint64_t>(y) << 32) ^ static_cast<std::uint64_t>(x);
-        t = static_cast<double>(splitmix64(s) >> 11) * 0x1.0p-53;
+        t = uniform01(s);
         break;
       }
     }
@@ -223,7 +217,7 @@ Tensor procedural_image(std::uint64_t seed, std::int64_t height, std::int64_t wi
   float* dst = out.data<float>();
   for (std::size_t i = 0; i < img.rgb.size(); ++i) {
     std::uint64_t s = grain_key ^ i;
-    const double n = static_cast<double>(splitmix64(s) >> 11) * 0x1.0p-53 - 0.5;
+    const double n = uniform01(s) - 0.5;
     dst[i] = static_cast<float>(std::clamp(img.rgb[i] + grain * n, 0.0, 1.0));
   }
   return out;
