@@ -4,10 +4,8 @@
 // TROUPE_JOB_TOKEN shared by the job and TROUPE_TIMEOUT; its output lines are prefixed "[rank k]".
 // When a rank fails, the others are stopped and troupe-launch exits with that rank's code.
 #include <CLI/CLI.hpp>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "troupe/kernels/error.hpp"
+#include "troupe/transport/bootstrap.hpp"
+
 namespace {
 
 struct Rank {
@@ -27,18 +28,6 @@ struct Rank {
   bool running = true;
   int status = 0;
 };
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 std::string random_token() {
   unsigned char bytes[16] = {};
@@ -91,7 +80,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (port == 0) port = free_port();
+  if (port == 0) {
+    try {
+      port = troupe::transport::free_local_port();
+    } catch (const troupe::Error& e) {
+      std::fprintf(stderr, "troupe-launch: %s\n", e.what());
+      return 1;
+    }
+  }
   const std::string token = random_token();
 
   std::vector<Rank> ranks(static_cast<std::size_t>(n));

@@ -3,8 +3,6 @@
 // collectives are correct, a wrong job token is refused, a rank that never arrives and a rank that
 // dies mid-job are named in the others' errors within the timeout.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,18 +21,6 @@ using namespace troupe;
 using namespace troupe::transport;
 
 namespace {
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 // Named after the test process (the parent), so parent and children agree on the path.
 std::string message_file(pid_t parent, int rank) {
   return ::testing::TempDir() + "/troupe_ucx_" + std::to_string(parent) + "_" + std::to_string(rank);
@@ -48,7 +34,7 @@ struct Outcome {
 // Forks `n` ranks running body(job, rank); waits at most `limit` for all. A child exits 0 on
 // success, 1 with its error message written to its message file.
 std::vector<Outcome> run_job(int n, const std::function<void(JobInfo&)>& body, std::chrono::seconds limit = std::chrono::seconds(60)) {
-  const int port = free_port();
+  const int port = free_local_port();
   const pid_t parent = ::getpid();
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {

@@ -81,6 +81,19 @@ sockaddr_in address_of(const JobInfo& job) {
 
 }  // namespace
 
+int free_local_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  if (fd >= 0) ::close(fd);
+  TROUPE_CHECK(ok, io, "cannot find a free TCP port on 127.0.0.1: ", std::strerror(errno), "; pass one with --port");
+  return ntohs(a.sin_port);
+}
+
 JobInfo JobInfo::from_environment() {
   JobInfo j;
   if (std::getenv("TROUPE_RANK")) {

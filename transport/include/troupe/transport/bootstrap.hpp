@@ -24,6 +24,9 @@ struct JobInfo {
   static JobInfo from_environment();
 };
 
+/// A TCP port on the loopback interface that is free right now (for a job's TROUPE_MASTER_PORT).
+int free_local_port();
+
 /// The rendezvous connection of one rank (rank 0: to every other rank; others: to rank 0).
 class Bootstrap {
  public:
