@@ -43,6 +43,16 @@ AppRun run_app(const std::string& command) {
   return r;
 }
 
+void expect_clear_failures(const std::vector<BadInput>& cases) {
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.command);
+    const auto r = run_app(c.command);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+  }
+}
+
 std::string fresh_dir(const std::string& tag) {
   const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / ("troupe_" + tag + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);

@@ -22,6 +22,14 @@ struct AppRun {
 /// Runs `command` with /bin/sh and waits for it.
 AppRun run_app(const std::string& command);
 
+/// A command a user might mistype and the words its one error line must contain.
+struct BadInput {
+  std::string command, expect;
+};
+
+/// Runs each command: it must exit non-zero with `expect` in its output, never crashing.
+void expect_clear_failures(const std::vector<BadInput>& cases);
+
 /// A fresh empty folder under the test temp dir, named after `tag`.
 std::string fresh_dir(const std::string& tag);
 
