@@ -87,9 +87,7 @@ int train(TrainFlags f) {
   apps::LoopOptions lo = apps::loop_options(f.run);
   std::optional<apps::Checkpoint> resumed;
   if (!f.run.resume.empty()) {
-    resumed = apps::load_checkpoint(f.run.resume);
-    TROUPE_CHECK(resumed->state.string_at("app") == "troupe-gpt", invalid_argument, "'", f.run.resume,
-                 "' is a checkpoint of ", resumed->state.string_at("app"), ", not of troupe-gpt");
+    resumed = apps::load_checkpoint(f.run.resume, "troupe-gpt");
     f.model = load_config(resumed->state);  // the checkpoint decides the model and the data
     f.batch = resumed->state.int_at("batch");
     f.seed = static_cast<std::uint64_t>(resumed->state.int_at("seed"));
@@ -218,7 +216,7 @@ int generate(GenerateFlags f) {
                "--temperature, --tokens and --top-k must be >= 0");
   std::map<std::string, Tensor> weights;
   if (!f.checkpoint.empty()) {
-    apps::Checkpoint c = apps::load_checkpoint(f.checkpoint);
+    apps::Checkpoint c = apps::load_checkpoint(f.checkpoint, "troupe-gpt");
     f.model = load_config(c.state);
     weights = std::move(c.model);
   } else {

@@ -45,9 +45,7 @@ struct InferFlags {
 // The model of a checkpoint folder or a .safetensors file (then shaped by the flags).
 std::map<std::string, Tensor> load_weights(const std::string& path, apps::SrConfig& config) {
   if (std::filesystem::is_directory(path)) {
-    apps::Checkpoint c = apps::load_checkpoint(path);
-    TROUPE_CHECK(c.state.string_at("app") == "troupe-sr", invalid_argument, "'", path, "' is a checkpoint of ",
-                 c.state.string_at("app"), ", not of troupe-sr");
+    apps::Checkpoint c = apps::load_checkpoint(path, "troupe-sr");
     config.channels = c.state.int_at("channels");
     config.blocks = c.state.int_at("blocks");
     return c.model;
@@ -68,10 +66,8 @@ int train(TrainFlags f) {
   apps::LoopOptions lo = apps::loop_options(f.run);
   std::optional<apps::Checkpoint> resumed;
   if (!f.run.resume.empty()) {
-    resumed = apps::load_checkpoint(f.run.resume);
+    resumed = apps::load_checkpoint(f.run.resume, "troupe-sr");
     const apps::CheckpointState& st = resumed->state;
-    TROUPE_CHECK(st.string_at("app") == "troupe-sr", invalid_argument, "'", f.run.resume, "' is a checkpoint of ",
-                 st.string_at("app"), ", not of troupe-sr");
     f.channels = st.int_at("channels");
     f.blocks = st.int_at("blocks");
     f.act = st.string_at("act");

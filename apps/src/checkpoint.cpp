@@ -95,7 +95,7 @@ void save_checkpoint(const std::string& dir, std::int64_t step, const std::map<s
   for (std::size_t i = 0; i + static_cast<std::size_t>(std::max(keep, 1)) < saves.size(); ++i) fs::remove_all(saves[i], ec);
 }
 
-Checkpoint load_checkpoint(const std::string& dir) {
+Checkpoint load_checkpoint(const std::string& dir, const std::string& app) {
   const fs::path root(dir);
   std::ifstream latest(root / "latest");
   TROUPE_CHECK(latest.good(), io, "'", dir, "' holds no checkpoint (no 'latest' file); pass the folder given to --save");
@@ -115,6 +115,9 @@ Checkpoint load_checkpoint(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     fail(ErrorKind::io, "checkpoint '", folder.string(), "' has a damaged state.json: ", e.what());
   }
+  if (!app.empty())
+    TROUPE_CHECK(c.state.string_at("app") == app, invalid_argument, "'", dir, "' is a checkpoint of ",
+                 c.state.string_at("app"), ", not of ", app);
   return c;
 }
 

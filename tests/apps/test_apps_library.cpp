@@ -71,6 +71,8 @@ TEST(Checkpoint, RoundTripLatestPointerPruningAndDamage) {
   EXPECT_FALSE(fs::exists(dir + "/step-00000001"));  // pruned: only the two newest stay
   EXPECT_TRUE(fs::exists(dir + "/step-00000002"));
   EXPECT_THROW(c.state.int_at("missing"), Error);
+  EXPECT_NO_THROW(apps::load_checkpoint(dir, "test"));
+  EXPECT_THROW(apps::load_checkpoint(dir, "troupe-gpt"), Error);  // written by another application
   // A save that died half-way leaves a .tmp folder; "latest" still names the complete checkpoint.
   fs::create_directories(dir + "/step-00000004.tmp");
   std::ofstream(dir + "/step-00000004.tmp/model.safetensors") << "partial";

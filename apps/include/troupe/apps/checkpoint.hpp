@@ -35,7 +35,8 @@ struct Checkpoint {
 void save_checkpoint(const std::string& dir, std::int64_t step, const std::map<std::string, Tensor>& model,
                      const std::map<std::string, Tensor>& optimizer, const CheckpointState& state, int keep = 2);
 
-/// Reads the checkpoint dir/latest points at; throws naming the folder when there is none or it is damaged.
-Checkpoint load_checkpoint(const std::string& dir);
+/// Reads the checkpoint dir/latest points at; throws naming the folder when there is none, it is
+/// damaged, or (with `app` given) it was written by another application (its "app" string).
+Checkpoint load_checkpoint(const std::string& dir, const std::string& app = "");
 
 }  // namespace troupe::apps
