@@ -142,6 +142,7 @@ int train(TrainFlags f) {
   const std::vector<graph::InputSpec> signature = {{"ids", {b, f.model.seq}, DType::i64}, {"targets", {b, f.model.seq}, DType::i64}};
   apps::TrainStep train_step(loss_fn, signature, model, optimizer, f.run.clip, mode, threads, micro_batches, jit,
                              job.options(f.comm_fusion_mb));
+  train_step.measure_gradients(!f.run.metrics.empty());
   std::unique_ptr<actors::Program> eval_program;
   if (train_step.engine()) {
     actors::ProgramOptions eo;

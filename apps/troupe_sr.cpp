@@ -116,6 +116,7 @@ int train(TrainFlags f) {
   const std::int64_t lo_side = f.data.patch / f.data.upscale;
   apps::TrainStep train_step(loss_fn, {{"input", {b, 3, lo_side, lo_side}}, {"target", {b, 3, f.data.patch, f.data.patch}}},
                              model, optimizer, f.run.clip, mode, threads, micro_batches, jit);
+  train_step.measure_gradients(!f.run.metrics.empty());
   apps::LoopHooks hooks;
   hooks.step = [&] {
     auto [lr, hr] = data.next();

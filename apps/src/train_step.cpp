@@ -6,6 +6,7 @@
 #include "troupe/apps/metrics.hpp"
 #include "troupe/graph/autodiff.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/kernels/optim.hpp"
 #include "troupe/transport/process_group.hpp"
 
 namespace troupe::apps {
@@ -72,9 +73,10 @@ StepOutcome TrainStep::operator()(const std::vector<Tensor>& inputs) {
     out.bucket_squared_norms = r.bucket_squared_norms;
     out.comm_ms = r.comm_ms;
     out.exposed_comm_ms = r.exposed_comm_ms;
+    if (!measure_) return out;
     auto [norm, variance] = gradient_stats(r.gradients);
     // The returned gradients are clipped; report the norm and variance from before clipping.
-    const double scale = clip_ > 0 ? norm / r.grad_norm : 1.0;
+    const double scale = clip_ > 0 ? ops::clip_coefficient(r.grad_norm, clip_) : 1.0;
     out.grad_norm = clip_ > 0 ? r.grad_norm : norm;
     out.grad_variance = scale > 0 ? variance / (scale * scale) : variance;
     return out;
@@ -102,7 +104,7 @@ StepOutcome TrainStep::operator()(const std::vector<Tensor>& inputs) {
     for (const auto& [name, p] : model_.named_parameters())
       if (grads.count(name)) p.set_grad(grads.at(name));
   }
-  std::tie(out.grad_norm, out.grad_variance) = gradient_stats(grads);
+  if (measure_) std::tie(out.grad_norm, out.grad_variance) = gradient_stats(grads);
   if (clip_ > 0) graph::clip_grad_norm(model_.parameters(), clip_);
   optimizer_->step();
   optimizer_->zero_grad();

@@ -47,8 +47,12 @@ class TrainStep {
   TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputSpec>& signature, graph::Module& model,
             std::shared_ptr<graph::Optimizer> optimizer, double clip, GradMode mode, int threads, int micro_batches,
             int jit_level, actors::DataParallel dp = {});
-  /// Runs one step on `inputs`: loss, gradient norm and variance (both before clipping).
+  /// Runs one step on `inputs`: the loss and, when measuring, gradient norm and variance (both
+  /// before clipping).
   StepOutcome operator()(const std::vector<Tensor>& inputs);
+  /// Whether each step also takes gradient statistics (two extra passes over the gradients; only
+  /// --metrics needs them).
+  void measure_gradients(bool on) { measure_ = on; }
   /// The engine of the actor program (null in eager mode), for programs the app adds (evaluation).
   actors::Engine* engine() const { return engine_.get(); }
 
@@ -58,6 +62,7 @@ class TrainStep {
   std::shared_ptr<graph::Optimizer> optimizer_;
   double clip_;
   actors::DataParallel dp_;
+  bool measure_ = true;
   std::unique_ptr<actors::Engine> engine_;
   std::unique_ptr<actors::Program> program_;
 };
