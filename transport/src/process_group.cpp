@@ -276,12 +276,6 @@ void Communicator::all_reduce(Tensor tensor, ReduceOp op, Done done) {
   submit([tensor, op](ProcessGroup& g) { g.all_reduce(tensor, op); }, std::move(done));
 }
 
-void Communicator::all_gather(Tensor tensor, std::function<void(Tensor, std::exception_ptr)> done) {
-  auto out = std::make_shared<Tensor>();
-  submit([tensor, out](ProcessGroup& g) { *out = g.all_gather(tensor); },
-         [out, done = std::move(done)](std::exception_ptr e) { done(e ? Tensor() : *out, e); });
-}
-
 void Communicator::loop() {
   for (;;) {
     std::pair<std::function<void(ProcessGroup&)>, Done> job;

@@ -32,7 +32,6 @@ class ProcessGroup {
   explicit ProcessGroup(Transport& transport, std::uint32_t channel = 0, std::size_t chunk_bytes = 1 << 20);
   int rank() const { return t_.rank(); }
   int size() const { return t_.size(); }
-  Transport& transport() const { return t_; }
   /// Reduces a dense f32/f64 tensor over the ranks in place (ring: reduce-scatter, then all-gather).
   void all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::sum);
   /// Every rank's tensor, concatenated along dim 0 in rank order.
@@ -76,8 +75,6 @@ class Communicator {
   Communicator& operator=(const Communicator&) = delete;
   /// Queues an in-place all_reduce of `tensor`; `done` runs on the communicator's thread.
   void all_reduce(Tensor tensor, ReduceOp op, Done done);
-  /// Queues an all_gather; `done` receives the gathered tensor (undefined on error).
-  void all_gather(Tensor tensor, std::function<void(Tensor, std::exception_ptr)> done);
   /// Queues any sequence of collectives on the group.
   void submit(std::function<void(ProcessGroup&)> work, Done done);
   /// The same, returning a future.
