@@ -204,3 +204,25 @@ TEST(Collectives, JobInfoReadsLauncherMpirunAndSlurm) {
                         "SLURM_NTASKS", "TROUPE_MASTER_PORT", "TROUPE_TIMEOUT"})
     ::unsetenv(v);
 }
+
+// The pipelined ring posts several receives under one tag before waiting; they match the sends in
+// order, and a receive of the wrong size fails naming the sender.
+TEST(InProcessTransport, ReceivesPostedAheadMatchSendsInOrder) {
+  auto world = make_inprocess_world(2);
+  std::vector<std::vector<int>> sent = {{1, 2, 3}, {4}, {5, 6}}, got = {{0, 0, 0}, {0}, {0, 0}};
+  std::vector<Request> sends, recvs;
+  for (std::size_t k = 0; k < sent.size(); ++k) recvs.push_back(world[1]->post_recv(0, 9, got[k].data(), got[k].size() * sizeof(int)));
+  for (std::size_t k = 0; k < sent.size(); ++k) sends.push_back(world[0]->post_send(1, 9, sent[k].data(), sent[k].size() * sizeof(int)));
+  world[0]->wait(sends);
+  world[1]->wait(recvs);
+  EXPECT_EQ(got, sent);
+  int one = 1;
+  double wrong = 0;
+  world[0]->send(1, 10, &one, sizeof one);
+  try {
+    world[1]->recv(0, 10, &wrong, sizeof wrong);
+    FAIL() << "a 4-byte message was received as 8 bytes";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 sent 4 bytes where 8 were expected"), std::string::npos) << e.what();
+  }
+}

@@ -92,10 +92,17 @@ TEST(Ucx, CollectivesAcrossProcesses) {
       auto transport = make_ucx_transport(boot, std::chrono::seconds(20));
       ProcessGroup g(*transport, 0, 4096);
       for (std::int64_t size : {1, 13, 1031, 100003}) {
-        Tensor t = Tensor::full({size}, job.rank + 1.0);
+        // Values vary along the tensor, so a chunk reduced into the wrong place would show.
+        std::vector<float> mine(static_cast<std::size_t>(size));
+        for (std::int64_t i = 0; i < size; ++i) mine[static_cast<std::size_t>(i)] = static_cast<float>((job.rank + 1) * (i % 97));
+        Tensor t = Tensor::from_vector(mine, {size});
         g.all_reduce(t);
-        const float want = job.size * (job.size + 1) / 2.0f;
-        for (float v : t.to_vector<float>()) expect(v == want, "all_reduce of " + std::to_string(size) + " gave " + std::to_string(v));
+        const auto got = t.to_vector<float>();
+        for (std::int64_t i = 0; i < size; ++i) {
+          const float want = static_cast<float>(job.size * (job.size + 1) / 2 * (i % 97));
+          expect(got[static_cast<std::size_t>(i)] == want, "all_reduce of " + std::to_string(size) + " at " + std::to_string(i) +
+                                                               " gave " + std::to_string(got[static_cast<std::size_t>(i)]));
+        }
       }
       const auto gathered = g.all_gather(Tensor::full({2}, static_cast<double>(job.rank))).to_vector<float>();
       for (int q = 0; q < job.size; ++q) expect(gathered[static_cast<std::size_t>(2 * q)] == q, "all_gather");
@@ -106,6 +113,26 @@ TEST(Ucx, CollectivesAcrossProcesses) {
     });
     for (int r = 0; r < n; ++r) EXPECT_EQ(out[static_cast<std::size_t>(r)].exit_code, 0) << "rank " << r << ": " << out[static_cast<std::size_t>(r)].message;
   }
+}
+
+// The pipelined ring posts several receives under one tag before waiting; they must match the
+// sends in order, for eager and rendezvous (large) messages alike.
+TEST(Ucx, ReceivesPostedAheadMatchSendsInOrder) {
+  const auto out = run_job(2, [](JobInfo& job) {
+    Bootstrap boot(job, std::chrono::seconds(20));
+    auto transport = make_ucx_transport(boot, std::chrono::seconds(20));
+    const std::vector<std::size_t> sizes = {8, 1 << 20, 100, 3 << 20, 4096, 1 << 20};
+    std::vector<std::vector<char>> bufs;
+    for (std::size_t k = 0; k < sizes.size(); ++k) bufs.emplace_back(sizes[k], job.rank == 0 ? static_cast<char>('a' + k) : 0);
+    std::vector<Request> reqs;
+    for (std::size_t k = 0; k < sizes.size(); ++k)
+      reqs.push_back(job.rank == 0 ? transport->post_send(1, 7, bufs[k].data(), sizes[k]) : transport->post_recv(0, 7, bufs[k].data(), sizes[k]));
+    transport->wait(reqs);
+    for (std::size_t k = 0; k < sizes.size(); ++k)
+      expect(bufs[k].front() == 'a' + static_cast<int>(k) && bufs[k].back() == 'a' + static_cast<int>(k),
+             "message " + std::to_string(k) + " landed out of order");
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(out[static_cast<std::size_t>(r)].exit_code, 0) << "rank " << r << ": " << out[static_cast<std::size_t>(r)].message;
 }
 
 TEST(Ucx, MismatchedSizesFailEveryRankWithoutHanging) {

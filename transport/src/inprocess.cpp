@@ -27,7 +27,9 @@ class InProcessTransport : public Transport {
   int size() const override { return size_; }
   std::string backend() const override { return "in-process"; }
 
-  void send(int dst, std::uint64_t tag, const void* data, std::size_t bytes) override {
+  // Sends are buffered (copied into the receiver's inbox) and complete at once; receives complete
+  // in wait(), in the order they are waited for.
+  Request post_send(int dst, std::uint64_t tag, const void* data, std::size_t bytes) override {
     check_peer(dst);
     const char* p = static_cast<const char*>(data);
     {
@@ -35,33 +37,39 @@ class InProcessTransport : public Transport {
       world_->inbox[static_cast<std::size_t>(dst)][{rank_, tag}].emplace_back(p, p + bytes);
     }
     world_->cv.notify_all();
+    return Request{false, dst, tag, nullptr, bytes, nullptr};
   }
 
-  void recv(int src, std::uint64_t tag, void* data, std::size_t bytes) override {
+  Request post_recv(int src, std::uint64_t tag, void* data, std::size_t bytes) override {
     check_peer(src);
+    return Request{true, src, tag, data, bytes, nullptr};
+  }
+
+  void wait(std::vector<Request>& requests) override {
+    for (Request& r : requests)
+      if (r.receive) receive(r);
+  }
+
+  void cancel(std::vector<Request>&) override {}  // receives copy only in wait(); nothing is pending
+
+ private:
+  void receive(const Request& r) {
     std::unique_lock<std::mutex> lock(world_->mu);
     auto& box = world_->inbox[static_cast<std::size_t>(rank_)];
-    const auto key = std::make_pair(src, tag);
+    const auto key = std::make_pair(r.peer, r.tag);
     const bool arrived = world_->cv.wait_for(lock, timeout, [&] {
       auto it = box.find(key);
       return it != box.end() && !it->second.empty();
     });
-    TROUPE_CHECK(arrived, runtime, "rank ", rank_, ": rank ", src, " sent nothing within ", timeout.count(),
-                 " ms (tag ", tag, "); it is stuck, or it is running a different collective");
+    TROUPE_CHECK(arrived, runtime, "rank ", rank_, ": rank ", r.peer, " sent nothing within ", timeout.count(),
+                 " ms (tag ", r.tag, "); it is stuck, or it is running a different collective");
     std::vector<char> msg = std::move(box[key].front());
     box[key].pop_front();
-    TROUPE_CHECK(msg.size() == bytes, shape_mismatch, "rank ", rank_, ": rank ", src, " sent ", msg.size(),
-                 " bytes where ", bytes, " were expected; the ranks disagree on a tensor's size");
-    std::memcpy(data, msg.data(), bytes);
+    TROUPE_CHECK(msg.size() == r.bytes, shape_mismatch, "rank ", rank_, ": rank ", r.peer, " sent ", msg.size(),
+                 " bytes where ", r.bytes, " were expected; the ranks disagree on a tensor's size");
+    std::memcpy(r.data, msg.data(), r.bytes);
   }
 
-  void exchange(int dst, const void* send_data, std::size_t send_bytes, int src, void* recv_data,
-                std::size_t recv_bytes, std::uint64_t tag) override {
-    send(dst, tag, send_data, send_bytes);  // buffered: never waits for the receiver
-    recv(src, tag, recv_data, recv_bytes);
-  }
-
- private:
   void check_peer(int r) const {
     TROUPE_CHECK(r >= 0 && r < size_ && r != rank_, invalid_argument, "rank ", rank_, ": peer ", r,
                  " is not another rank of this ", size_, "-rank job");

@@ -77,28 +77,48 @@ void ProcessGroup::agree(const char* op, const Tensor& tensor, std::int64_t extr
   }
 }
 
-// Sends and receives one segment of a ring step in chunks, calling on_chunk(data, offset, bytes)
-// for each received chunk (reduce or copy into place).
-// `recv_into` non-null: chunks land there directly (gathers); null: in the scratch chunk, then
-// on_chunk(data, offset, bytes) reduces them into place.
+// Sends and receives one segment of a ring step in chunks, pipelined: chunk c + 1 is already on
+// the wire (both ways) while chunk c is handed to on_chunk(data, offset, bytes), so the reduction
+// of one chunk overlaps the transfer of the next.
+// `recv_into` non-null: chunks land there directly (gathers); null: in one of two scratch chunks
+// (one being filled while the other is reduced), then on_chunk reduces them into place.
 void ProcessGroup::exchange_chunked(int dst, const char* send, int src, char* recv_into, std::size_t send_bytes,
                                     std::size_t recv_bytes,
                                     const std::function<void(const char*, std::size_t, std::size_t)>& on_chunk) {
   const std::uint64_t tag = next_tag();
-  if (!recv_into && scratch_.size() < std::min(chunk_bytes_, recv_bytes)) scratch_.resize(std::min(chunk_bytes_, recv_bytes));
+  const std::size_t scratch_chunk = std::min(chunk_bytes_, recv_bytes);
+  if (!recv_into && scratch_.size() < 2 * scratch_chunk) scratch_.resize(2 * scratch_chunk);
   // Each side of a link agrees on its chunk count (the same segment); a side with nothing left
-  // (segments differ in size, or are empty) only sends or only receives.
+  // (segments differ in size, or are empty) only sends or only receives. All chunks of a link
+  // share the tag: the transport matches them in order.
   const std::size_t send_chunks = (send_bytes + chunk_bytes_ - 1) / chunk_bytes_;
   const std::size_t recv_chunks = (recv_bytes + chunk_bytes_ - 1) / chunk_bytes_;
-  for (std::size_t c = 0; c < std::max(send_chunks, recv_chunks); ++c) {
-    const std::size_t so = c * chunk_bytes_, ro = c * chunk_bytes_;
-    const std::size_t sb = c < send_chunks ? std::min(chunk_bytes_, send_bytes - so) : 0;
-    const std::size_t rb = c < recv_chunks ? std::min(chunk_bytes_, recv_bytes - ro) : 0;
-    char* into = recv_into ? recv_into + ro : scratch_.data();
-    if (sb && rb) t_.exchange(dst, send + so, sb, src, into, rb, tag);
-    else if (sb) t_.send(dst, tag, send + so, sb);
-    else t_.recv(src, tag, into, rb);
-    if (rb && on_chunk) on_chunk(into, ro, rb);
+  const std::size_t chunks = std::max(send_chunks, recv_chunks);
+  // Posts chunk c's receive and send; the receive (if any) comes first in the returned list.
+  auto post = [&](std::size_t c) {
+    std::vector<Request> reqs;
+    const std::size_t o = c * chunk_bytes_;
+    if (c < recv_chunks) {
+      char* into = recv_into ? recv_into + o : scratch_.data() + (c % 2) * scratch_chunk;
+      reqs.push_back(t_.post_recv(src, tag, into, std::min(chunk_bytes_, recv_bytes - o)));
+    }
+    if (c < send_chunks) reqs.push_back(t_.post_send(dst, tag, send + o, std::min(chunk_bytes_, send_bytes - o)));
+    return reqs;
+  };
+  std::vector<Request> current = chunks ? post(0) : std::vector<Request>{};
+  for (std::size_t c = 0; c < chunks; ++c) {
+    std::vector<Request> next = c + 1 < chunks ? post(c + 1) : std::vector<Request>{};
+    try {
+      t_.wait(current);
+    } catch (...) {
+      t_.cancel(next);  // their buffers may not outlive the failure
+      throw;
+    }
+    if (c < recv_chunks && on_chunk) {
+      const Request& r = current.front();
+      on_chunk(static_cast<const char*>(r.data), c * chunk_bytes_, r.bytes);
+    }
+    current = std::move(next);
   }
 }
 

@@ -87,17 +87,78 @@ class UcxTransport : public Transport {
   int size() const override { return size_; }
   std::string backend() const override { return "ucx"; }
 
-  void send(int dst, std::uint64_t tag, const void* data, std::size_t bytes) override {
-    wait({post_send(dst, tag, data, bytes)}, {dst}, "send to");
+  Request post_send(int dst, std::uint64_t tag, const void* data, std::size_t bytes) override {
+    check_peer(dst);
+    ucp_request_param_t p{};
+    void* req = ucp_tag_send_nbx(eps_[static_cast<std::size_t>(dst)], data, bytes, wire_tag(rank_, tag), &p);
+    TROUPE_CHECK(!UCS_PTR_IS_ERR(req), runtime, "rank ", rank_, ": sending to rank ", dst,
+                 " failed: ", ucs_status_string(UCS_PTR_STATUS(req)));
+    return Request{false, dst, tag, nullptr, bytes, req};
   }
-  void recv(int src, std::uint64_t tag, void* data, std::size_t bytes) override {
-    wait({post_recv(src, tag, data, bytes)}, {src}, "receive from", bytes);
+
+  Request post_recv(int src, std::uint64_t tag, void* data, std::size_t bytes) override {
+    check_peer(src);
+    ucp_request_param_t p{};
+    void* req = ucp_tag_recv_nbx(worker_, data, bytes, wire_tag(src, tag), ~0ULL, &p);
+    TROUPE_CHECK(!UCS_PTR_IS_ERR(req), runtime, "rank ", rank_, ": receiving from rank ", src,
+                 " failed: ", ucs_status_string(UCS_PTR_STATUS(req)));
+    return Request{true, src, tag, data, bytes, req};
   }
-  void exchange(int dst, const void* send_data, std::size_t send_bytes, int src, void* recv_data, std::size_t recv_bytes,
-                std::uint64_t tag) override {
-    void* r = post_recv(src, tag, recv_data, recv_bytes);
-    void* s = post_send(dst, tag, send_data, send_bytes);
-    wait({r, s}, {src, dst}, "exchange with", recv_bytes);
+
+  void cancel(std::vector<Request>& requests) override {
+    for (Request& r : requests) {
+      if (!r.handle) continue;
+      ucp_request_cancel(worker_, r.handle);
+      while (ucp_request_check_status(r.handle) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+      ucp_request_free(r.handle);
+      r.handle = nullptr;
+    }
+  }
+
+  // Progresses until every request completed, checking each receive's length. A dead peer or
+  // the timeout cancels every request still open, then fails naming the peer.
+  void wait(std::vector<Request>& requests) override {
+    const auto deadline = Clock::now() + timeout;
+    for (std::size_t k = 0; k < requests.size(); ++k) {
+      Request& r = requests[k];
+      if (r.handle == nullptr) continue;  // completed when posted
+      const char* what = r.receive ? "receiving from" : "sending to";
+      ucs_status_t st;
+      unsigned idle = 0;
+      while ((st = ucp_request_check_status(r.handle)) == UCS_INPROGRESS) {
+        idle = ucp_worker_progress(worker_) ? 0 : idle + 1;
+        if (idle > kIdleSpinsBeforeYield) {
+          std::this_thread::yield();
+          idle = 0;
+        }
+        const bool dead = failed_[static_cast<std::size_t>(r.peer)] != UCS_OK;
+        if (!dead && Clock::now() <= deadline) continue;
+        cancel(requests);
+        if (dead)
+          fail(ErrorKind::runtime, "rank ", rank_, ": rank ", r.peer, " died or closed its connection (UCX: ",
+               ucs_status_string(failed_[static_cast<std::size_t>(r.peer)]), ")");
+        fail(ErrorKind::runtime, "rank ", rank_, ": ", what, " rank ", r.peer, " did not complete within ", timeout.count(),
+             " ms; that rank is stuck, dead, or running a different collective");
+      }
+      std::size_t got = r.bytes;
+      if (r.receive && st == UCS_OK) {
+        ucp_tag_recv_info_t info{};
+        if (ucp_tag_recv_request_test(r.handle, &info) == UCS_OK) got = info.length;
+      }
+      ucp_request_free(r.handle);
+      r.handle = nullptr;
+      if (st != UCS_OK) {
+        cancel(requests);
+        fail(st == UCS_ERR_MESSAGE_TRUNCATED ? ErrorKind::shape_mismatch : ErrorKind::runtime, "rank ", rank_, ": ", what,
+             " rank ", r.peer, " failed: ", ucs_status_string(st),
+             st == UCS_ERR_MESSAGE_TRUNCATED ? "; the ranks disagree on a message size" : "");
+      }
+      if (got != r.bytes) {
+        cancel(requests);
+        fail(ErrorKind::shape_mismatch, "rank ", rank_, ": rank ", r.peer, " sent ", got, " bytes where ", r.bytes,
+             " were expected; the ranks disagree on a tensor's size");
+      }
+    }
   }
 
  private:
@@ -115,72 +176,6 @@ class UcxTransport : public Transport {
                  " is not another rank of this ", size_, "-rank job");
     TROUPE_CHECK(failed_[static_cast<std::size_t>(r)] == UCS_OK, runtime, "rank ", rank_, ": rank ", r,
                  " died or closed its connection (UCX: ", ucs_status_string(failed_[static_cast<std::size_t>(r)]), ")");
-  }
-
-  void* post_send(int dst, std::uint64_t tag, const void* data, std::size_t bytes) {
-    check_peer(dst);
-    ucp_request_param_t p{};
-    void* req = ucp_tag_send_nbx(eps_[static_cast<std::size_t>(dst)], data, bytes, wire_tag(rank_, tag), &p);
-    TROUPE_CHECK(!UCS_PTR_IS_ERR(req), runtime, "rank ", rank_, ": sending to rank ", dst,
-                 " failed: ", ucs_status_string(UCS_PTR_STATUS(req)));
-    return req;
-  }
-
-  void* post_recv(int src, std::uint64_t tag, void* data, std::size_t bytes) {
-    check_peer(src);
-    ucp_request_param_t p{};
-    void* req = ucp_tag_recv_nbx(worker_, data, bytes, wire_tag(src, tag), ~0ULL, &p);
-    TROUPE_CHECK(!UCS_PTR_IS_ERR(req), runtime, "rank ", rank_, ": receiving from rank ", src,
-                 " failed: ", ucs_status_string(UCS_PTR_STATUS(req)));
-    return req;
-  }
-
-  // Progresses until every request completed; the first request (when `expect` is given) is a
-  // receive whose length is checked. Errors name the peers.
-  void wait(std::vector<void*> reqs, const std::vector<int>& peers, const char* what, std::size_t expect = SIZE_MAX) {
-    const auto deadline = Clock::now() + timeout;
-    for (std::size_t k = 0; k < reqs.size(); ++k) {
-      void* req = reqs[k];
-      if (req == nullptr) continue;  // completed immediately
-      ucs_status_t st;
-      unsigned idle = 0;
-      while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS) {
-        idle = ucp_worker_progress(worker_) ? 0 : idle + 1;
-        if (idle > kIdleSpinsBeforeYield) {
-          std::this_thread::yield();
-          idle = 0;
-        }
-        for (int p : peers)
-          if (failed_[static_cast<std::size_t>(p)] != UCS_OK || Clock::now() > deadline) {
-            ucp_request_cancel(worker_, req);
-            while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
-            ucp_request_free(req);
-            for (std::size_t j = k + 1; j < reqs.size(); ++j)
-              if (reqs[j]) {
-                ucp_request_cancel(worker_, reqs[j]);
-                while (ucp_request_check_status(reqs[j]) == UCS_INPROGRESS) ucp_worker_progress(worker_);
-                ucp_request_free(reqs[j]);
-              }
-            if (failed_[static_cast<std::size_t>(p)] != UCS_OK)
-              fail(ErrorKind::runtime, "rank ", rank_, ": rank ", p, " died or closed its connection (UCX: ",
-                   ucs_status_string(failed_[static_cast<std::size_t>(p)]), ")");
-            fail(ErrorKind::runtime, "rank ", rank_, ": ", what, " rank ", peers[0], " did not complete within ",
-                 timeout.count(), " ms; that rank is stuck, dead, or running a different collective");
-          }
-      }
-      std::size_t got = SIZE_MAX;
-      if (k == 0 && expect != SIZE_MAX && st == UCS_OK) {
-        ucp_tag_recv_info_t info{};
-        if (ucp_tag_recv_request_test(req, &info) == UCS_OK) got = info.length;
-      }
-      ucp_request_free(req);
-      if (st != UCS_OK)
-        fail(st == UCS_ERR_MESSAGE_TRUNCATED ? ErrorKind::shape_mismatch : ErrorKind::runtime, "rank ", rank_, ": ", what,
-             " rank ", peers[std::min(k, peers.size() - 1)], " failed: ", ucs_status_string(st),
-             st == UCS_ERR_MESSAGE_TRUNCATED ? "; the ranks disagree on a message size" : "");
-      TROUPE_CHECK(got == SIZE_MAX || got == expect, shape_mismatch, "rank ", rank_, ": rank ", peers[0], " sent ", got,
-                   " bytes where ", expect, " were expected; the ranks disagree on a tensor's size");
-    }
   }
 
   // A wait spins (shared-memory messages arrive within microseconds), but once the worker has
