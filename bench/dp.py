@@ -3,7 +3,8 @@
 shared memory, and as two "hosts" in network namespaces joined by a 1 Gbit/s link (bench/netns.sh,
 UCX over TCP; needs root), 1 scheduler thread per rank, per-rank batch 8), GRAD_MODE=advanced (buckets
 all-reduced during backward, parallel clip) against standard (tensor-by-tensor AllReduce after the
-step, naive clip), alternating; a fusion-threshold sweep; and the scaling efficiency of DP=2 against
+step, naive clip), alternating (on the link for fusion thresholds 64/4/2/1 MiB); a fusion-threshold
+sweep over shared memory; and the scaling efficiency of DP=2 against
 one process at the same per-rank batch, next to torch DDP (gloo) measured the same way. One JSON line
 per measurement. usage: dp.py BUILD [scaling]   (scaling: only the scaling row)"""
 import json, os, socket, statistics, subprocess, sys
@@ -47,6 +48,17 @@ def dp(build, mode, fusion, netns=False):
     return step, comm, hidden, exposed
 
 
+def versus_row(config, results):
+    """One dp-advanced-vs-standard line from alternating runs (medians). The compute/communication
+    ratio comes from the standard path, which computes first and communicates after."""
+    med = lambda mode, i: statistics.median(x[i] for x in results[mode])
+    adv, std, std_comm = med("advanced", 0), med("standard", 0), med("standard", 1)
+    return {"bench": "dp-advanced-vs-standard", "config": config, "advanced_ms": round(adv, 2), "standard_ms": round(std, 2),
+            "speedup": round(std / adv, 3), "comm_ms": round(med("advanced", 1), 2), "standard_comm_ms": round(std_comm, 2),
+            "hidden_fraction": round(med("advanced", 2), 3), "exposed_comm_ms": round(med("advanced", 3), 2),
+            "compute_comm_ratio": round((std - std_comm) / std_comm, 2)}
+
+
 def torch_ddp(world):
     here = os.path.dirname(os.path.abspath(__file__))
     with socket.socket() as sk:
@@ -79,16 +91,12 @@ def main():
     for _ in range(ROUNDS):
         for mode in ("advanced", "standard"):
             results[mode].append(dp(build, mode, 64))
-    med = lambda xs, i: statistics.median(x[i] for x in xs)
-    adv, std = med(results["advanced"], 0), med(results["standard"], 0)
-    print(json.dumps({"bench": "dp-advanced-vs-standard", "config": "shm-2ranks-fusion64", "advanced_ms": round(adv, 2),
-                      "standard_ms": round(std, 2), "speedup": round(std / adv, 3),
-                      "comm_ms": round(med(results["advanced"], 1), 2),
-                      "hidden_fraction": round(med(results["advanced"], 2), 3)}), flush=True)
+    print(json.dumps(versus_row("shm-2ranks-fusion64", results)), flush=True)
     for fusion in (1, 4, 16, 64):
-        step, comm, hidden, _ = dp(build, "advanced", fusion)
+        step, comm, hidden, exposed = dp(build, "advanced", fusion)
         print(json.dumps({"bench": "dp-fusion-sweep", "config": "shm-2ranks", "fusion_mb": fusion, "step_ms": round(step, 2),
-                          "comm_ms": round(comm, 2), "hidden_fraction": round(hidden, 3)}), flush=True)
+                          "comm_ms": round(comm, 2), "hidden_fraction": round(hidden, 3), "exposed_comm_ms": round(exposed, 2),
+                          "compute_comm_ratio": round((step - exposed) / comm, 2)}), flush=True)
     here = os.path.dirname(os.path.abspath(__file__))
     if subprocess.run([os.path.join(here, "netns.sh"), "up"], capture_output=True).returncode != 0:
         print(json.dumps({"bench": "dp-advanced-vs-standard", "config": "netns-1gbit", "skipped": "needs root for ip netns and tc"}))
@@ -99,12 +107,7 @@ def main():
                 for _ in range(NETNS_ROUNDS):
                     for mode in ("advanced", "standard"):
                         res[mode].append(dp(build, mode, fusion, netns=True))
-                adv, std = med(res["advanced"], 0), med(res["standard"], 0)
-                print(json.dumps({"bench": "dp-advanced-vs-standard", "config": f"netns-1gbit-fusion{fusion}",
-                                  "advanced_ms": round(adv, 2), "standard_ms": round(std, 2), "speedup": round(std / adv, 3),
-                                  "comm_ms": round(med(res["advanced"], 1), 2), "standard_comm_ms": round(med(res["standard"], 1), 2),
-                                  "hidden_fraction": round(med(res["advanced"], 2), 3),
-                                  "exposed_comm_ms": round(med(res["advanced"], 3), 2)}), flush=True)
+                print(json.dumps(versus_row(f"netns-1gbit-fusion{fusion}", res)), flush=True)
         finally:
             subprocess.run([os.path.join(here, "netns.sh"), "down"])
     scaling(build)
