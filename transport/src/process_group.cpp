@@ -7,6 +7,7 @@
 
 #include "troupe/kernels/error.hpp"
 #include "troupe/kernels/layout.hpp"
+#include "troupe/kernels/optim.hpp"
 
 namespace troupe::transport {
 
@@ -155,13 +156,7 @@ void ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op) {
     ring_reduce_scatter(data, off, dtype_size(tensor.dtype()), tensor.dtype());
     ring_all_gather(data, off, dtype_size(tensor.dtype()));
   }
-  if (op == ReduceOp::mean) {
-    const double s = 1.0 / size();
-    if (tensor.dtype() == DType::f32)
-      for (float* p = tensor.data<float>(), *e = p + tensor.numel(); p < e; ++p) *p = static_cast<float>(*p * s);
-    else
-      for (double* p = tensor.data<double>(), *e = p + tensor.numel(); p < e; ++p) *p *= s;
-  }
+  if (op == ReduceOp::mean) ops::scale_(tensor, 1.0 / size());
 }
 
 Tensor ProcessGroup::all_gather(const Tensor& tensor) {
@@ -210,12 +205,7 @@ Tensor ProcessGroup::reduce_scatter(const Tensor& tensor, ReduceOp op) {
   shape[0] /= size();
   const int mine = size() > 1 ? (rank() + 1) % size() : 0;
   Tensor out = work.reshape({size(), part}).slice(0, mine, mine + 1).contiguous().reshape(shape);
-  if (op == ReduceOp::mean) {
-    if (out.dtype() == DType::f32)
-      for (float* p = out.data<float>(), *e = p + out.numel(); p < e; ++p) *p = static_cast<float>(*p / size());
-    else
-      for (double* p = out.data<double>(), *e = p + out.numel(); p < e; ++p) *p /= size();
-  }
+  if (op == ReduceOp::mean) ops::scale_(out, 1.0 / size());
   return out;
 }
 
