@@ -27,10 +27,8 @@ BucketPlan plan_buckets(const ActorPlan& plan, const graph::TracedFunction& fn, 
     const std::size_t size = static_cast<std::size_t>(shape_numel(shape)) * sizeof(float);
     const std::size_t limit = b.buckets.size() <= 1 ? first_bytes : fusion_bytes;
     if (b.buckets.empty() || fusion_bytes == 0 || bytes + size > limit) {
-      if (b.buckets.empty() || !b.buckets.back().empty()) {
-        b.buckets.emplace_back();
-        b.numel.push_back(0);
-      }
+      b.buckets.emplace_back();
+      b.numel.push_back(0);
       bytes = 0;
     }
     b.buckets.back().push_back({k, b.numel.back(), shape});
@@ -45,7 +43,6 @@ namespace {
 
 struct BucketState {
   std::shared_ptr<const BucketPlan> plan;
-  int index = 0;
   std::uint32_t trace_id = 0;
   PeersPtr peers;
   caf::abstract_actor* self = nullptr;
@@ -53,13 +50,12 @@ struct BucketState {
   static inline const char* name = "troupe.bucket";
 };
 
-caf::behavior bucket_actor(caf::stateful_actor<BucketState>* self, std::shared_ptr<const BucketPlan> plan, int index,
+caf::behavior bucket_actor(caf::stateful_actor<BucketState>* self, std::shared_ptr<const BucketPlan> plan,
                            std::uint32_t trace_id, PeersPtr peers) {
   spawn_acquired();
   HandlerSync init_sync(self);
   self->state.self = self;
   self->state.plan = std::move(plan);
-  self->state.index = index;
   self->state.trace_id = trace_id;
   self->state.peers = std::move(peers);
   return {
@@ -81,10 +77,10 @@ caf::behavior bucket_actor(caf::stateful_actor<BucketState>* self, std::shared_p
 
 }  // namespace
 
-caf::actor spawn_bucket_actor(caf::actor_system& sys, std::shared_ptr<const BucketPlan> plan, int index,
-                              std::uint32_t trace_id, PeersPtr peers) {
+caf::actor spawn_bucket_actor(caf::actor_system& sys, std::shared_ptr<const BucketPlan> plan, std::uint32_t trace_id,
+                              PeersPtr peers) {
   spawn_released();
-  return sys.spawn(bucket_actor, std::move(plan), index, trace_id, std::move(peers));
+  return sys.spawn(bucket_actor, std::move(plan), trace_id, std::move(peers));
 }
 
 }  // namespace troupe::actors

@@ -34,8 +34,8 @@ struct BucketPlan {
 BucketPlan plan_buckets(const ActorPlan& plan, const graph::TracedFunction& fn, std::size_t first_bytes,
                         std::size_t fusion_bytes);
 
-/// Spawns the actor of bucket `index`.
-caf::actor spawn_bucket_actor(caf::actor_system& sys, std::shared_ptr<const BucketPlan> plan, int index,
-                              std::uint32_t trace_id, PeersPtr peers);
+/// Spawns a bucket actor; each reduced message names the bucket it carries.
+caf::actor spawn_bucket_actor(caf::actor_system& sys, std::shared_ptr<const BucketPlan> plan, std::uint32_t trace_id,
+                              PeersPtr peers);
 
 }  // namespace troupe::actors

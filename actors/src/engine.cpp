@@ -162,7 +162,7 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
     for (std::size_t b = 0; b < buckets->buckets.size(); ++b) {
       setup->bucket_trace_ids.push_back(tracer.register_actor("bucket " + std::to_string(b)));
       setup->bucket_actors.push_back(
-          spawn_bucket_actor(sys, buckets, static_cast<int>(b), setup->bucket_trace_ids.back(), peers));
+          spawn_bucket_actor(sys, buckets, setup->bucket_trace_ids.back(), peers));
     }
   }
   setup->clip_grad_norm = options.clip_grad_norm;
