@@ -127,6 +127,18 @@ void finish(Self* self, std::unique_ptr<StepResult> result, std::exception_ptr e
   start_next(self);
 }
 
+// A collective failed on the communicator thread: the step fails with what was being reduced and
+// why (any exception, so none escapes into the communicator's loop).
+void post_comm_failure(const caf::actor& program, std::uint64_t step, const std::string& what, std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    post_from_outside(program, fail_atom::value, step, static_cast<int>(err.kind()), what + ": " + message_of(err), std::uint64_t{0});
+  } catch (const std::exception& err) {
+    post_from_outside(program, fail_atom::value, step, static_cast<int>(ErrorKind::runtime), what + ": " + err.what(), std::uint64_t{0});
+  }
+}
+
 // Submits the buckets whose gradients are all in, in plan order (so every rank issues the same
 // collectives in the same order); on the naive path only once the whole step has finished.
 void submit_buckets(Self* self, bool step_finished) {
@@ -150,21 +162,12 @@ void submit_buckets(Self* self, bool step_finished) {
           HandlerTrace span(comm, "allreduce", flow, step, -1);  // the collective shows on the communicator's track
           g.all_reduce(flat, op);
         },
-                              [=](std::exception_ptr e) {
-                                if (!e) {
-                                  const std::uint64_t f = trace_send(comm, bucket_trace, "reduced", step, -1, flat.nbytes());
-                                  post_from_outside(bucket, reduced_atom::value, step, static_cast<int>(b), flat, f);
-                                  return;
-                                }
-                                try {
-                                  std::rethrow_exception(e);
-                                } catch (const Error& err) {
-                                  post_from_outside(program, fail_atom::value, step, static_cast<int>(err.kind()),
-                                                    "gradient bucket " + std::to_string(b) + " of step " +
-                                                        std::to_string(step) + ": " + message_of(err),
-                                                    std::uint64_t{0});
-                                }
-                              });
+        [=](std::exception_ptr e) {
+          if (e)
+            return post_comm_failure(program, step, "gradient bucket " + std::to_string(b) + " of step " + std::to_string(step), e);
+          const std::uint64_t f = trace_send(comm, bucket_trace, "reduced", step, -1, flat.nbytes());
+          post_from_outside(bucket, reduced_atom::value, step, static_cast<int>(b), flat, f);
+        });
   }
 }
 
@@ -179,16 +182,8 @@ void submit_outputs(Self* self) {
   const caf::actor program = s.setup->peers->program;
   const std::uint64_t step = s.step;
   s.setup->comm->all_reduce(packed, transport::ReduceOp::mean, [=](std::exception_ptr e) {
-    if (!e) {
-      post_from_outside(program, reduced_atom::value, step, -1, packed, std::uint64_t{0});
-      return;
-    }
-    try {
-      std::rethrow_exception(e);
-    } catch (const Error& err) {
-      post_from_outside(program, fail_atom::value, step, static_cast<int>(err.kind()),
-                        "averaging the outputs of step " + std::to_string(step) + ": " + message_of(err), std::uint64_t{0});
-    }
+    if (e) return post_comm_failure(program, step, "averaging the outputs of step " + std::to_string(step), e);
+    post_from_outside(program, reduced_atom::value, step, -1, packed, std::uint64_t{0});
   });
 }
 
@@ -245,8 +240,8 @@ void check_complete(Self* self) {
       // Gradient communication of this step is over: how much of it ran after compute.
       s.comm_ms = (s.setup->comm->busy_seconds() - s.comm_busy_at_start) * 1e3;
       s.exposed_ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.compute_done).count() * 1e3;
+      submit_outputs(self);
     }
-    if (!s.outputs_submitted) submit_outputs(self);
     if (!s.outputs_reduced) return;
   }
   if (!s.clipped && s.setup->clip_grad_norm > 0) {
