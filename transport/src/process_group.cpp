@@ -95,31 +95,33 @@ void ProcessGroup::exchange_chunked(int dst, const char* send, int src, char* re
   const std::size_t send_chunks = (send_bytes + chunk_bytes_ - 1) / chunk_bytes_;
   const std::size_t recv_chunks = (recv_bytes + chunk_bytes_ - 1) / chunk_bytes_;
   const std::size_t chunks = std::max(send_chunks, recv_chunks);
-  // Posts chunk c's receive and send; the receive (if any) comes first in the returned list.
-  auto post = [&](std::size_t c) {
-    std::vector<Request> reqs;
+  // Appends chunk c's receive (first) and send to `reqs`.
+  auto post = [&](std::size_t c, std::vector<Request>& reqs) {
     const std::size_t o = c * chunk_bytes_;
     if (c < recv_chunks) {
       char* into = recv_into ? recv_into + o : scratch_.data() + (c % 2) * scratch_chunk;
       reqs.push_back(t_.post_recv(src, tag, into, std::min(chunk_bytes_, recv_bytes - o)));
     }
     if (c < send_chunks) reqs.push_back(t_.post_send(dst, tag, send + o, std::min(chunk_bytes_, send_bytes - o)));
-    return reqs;
   };
-  std::vector<Request> current = chunks ? post(0) : std::vector<Request>{};
-  for (std::size_t c = 0; c < chunks; ++c) {
-    std::vector<Request> next = c + 1 < chunks ? post(c + 1) : std::vector<Request>{};
-    try {
+  std::vector<Request> current, next;
+  try {
+    if (chunks) post(0, current);
+    for (std::size_t c = 0; c < chunks; ++c) {
+      if (c + 1 < chunks) post(c + 1, next);
       t_.wait(current);
-    } catch (...) {
-      t_.cancel(next);  // their buffers may not outlive the failure
-      throw;
+      if (c < recv_chunks && on_chunk) {
+        const Request& r = current.front();
+        on_chunk(static_cast<const char*>(r.data), c * chunk_bytes_, r.bytes);
+      }
+      current = std::move(next);
+      next.clear();
     }
-    if (c < recv_chunks && on_chunk) {
-      const Request& r = current.front();
-      on_chunk(static_cast<const char*>(r.data), c * chunk_bytes_, r.bytes);
-    }
-    current = std::move(next);
+  } catch (...) {
+    // Whatever failed, nothing stays posted into buffers that may not outlive the failure.
+    t_.cancel(current);
+    t_.cancel(next);
+    throw;
   }
 }
 
