@@ -196,6 +196,16 @@ TEST(Collectives, JobInfoReadsLauncherMpirunAndSlurm) {
   EXPECT_EQ(j.source, "troupe-launch");
   EXPECT_EQ(j.master_port, 31000);
   EXPECT_EQ(j.timeout, std::chrono::milliseconds(7000));
+  ::setenv("TROUPE_TIMEOUT", "0.25", 1);
+  EXPECT_EQ(JobInfo::from_environment().timeout, std::chrono::milliseconds(250));
+  for (const char* bad : {"0", "-3", "soon", "1e9"}) {
+    ::setenv("TROUPE_TIMEOUT", bad, 1);
+    EXPECT_THROW(JobInfo::from_environment(), Error) << "TROUPE_TIMEOUT=" << bad;
+  }
+  ::setenv("TROUPE_TIMEOUT", "7", 1);
+  ::setenv("TROUPE_MASTER_PORT", "70000", 1);
+  EXPECT_THROW(JobInfo::from_environment(), Error) << "a port beyond 65535 must not wrap";
+  ::setenv("TROUPE_MASTER_PORT", "31000", 1);
   ::setenv("TROUPE_RANK", "5", 1);
   EXPECT_THROW(JobInfo::from_environment(), Error);
   ::setenv("TROUPE_RANK", "one", 1);

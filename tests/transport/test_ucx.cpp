@@ -187,3 +187,34 @@ TEST(Ucx, ARankThatDiesMidJobIsNamedWithinTheTimeout) {
     }
   }
 }
+
+// A rendezvous send to a stopped peer never completes and cannot be cancelled; the failing wait
+// must still return within its timeout plus the cancel bound, and destroying the transport with
+// that request open must neither crash nor hang.
+TEST(Ucx, ASendToAStoppedPeerFailsAndTearsDownWithinABound) {
+  const auto out = run_job(2, [](JobInfo& job) {
+    Bootstrap boot(job, std::chrono::seconds(20));
+    const auto pids = boot.all_gather(std::to_string(::getpid()));
+    auto transport = make_ucx_transport(boot, std::chrono::milliseconds(800));
+    ProcessGroup(*transport).barrier();
+    if (job.rank == 1) {
+      ::raise(SIGSTOP);  // rank 0 kills it once done
+      return;
+    }
+    std::vector<char> big(8 << 20, 'x');  // well past UCX's eager limit: a rendezvous send
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string error;
+    try {
+      transport->send(1, 5, big.data(), big.size());
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    transport.reset();
+    const auto took = std::chrono::steady_clock::now() - t0;
+    ::kill(std::stoi(pids[1]), SIGKILL);
+    expect(error.find("sending to rank 1 did not complete") != std::string::npos, "unexpected error: " + error);
+    expect(took < std::chrono::milliseconds(800 + 1500),
+           "failing and tearing down took " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()) + " ms");
+  });
+  EXPECT_EQ(out[0].exit_code, 0) << out[0].message;
+}

@@ -30,6 +30,19 @@ int env_int(const char* name, int fallback) {
   return static_cast<int>(x);
 }
 
+// A positive duration in seconds, fractions allowed (TROUPE_TIMEOUT=0.5).
+std::chrono::milliseconds env_seconds(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  double x = fallback;
+  if (v && *v) {
+    char* end = nullptr;
+    x = std::strtod(v, &end);
+    TROUPE_CHECK(end && *end == '\0' && x > 0 && x <= 86400, invalid_argument, name, "='", v,
+                 "' is not a number of seconds between 0 and 86400 (e.g. 30 or 0.5)");
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(x * 1000 + 0.5));
+}
+
 std::string env_str(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;
@@ -114,9 +127,11 @@ JobInfo JobInfo::from_environment() {
   j.master_addr = env_str("TROUPE_MASTER_ADDR", j.master_addr);
   j.master_port = env_int("TROUPE_MASTER_PORT", j.master_port);
   j.token = env_str("TROUPE_JOB_TOKEN", "");
-  j.timeout = std::chrono::seconds(env_int("TROUPE_TIMEOUT", 30));
+  j.timeout = env_seconds("TROUPE_TIMEOUT", 30);
   TROUPE_CHECK(j.size >= 1 && j.rank >= 0 && j.rank < j.size, invalid_argument, "rank ", j.rank,
                " does not fit a world of ", j.size, " (from ", j.source, ")");
+  TROUPE_CHECK(j.master_port >= 1 && j.master_port <= 65535, invalid_argument, "TROUPE_MASTER_PORT=", j.master_port,
+               " is not a TCP port; use 1-65535");
   return j;
 }
 

@@ -2,6 +2,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -66,19 +67,15 @@ class UcxTransport : public Transport {
     }
   }
 
+  // Closes every endpoint without waiting for peers (they may be gone), within one fixed bound.
+  // A request that could not be withdrawn may still point into a caller's buffer, and destroying
+  // the worker under it is undefined; such a worker (and one whose endpoints would not close) is
+  // left to the process's exit instead.
   ~UcxTransport() override {
-    for (ucp_ep_h ep : eps_) {
-      if (!ep) continue;
-      ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = UCP_EP_CLOSE_FLAG_FORCE;  // peers may be gone already; do not wait for them
-      void* req = ucp_ep_close_nbx(ep, &p);
-      if (UCS_PTR_IS_PTR(req)) {
-        const auto deadline = Clock::now() + std::chrono::seconds(2);
-        while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < deadline) ucp_worker_progress(worker_);
-        ucp_request_free(req);
-      }
-    }
+    if (abandoned_) return;
+    for (int r = 0; r < size_; ++r) close_endpoint(r);
+    if (!progress_until_complete(closing_, Clock::now() + kCloseBound)) return;
+    free_completed(closing_);
     if (worker_) ucp_worker_destroy(worker_);
     if (context_) ucp_cleanup(context_);
   }
@@ -105,14 +102,24 @@ class UcxTransport : public Transport {
     return Request{true, src, tag, data, bytes, req};
   }
 
+  // Receives cancel at once, but a send already handed to a dead or stopped peer never completes
+  // (nothing acknowledges it), so after kCancelBound the endpoints of the peers still holding
+  // requests are force-closed, which completes every request on them. Whatever still survives
+  // that is abandoned: the transport then refuses all further work and is never torn down.
   void cancel(std::vector<Request>& requests) override {
-    for (Request& r : requests) {
-      if (!r.handle) continue;
-      ucp_request_cancel(worker_, r.handle);
-      while (ucp_request_check_status(r.handle) == UCS_INPROGRESS) ucp_worker_progress(worker_);
-      ucp_request_free(r.handle);
-      r.handle = nullptr;
+    std::vector<void*> open;
+    for (Request& r : requests)
+      if (r.handle) {
+        ucp_request_cancel(worker_, r.handle);
+        open.push_back(r.handle);
+      }
+    if (!progress_until_complete(open, Clock::now() + kCancelBound)) {
+      for (const Request& r : requests)
+        if (r.handle && ucp_request_check_status(r.handle) == UCS_INPROGRESS) close_endpoint(r.peer);
+      progress_until_complete(open, Clock::now() + kCloseBound);
     }
+    if (!free_completed(open)) abandoned_ = true;
+    for (Request& r : requests) r.handle = nullptr;
   }
 
   // Progresses until every request completed, checking each receive's length. A dead peer or
@@ -133,6 +140,7 @@ class UcxTransport : public Transport {
         }
         const bool dead = failed_[static_cast<std::size_t>(r.peer)] != UCS_OK;
         if (!dead && Clock::now() <= deadline) continue;
+        close_endpoint(r.peer);  // the job is failing: later collectives with this peer fail at once
         cancel(requests);
         if (dead)
           fail(ErrorKind::runtime, "rank ", rank_, ": rank ", r.peer, " died or closed its connection (UCX: ",
@@ -172,11 +180,64 @@ class UcxTransport : public Transport {
   }
 
   void check_peer(int r) const {
+    TROUPE_CHECK(!abandoned_, runtime, "rank ", rank_, ": this UCX transport failed earlier and was shut down; "
+                 "restart the job");
     TROUPE_CHECK(r >= 0 && r < size_ && r != rank_, invalid_argument, "rank ", rank_, ": peer ", r,
                  " is not another rank of this ", size_, "-rank job");
-    TROUPE_CHECK(failed_[static_cast<std::size_t>(r)] == UCS_OK, runtime, "rank ", rank_, ": rank ", r,
-                 " died or closed its connection (UCX: ", ucs_status_string(failed_[static_cast<std::size_t>(r)]), ")");
+    const ucs_status_t st = failed_[static_cast<std::size_t>(r)];
+    TROUPE_CHECK(st == UCS_OK, runtime, "rank ", rank_, ": rank ", r,
+                 st == UCS_ERR_ENDPOINT_TIMEOUT ? " stopped answering earlier and its connection was closed"
+                                                : " died or closed its connection",
+                 " (UCX: ", ucs_status_string(st), "); restart the job");
   }
+
+  // Progresses the worker until no handle in `handles` is in progress or the deadline passes;
+  // true when all completed.
+  bool progress_until_complete(const std::vector<void*>& handles, Clock::time_point deadline) {
+    for (;;) {
+      const bool done = std::all_of(handles.begin(), handles.end(),
+                                    [](void* h) { return h == nullptr || ucp_request_check_status(h) != UCS_INPROGRESS; });
+      if (done) return true;
+      if (Clock::now() > deadline) return false;
+      if (!ucp_worker_progress(worker_)) std::this_thread::yield();
+    }
+  }
+
+  // Frees the completed handles and forgets them; true when none was left in progress.
+  static bool free_completed(std::vector<void*>& handles) {
+    bool all = true;
+    for (void*& h : handles) {
+      if (h == nullptr) continue;
+      if (ucp_request_check_status(h) == UCS_INPROGRESS) {
+        all = false;
+        continue;
+      }
+      ucp_request_free(h);
+      h = nullptr;
+    }
+    return all;
+  }
+
+  // Force-closes the endpoint to `peer` (completing its requests with UCS_ERR_CANCELED) and marks
+  // the peer failed, so later operations with it fail at once instead of timing out again.
+  void close_endpoint(int peer) {
+    ucp_ep_h& ep = eps_[static_cast<std::size_t>(peer)];
+    if (!ep) return;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* req = ucp_ep_close_nbx(ep, &p);
+    ep = nullptr;
+    if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
+    if (failed_[static_cast<std::size_t>(peer)] == UCS_OK) failed_[static_cast<std::size_t>(peer)] = UCS_ERR_ENDPOINT_TIMEOUT;
+  }
+
+  // How long cancelling waits for requests to withdraw before force-closing endpoints, and how
+  // long force-closing may take; together they bound how long a failing wait outlasts its
+  // timeout. Receives withdraw at once; a rendezvous send to a dead peer withdraws never (with
+  // UCP_ERR_HANDLING_MODE_NONE not even on a forced close), so longer bounds would buy nothing.
+  static constexpr auto kCancelBound = std::chrono::milliseconds(200);
+  static constexpr auto kCloseBound = std::chrono::milliseconds(300);
 
   // A wait spins (shared-memory messages arrive within microseconds), but once the worker has
   // been idle this many progress calls (~10 us) it yields between polls, so on a slow link the
@@ -192,6 +253,8 @@ class UcxTransport : public Transport {
   std::vector<ucp_ep_h> eps_;
   std::vector<ucs_status_t> failed_;
   std::vector<Handler> handlers_;
+  std::vector<void*> closing_;  // endpoint-close requests not yet completed
+  bool abandoned_ = false;      // a request outlived cancel(): its buffer may still be in use
 };
 
 }  // namespace

@@ -18,7 +18,7 @@ struct JobInfo {
   int master_port = 29500;
   std::string token;         // shared secret of the job (TROUPE_JOB_TOKEN)
   std::string source;        // "troupe-launch", "mpirun", "slurm" or "single process"
-  std::chrono::milliseconds timeout{30000};  // how long to wait for a peer (TROUPE_TIMEOUT, seconds)
+  std::chrono::milliseconds timeout{30000};  // how long to wait for a peer (TROUPE_TIMEOUT, seconds, fractions allowed)
   /// From TROUPE_RANK/TROUPE_WORLD_SIZE/TROUPE_MASTER_ADDR/TROUPE_MASTER_PORT/TROUPE_JOB_TOKEN/TROUPE_TIMEOUT,
   /// else OMPI_COMM_WORLD_RANK/SIZE, else SLURM_PROCID/SLURM_NTASKS, else a single process.
   static JobInfo from_environment();
