@@ -18,11 +18,12 @@ namespace troupe::actors {
 /// Everything a step shares between its actors, created once per step by the program actor.
 struct StepContext {
   std::uint64_t step = 0;
-  int micro_batches = 1;
-  std::vector<std::vector<Tensor>> inputs;  // [micro-batch][graph input]
-  std::vector<Tensor> parameters;           // in the order of the graph's parameters
-  graph::SymBindings bindings;              // symbol sizes of one micro-batch
-  bool gradient_norms = false;              // gradient stages report their squared norms (parallel clip)
+  int micro_batches = 1;                     // this step's count: fewer than asked when the batch has fewer rows
+  std::vector<std::vector<Tensor>> inputs;   // [micro-batch][graph input]
+  std::vector<Tensor> parameters;            // in the order of the graph's parameters
+  std::vector<graph::SymBindings> bindings;  // [micro-batch]: symbol sizes (micro-batches may differ in rows)
+  std::vector<double> weights;               // [micro-batch]: its share of the batch's rows (they sum to 1)
+  bool gradient_norms = false;               // gradient stages report their squared norms (parallel clip)
 };
 using StepContextPtr = std::shared_ptr<const StepContext>;
 

@@ -151,7 +151,8 @@ bool fire_op(Self* self) {
     std::vector<Tensor> in;
     for (const InputRef& ref : s.spec->inputs) in.push_back(input_value(s, ref));
     std::vector<Shape> shapes;
-    for (graph::ValueId o : node.outputs) shapes.push_back(graph::bind(s.graph->value(o).info.shape, s.ctx->bindings));
+    const graph::SymBindings& bindings = s.ctx->bindings[static_cast<std::size_t>(s.next_mb)];
+    for (graph::ValueId o : node.outputs) shapes.push_back(graph::bind(s.graph->value(o).info.shape, bindings));
     outputs = std::make_shared<std::vector<Tensor>>(s.def->compute(in, graph::ComputeContext{node.attrs, shapes, node.label}));
     TROUPE_CHECK(outputs->size() == node.outputs.size(), runtime, "computed ", outputs->size(), " outputs, expected ",
                  node.outputs.size());
@@ -182,9 +183,11 @@ bool fire_sink(Self* self) {
     if (s.sink_parts.size() == 1) {
       result = s.sink_parts[0];
     } else if (s.spec->average) {
-      result = s.sink_parts[0];
-      for (std::size_t k = 1; k < s.sink_parts.size(); ++k) result = ops::add(result, s.sink_parts[k]);
-      result = ops::mul(result, 1.0 / static_cast<double>(s.sink_parts.size()));
+      // Each micro-batch counts by its share of the rows, so a mean over the rows (the loss, its
+      // gradients) comes out as the whole batch's mean even when the micro-batches differ in size.
+      result = ops::mul(s.sink_parts[0], s.ctx->weights[0]);
+      for (std::size_t k = 1; k < s.sink_parts.size(); ++k)
+        result = ops::add(result, ops::mul(s.sink_parts[k], s.ctx->weights[k]));
     } else {
       result = ops::concat(s.sink_parts, 0);
     }

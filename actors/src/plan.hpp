@@ -28,7 +28,7 @@ struct ActorSpec {
   std::vector<int> producers;   // distinct actors it waits for (the input actor when it needs a trigger)
   std::vector<int> consumers;   // distinct actors it feeds
   int sink = -1;                // for sinks: index among the sinks, in graph output order
-  bool average = false;         // sinks: average over micro-batches (gradients, 0-d outputs) or concat
+  bool average = false;         // sinks: row-weighted average over micro-batches (gradients, 0-d outputs) or concat
   bool gradient = false;        // sinks: a parameter's gradient (the clip path takes its norm)
 };
 

@@ -1,5 +1,6 @@
 #include "troupe/apps/train_step.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <thread>
 
@@ -22,7 +23,8 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--trace", f.trace, "write the last step's message flow (Chrome trace JSON)");
   app.add_option("--log-every", f.log_every, "plain log line cadence when stdout is not a terminal")->capture_default_str();
   app.add_option("--threads", f.threads, "scheduler threads (0 = all cores)")->capture_default_str();
-  app.add_option("--micro-batches", f.micro_batches, "micro-batches per step (0 = 2 on several cores, else 1)")
+  app.add_option("--micro-batches", f.micro_batches,
+                 "micro-batches per step, uneven when they do not divide the batch (0 = 2 on several cores, else 1)")
       ->capture_default_str();
 }
 
@@ -46,8 +48,10 @@ int resolve_threads(const RunFlags& f) {
 
 int resolve_micro_batches(const RunFlags& f, int threads, std::int64_t batch) {
   TROUPE_CHECK(f.micro_batches >= 0, invalid_argument, "--micro-batches must be >= 0, got ", f.micro_batches);
-  if (f.micro_batches > 0) return f.micro_batches;
-  return threads > 1 && batch % 2 == 0 ? 2 : 1;
+  const std::int64_t wanted = f.micro_batches > 0 ? f.micro_batches : (threads > 1 ? 2 : 1);
+  // The program splits an uneven batch itself (5 rows in 3: 2 + 2 + 1); what it cannot do is give
+  // every micro-batch a row when there are fewer rows, so the count the run reports is at most the batch.
+  return static_cast<int>(std::max<std::int64_t>(1, std::min(wanted, batch)));
 }
 
 TrainStep::TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputSpec>& signature, graph::Module& model,

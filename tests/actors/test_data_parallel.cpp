@@ -1,7 +1,7 @@
 // Data parallelism in the runtime over in-process ranks: two ranks at per-rank batch B train
 // exactly like one process at batch 2B (loss, clipped gradients and parameters after several
 // steps), on the overlapped bucket path and on the naive path, with several buckets; every rank
-// reports the same loss and the same post-reduce bucket norms.
+// reports the same loss and the same post-reduce bucket norms; uneven micro-batches keep this.
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -93,4 +93,18 @@ TEST(DataParallel, TwoRanksEqualOneProcessAtTheGlobalBatch) {
       EXPECT_EQ(test::scaled_max_error(ranks[0].params.at(name), ranks[1].params.at(name)), 0.0) << name;
     }
   }
+}
+
+// Each rank's 3 rows run as micro-batches of 2 + 1 (the single process splits its 6 as 3 + 3): the
+// row weighting keeps every rank's gradient the mean over its rows, so the ranks still train like one process.
+TEST(DataParallel, UnevenMicroBatchesOnEveryRankEqualOneProcess) {
+  const Tensor x = test::random_tensor({6, 6, 16}, 33), y = test::random_tensor({6, 6, 16}, 34);
+  const RankRun single = train(1, ClipMode::parallel, 3, x, y)[0];
+  const auto ranks = train(2, ClipMode::parallel, 3, x, y);
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(ranks[0].losses[s], ranks[1].losses[s]) << "step " << s;
+    EXPECT_NEAR(ranks[0].losses[s], single.losses[s], 1e-5 * std::abs(single.losses[s])) << "step " << s;
+    EXPECT_NEAR(ranks[0].norms[s], single.norms[s], 1e-5 * single.norms[s]) << "step " << s;
+  }
+  for (const auto& [name, p] : single.params) EXPECT_LE(test::scaled_max_error(ranks[0].params.at(name), p), 1e-5) << name;
 }

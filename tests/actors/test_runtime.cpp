@@ -208,12 +208,7 @@ TEST(Runtime, BadInputsAreRefusedWithoutBreakingTheProgram) {
   options.micro_batches = 2;
   auto program = engine.compile(trace(fn, {{"x", {-1, 3}}}), options);
   EXPECT_THROW(wait(program->run_async({test::random_tensor({4, 5}, 1)})), Error);  // wrong width
-  try {
-    wait(program->run_async({test::random_tensor({3, 3}, 1)}));
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("2 equal micro-batches"), std::string::npos) << e.what();
-  }
+  EXPECT_EQ(wait(program->run_async({test::random_tensor({3, 3}, 1)})).outputs[0].shape(), (Shape{3, 2}));  // 2 + 1 rows
   const Tensor x = test::random_tensor({6, 3}, 2);
   const StepResult r = program->run({x});
   EXPECT_EQ(r.outputs[0].shape(), (Shape{6, 2}));  // non-scalar outputs are concatenated

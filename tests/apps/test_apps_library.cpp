@@ -1,6 +1,6 @@
 // The pieces the applications share: corpus split and window sampling, checkpoints (round trip,
-// the "latest" pointer, pruning, damage), gradient statistics, progress output, GRAD_MODE, and
-// the shapes and errors of the two models.
+// the "latest" pointer, pruning, damage), gradient statistics, progress output, GRAD_MODE, the
+// micro-batch count the flags resolve to, and the shapes and errors of the two models.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -16,6 +16,7 @@
 #include "troupe/apps/progress.hpp"
 #include "troupe/apps/sr_data.hpp"
 #include "troupe/apps/sr_model.hpp"
+#include "troupe/apps/train_step.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/kernels/error.hpp"
 
@@ -142,6 +143,22 @@ TEST(GradMode, ReadsTheEnvironment) {
   ::setenv("GRAD_MODE", "turbo", 1);
   EXPECT_THROW(apps::grad_mode(), Error);
   ::unsetenv("GRAD_MODE");
+}
+
+// A batch the count does not divide keeps its micro-batches (the program splits it unevenly); the
+// count never exceeds the batch's rows.
+TEST(RunFlags, MicroBatchesAllowUnevenBatchesAndAtMostOnePerRow) {
+  apps::RunFlags f;
+  EXPECT_EQ(apps::resolve_micro_batches(f, 4, 3), 2);  // the default: 2 on several threads, odd batches too
+  EXPECT_EQ(apps::resolve_micro_batches(f, 4, 8), 2);
+  EXPECT_EQ(apps::resolve_micro_batches(f, 1, 8), 1);
+  EXPECT_EQ(apps::resolve_micro_batches(f, 4, 1), 1);
+  f.micro_batches = 2;
+  EXPECT_EQ(apps::resolve_micro_batches(f, 1, 3), 2);
+  f.micro_batches = 8;
+  EXPECT_EQ(apps::resolve_micro_batches(f, 1, 5), 5);
+  f.micro_batches = -1;
+  EXPECT_THROW(apps::resolve_micro_batches(f, 1, 5), Error);
 }
 
 TEST(Models, ShapesAndErrors) {

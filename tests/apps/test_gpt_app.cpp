@@ -1,9 +1,11 @@
 // troupe-gpt as a user runs it: a tiny model trains (loss falls, the JSON line parses), a resumed
-// run equals an uninterrupted one, eager (JIT_LEVEL=0) equals the actor graph, checkpoints
-// generate text, nanoGPT-named weights load, and bad flags or data give one clear line and exit 1.
+// run equals an uninterrupted one, eager (JIT_LEVEL=0) equals the actor graph (also with uneven
+// micro-batches), checkpoints generate text, nanoGPT-named weights load, and bad flags or data give
+// one clear line and exit 1.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -75,6 +77,31 @@ TEST(GptApp, EagerStepsEqualActorSteps) {
   const auto a = test::csv_column(dir + "/actors.csv", "loss"), e = test::csv_column(dir + "/eager.csv", "loss");
   ASSERT_EQ(a.size(), e.size());
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], e[i], 1e-5 * std::abs(e[i])) << "step " << i + 1;
+}
+
+// Batch 3 in 2 micro-batches runs as 2 + 1 rows, weighted by rows: training (loss, gradient norm)
+// and the micro-batched evaluation program equal the eager whole-batch run.
+TEST(GptApp, UnevenMicroBatchesEqualEagerSteps) {
+  const std::string dir = test::fresh_dir("gpt_uneven"), data = corpus_file(dir);
+  std::string flags = tiny(data) + " --steps 4 --micro-batches 2";
+  flags.replace(flags.find("--batch 4"), 9, "--batch 3");
+  const auto actors = run_app(flags + " --metrics " + dir + "/actors.csv");
+  ASSERT_EQ(actors.exit_code, 0) << actors.output;
+  EXPECT_NE(actors.output.find("2 micro-batches"), std::string::npos) << actors.output;
+  const auto eager = run_app("JIT_LEVEL=0 " + flags + " --metrics " + dir + "/eager.csv");
+  ASSERT_EQ(eager.exit_code, 0) << eager.output;
+  for (const char* column : {"loss", "grad_norm", "val_loss"}) {
+    const auto a = test::csv_column(dir + "/actors.csv", column), e = test::csv_column(dir + "/eager.csv", column);
+    ASSERT_EQ(a.size(), e.size()) << column;
+    ASSERT_FALSE(a.empty()) << column;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (std::isnan(e[i])) {  // no evaluation at this step
+        EXPECT_TRUE(std::isnan(a[i])) << column << ", step " << i + 1;
+        continue;
+      }
+      EXPECT_NEAR(a[i], e[i], 1e-5 * std::abs(e[i])) << column << ", step " << i + 1;
+    }
+  }
 }
 
 TEST(GptApp, GeneratesFromACheckpoint) {

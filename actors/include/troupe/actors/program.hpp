@@ -45,9 +45,12 @@ enum class ClipMode {
 struct ProgramOptions {
   /// Registers per actor output (the register protocol): 1 = lock-step, 2 = double buffering.
   int registers = 2;
-  /// Micro-batches per step: every input is split along dim 0 into this many equal parts, which
-  /// flow through the graph concurrently; gradients and 0-d outputs are averaged over them, other
-  /// outputs concatenated along dim 0, so a mean loss gives the one-batch result.
+  /// Micro-batches per step: every input is split along dim 0 (all inputs must have the same number
+  /// of rows, and a dynamic dim 0) into this many parts, which flow through the graph concurrently.
+  /// A count that does not divide the batch gives sizes differing by one, larger first (5 rows in 3:
+  /// 2 + 2 + 1); a batch of fewer rows than the count runs one row per micro-batch. Gradients and 0-d
+  /// outputs are averaged weighted by each micro-batch's share of the rows, other outputs
+  /// concatenated along dim 0, so a loss that is a mean over the rows gives the one-batch result.
   int micro_batches = 1;
   /// Optimizers to run at the end of each step, one actor each; every parameter with a gradient
   /// must belong to one of them. Empty: gradients are only returned.
@@ -66,7 +69,7 @@ struct ProgramOptions {
 /// What one step produced.
 struct StepResult {
   std::vector<Tensor> outputs;              // the traced function's own outputs
-  std::map<std::string, Tensor> gradients;  // by parameter name, averaged over micro-batches (clipped when clipping)
+  std::map<std::string, Tensor> gradients;  // by parameter name, row-weighted over micro-batches (clipped when clipping)
   double grad_norm = 0;                     // global gradient norm before clipping (NaN when not clipping)
   std::vector<double> bucket_squared_norms; // data parallel: each reduced bucket's squared norm
   double comm_ms = 0;     // data parallel: time the communicator spent on this step's collectives

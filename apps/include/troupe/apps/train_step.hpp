@@ -35,7 +35,8 @@ LoopOptions loop_options(const RunFlags& flags);
 
 /// Scheduler threads for `flags.threads` (0 = the machine's cores).
 int resolve_threads(const RunFlags& flags);
-/// Micro-batches for the flag (0 = 2 on several threads when the batch splits, else 1).
+/// Micro-batches for the flag (0 = 2 on several threads, else 1), at most the batch's rows; the
+/// program splits a batch the count does not divide unevenly, weighting each part by its rows.
 int resolve_micro_batches(const RunFlags& flags, int threads, std::int64_t batch);
 
 /// One training step of `model` with `optimizer`: on the actor runtime or eagerly.
