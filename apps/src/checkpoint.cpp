@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -39,6 +41,18 @@ void write_synced(const fs::path& p, const std::string& text) {
     TROUPE_CHECK(out.good(), io, "cannot write '", p.string(), "'");
   }
   fsync_path(p);
+}
+
+// The step of a save folder's name "step-<digits>", or -1 for any other name (".tmp" included).
+std::int64_t step_of(const std::string& name) {
+  const std::size_t n = std::strlen(kPrefix);
+  if (name.size() <= n || name.size() > n + 18 || name.compare(0, n, kPrefix) != 0) return -1;
+  std::int64_t step = 0;
+  for (std::size_t i = n; i < name.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
 }
 
 std::string step_name(std::int64_t step) {
@@ -86,13 +100,15 @@ void save_checkpoint(const std::string& dir, std::int64_t step, const std::map<s
   TROUPE_CHECK(!ec, io, "cannot update '", (root / "latest").string(), "': ", ec.message());
   fsync_path(root);
 
-  std::vector<fs::path> saves;
+  // Retention by step number (names stop sorting by step past 8 digits). The save just written is
+  // kept whatever its number: a run resumed from an earlier step must not delete its own save.
+  std::vector<std::pair<std::int64_t, fs::path>> older;
   for (const auto& e : fs::directory_iterator(root, ec)) {
-    const std::string name = e.path().filename().string();
-    if (e.is_directory() && name.rfind(kPrefix, 0) == 0 && name.find(".tmp") == std::string::npos) saves.push_back(e.path());
+    const std::int64_t s = step_of(e.path().filename().string());
+    if (s >= 0 && s != step && e.is_directory()) older.emplace_back(s, e.path());
   }
-  std::sort(saves.begin(), saves.end());
-  for (std::size_t i = 0; i + static_cast<std::size_t>(std::max(keep, 1)) < saves.size(); ++i) fs::remove_all(saves[i], ec);
+  std::sort(older.begin(), older.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (std::size_t i = static_cast<std::size_t>(std::max(keep, 1)) - 1; i < older.size(); ++i) fs::remove_all(older[i].second, ec);
 }
 
 Checkpoint load_checkpoint(const std::string& dir, const std::string& app) {

@@ -88,6 +88,31 @@ TEST(Checkpoint, RoundTripLatestPointerPruningAndDamage) {
   EXPECT_THROW(apps::load_checkpoint(test::fresh_dir("no_checkpoint")), Error);
 }
 
+// Retention never deletes the save just written (which `latest` names), and counts by step number:
+// before, it sorted by name, so a run resumed from an earlier step pruned its own save, and past
+// 8 digits "step-100000000" sorted first and was deleted.
+TEST(Checkpoint, RetentionKeepsTheSaveJustWrittenAndSortsByStep) {
+  const std::string dir = test::fresh_dir("retention");
+  apps::CheckpointState st;
+  st.strings["app"] = "test";
+  const std::map<std::string, Tensor> model{{"w", Tensor::full({1}, 1.0)}}, opt{{"w.m", Tensor::full({1}, 0.0)}};
+  for (std::int64_t step : {2, 4, 1}) {
+    st.ints["step"] = step;
+    apps::save_checkpoint(dir, step, model, opt, st, /*keep=*/2);
+  }
+  EXPECT_EQ(apps::load_checkpoint(dir).state.int_at("step"), 1);
+  EXPECT_TRUE(fs::exists(dir + "/step-00000001"));
+  EXPECT_TRUE(fs::exists(dir + "/step-00000004"));
+  EXPECT_FALSE(fs::exists(dir + "/step-00000002"));
+  for (std::int64_t step : {99999998, 99999999, 100000000}) {
+    st.ints["step"] = step;
+    apps::save_checkpoint(dir, step, model, opt, st, /*keep=*/2);
+  }
+  EXPECT_EQ(apps::load_checkpoint(dir).state.int_at("step"), 100000000);
+  EXPECT_TRUE(fs::exists(dir + "/step-99999999"));
+  EXPECT_FALSE(fs::exists(dir + "/step-99999998"));
+}
+
 TEST(Metrics, GradientStatsAndCsvRecords) {
   const std::map<std::string, Tensor> grads{{"a", Tensor::from_vector<float>({3, 4}, {2})},
                                             {"b", Tensor::from_vector<float>({0, 0}, {2})}};

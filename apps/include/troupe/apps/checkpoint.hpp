@@ -30,8 +30,8 @@ struct Checkpoint {
   CheckpointState state;
 };
 
-/// Saves under `dir` (created if needed) as step-<step>/ and points dir/latest at it; keeps the
-/// `keep` newest saves and deletes older ones.
+/// Saves under `dir` (created if needed) as step-<step>/ and points dir/latest at it; keeps this
+/// save and the `keep` - 1 other saves of highest step, and deletes the rest.
 void save_checkpoint(const std::string& dir, std::int64_t step, const std::map<std::string, Tensor>& model,
                      const std::map<std::string, Tensor>& optimizer, const CheckpointState& state, int keep = 2);
 
