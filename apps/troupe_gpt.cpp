@@ -74,16 +74,14 @@ void store_config(const apps::GptConfig& m, apps::CheckpointState& s) {
   s.ints["d_ff"] = m.d_ff;
   s.ints["seq"] = m.seq;
 }
-// The model of a checkpoint (generate): its settings, checked as the flags would be.
-apps::GptConfig load_config(const apps::CheckpointState& s) {
-  apps::GptConfig m;
-  m.vocab = s.int_at("vocab");
-  m.d_model = s.int_at("d_model");
-  m.layers = s.int_at("layers");
-  m.heads = s.int_at("heads");
-  m.d_ff = s.int_at("d_ff");
-  m.seq = s.int_at("seq");
-  return m;
+// The model of a checkpoint: its settings replace the model flags, which may only repeat them.
+void take_config(apps::ResumeSettings& settings, const apps::CheckpointState& state, apps::GptConfig& m) {
+  m.vocab = state.int_at("vocab");
+  settings.take("--d-model", "d_model", m.d_model);
+  settings.take("--layers", "layers", m.layers);
+  settings.take("--heads", "heads", m.heads);
+  settings.take("--d-ff", "d_ff", m.d_ff);
+  settings.take("--seq", "seq", m.seq);
 }
 
 // Checks the model settings; those of a checkpoint name its state.json when they make no sense.
@@ -107,12 +105,7 @@ int train(TrainFlags f, CLI::App& app) {
     // The checkpoint decides the model, the data and the batch; flags may only repeat them.
     resumed = apps::load_checkpoint(f.run.resume, "troupe-gpt");
     settings.emplace(app, resumed->state);
-    f.model.vocab = resumed->state.int_at("vocab");
-    settings->take("--d-model", "d_model", f.model.d_model);
-    settings->take("--layers", "layers", f.model.layers);
-    settings->take("--heads", "heads", f.model.heads);
-    settings->take("--d-ff", "d_ff", f.model.d_ff);
-    settings->take("--seq", "seq", f.model.seq);
+    take_config(*settings, resumed->state, f.model);
     settings->take("--batch", "batch", f.batch);
     settings->take("--seed", "seed", f.seed);
     settings->take("--data", "data", f.data, /*is_path=*/true);
@@ -246,14 +239,15 @@ int train(TrainFlags f, CLI::App& app) {
   return 0;
 }
 
-int generate(GenerateFlags f) {
+int generate(GenerateFlags f, CLI::App& app) {
   TROUPE_CHECK(f.checkpoint.empty() != f.weights.empty(), invalid_argument,
                "generate needs exactly one of --checkpoint DIR or --weights FILE.safetensors");
   std::map<std::string, Tensor> weights;
   std::string file, advice;
   if (!f.checkpoint.empty()) {
     apps::Checkpoint c = apps::load_checkpoint(f.checkpoint, "troupe-gpt");
-    f.model = load_config(c.state);
+    apps::ResumeSettings settings(app, c.state);
+    take_config(settings, c.state, f.model);
     validate(f.model, c.state.source);
     weights = std::move(c.model);
     file = c.folder + "/model.safetensors";
@@ -337,5 +331,5 @@ int main(int argc, char** argv) {
   gen->add_option("--top-k", gf.top_k, "sample among the k most likely bytes (0 = all)")
       ->capture_default_str()->check(apps::in_range(0, 256, "0 = all"));
   gen->add_option("--seed", gf.seed, "sampling seed")->capture_default_str();
-  return apps::run_cli(app, argc, argv, "troupe-gpt", [&] { return gen->parsed() ? generate(gf) : train(tf, app); });
+  return apps::run_cli(app, argc, argv, "troupe-gpt", [&] { return gen->parsed() ? generate(gf, *gen) : train(tf, app); });
 }

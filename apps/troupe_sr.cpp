@@ -52,12 +52,14 @@ struct WeightsSource {
   std::string file, advice;
 };
 
-// The model of a checkpoint folder (its shape too) or of a .safetensors file (shaped by the flags).
-WeightsSource load_weights(const std::string& path, apps::SrConfig& config) {
+// The model of a checkpoint folder (its shape too; --channels and --blocks of `app` may only repeat
+// it) or of a .safetensors file (shaped by the flags).
+WeightsSource load_weights(const std::string& path, apps::SrConfig& config, CLI::App& app) {
   if (std::filesystem::is_directory(path)) {
     apps::Checkpoint c = apps::load_checkpoint(path, "troupe-sr");
-    config.channels = c.state.int_at("channels");
-    config.blocks = c.state.int_at("blocks");
+    apps::ResumeSettings settings(app, c.state);
+    settings.take("--channels", "channels", config.channels);
+    settings.take("--blocks", "blocks", config.blocks);
     return {std::move(c.model), c.folder + "/model.safetensors", "the checkpoint is damaged or from another model"};
   }
   return {apps::read_weights(path, "--weights takes a checkpoint folder or a .safetensors file"), path,
@@ -182,11 +184,11 @@ int train(TrainFlags f, CLI::App& app) {
   return 0;
 }
 
-int infer(const InferFlags& f) {
+int infer(const InferFlags& f, CLI::App& app) {
   apps::SrConfig config;
   config.channels = f.channels;
   config.blocks = f.blocks;
-  const WeightsSource weights = load_weights(f.weights, config);
+  const WeightsSource weights = load_weights(f.weights, config, app);
   Generator gen(0);
   apps::SrLite model(config, gen);
   apps::load_weights_into(model, weights.tensors, weights.file, weights.advice);
@@ -228,5 +230,5 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(apps::in_range(0, 1024));
   infer_cmd->add_option("input", inf.input, "input PNG")->required();
   infer_cmd->add_option("output", inf.output, "output PNG")->required();
-  return apps::run_cli(app, argc, argv, "troupe-sr", [&] { return infer_cmd->parsed() ? infer(inf) : train(tf, app); });
+  return apps::run_cli(app, argc, argv, "troupe-sr", [&] { return infer_cmd->parsed() ? infer(inf, *infer_cmd) : train(tf, app); });
 }

@@ -29,7 +29,7 @@ void ResumeSettings::agree(const std::string& flag, const std::string& key, bool
   }
   TROUPE_CHECK(same, invalid_argument, flag, " ", app_.get_option(flag)->as<std::string>(),
                " contradicts the checkpoint '", state_.source, "' (", key, " ", shown(stored), "); drop ", flag,
-               " to continue that run, or start a new run with another --save folder");
+               " to use the checkpoint's value (its model, data and batch cannot change)");
 }
 
 void ResumeSettings::check_range(const std::string& flag, const std::string& key, const std::string& text) {

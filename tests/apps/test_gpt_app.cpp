@@ -178,6 +178,7 @@ TEST(GptApp, ResumeTakesItsSettingsFromTheCheckpoint) {
       {kGpt + " --steps 3 --batch 8 --resume " + ck, "--batch 8 contradicts"},
       {kGpt + " --steps 3 --data " + dir + "/other.txt --resume " + ck, "--data " + dir + "/other.txt contradicts"},
       {kGpt + " --steps 3 --load-weights x.safetensors --resume " + ck, "--resume and --load-weights"},
+      {kGpt + " generate --checkpoint " + ck + " --layers 2", "--layers 2 contradicts the checkpoint '" + state + "'"},
   });
   // A state.json edited into a model that cannot be built, then an empty `latest`.
   std::ifstream in(state);

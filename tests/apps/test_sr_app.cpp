@@ -156,6 +156,7 @@ TEST(SrApp, ResumeTakesItsSettingsFromTheCheckpoint) {
       {resume + " --patch 64", "--patch 64 contradicts"},
       {resume + " --data " + dir, "--data " + dir + " contradicts"},
       {resume + " --channels 16", "--channels 16 contradicts"},
+      {kSr + " infer --weights " + ck + " --blocks 3 in.png out.png", "--blocks 3 contradicts the checkpoint '" + state + "'"},
   });
 }
 
