@@ -10,10 +10,10 @@
 
 #include "troupe/actors/engine.hpp"
 #include "troupe/actors/tracer.hpp"
+#include "troupe/apps/cli.hpp"
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/kernels/allocator.hpp"
-#include "troupe/kernels/error.hpp"
 #include "troupe/kernels/elementwise.hpp"
 #include "troupe/kernels/matmul.hpp"
 #include "troupe/kernels/rng.hpp"
@@ -70,46 +70,43 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  Generator gen(42);
-  Tensor x = Tensor::empty({2, 3});
-  gen.uniform_(x, -1, 1);
-  Tensor xt = x.transpose(0, 1);
-  std::printf("x  = %s, x.T = %s (a view: contiguous=%d, same storage=%d)\n", x.str().c_str(), xt.str().c_str(),
-              xt.is_contiguous(), xt.storage() == x.storage());
-  auto xv = x.to_vector<float>();
-  std::printf("x values:");
-  for (float v : xv) std::printf(" %+.4f", v);
-  std::printf("\nrelu(x):");
-  for (float v : ops::relu(x).to_vector<float>()) std::printf(" %+.4f", v);
-  std::printf("\ngelu(x):");
-  for (float v : ops::gelu(x).to_vector<float>()) std::printf(" %+.4f", v);
-  std::printf("\n");
+  return apps::run_guarded("troupe-demo", [&] {
+    Generator gen(42);
+    Tensor x = Tensor::empty({2, 3});
+    gen.uniform_(x, -1, 1);
+    Tensor xt = x.transpose(0, 1);
+    std::printf("x  = %s, x.T = %s (a view: contiguous=%d, same storage=%d)\n", x.str().c_str(), xt.str().c_str(),
+                xt.is_contiguous(), xt.storage() == x.storage());
+    auto xv = x.to_vector<float>();
+    std::printf("x values:");
+    for (float v : xv) std::printf(" %+.4f", v);
+    std::printf("\nrelu(x):");
+    for (float v : ops::relu(x).to_vector<float>()) std::printf(" %+.4f", v);
+    std::printf("\ngelu(x):");
+    for (float v : ops::gelu(x).to_vector<float>()) std::printf(" %+.4f", v);
+    std::printf("\n");
 
-  const std::int64_t n = 512;
-  Tensor a = Tensor::empty({n, n}), b = Tensor::empty({n, n});
-  gen.normal_(a);
-  gen.normal_(b);
-  ops::matmul(a, b);  // warm-up
-  const int reps = 5;
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) ops::matmul(a, b, false, true);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
-  std::printf("matmul %lldx%lld @ %lldx%lld^T: %.2f ms, %.1f GFLOP/s\n", (long long)n, (long long)n, (long long)n,
-              (long long)n, s * 1e3, 2.0 * n * n * n / s / 1e9);
+    const std::int64_t n = 512;
+    Tensor a = Tensor::empty({n, n}), b = Tensor::empty({n, n});
+    gen.normal_(a);
+    gen.normal_(b);
+    ops::matmul(a, b);  // warm-up
+    const int reps = 5;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) ops::matmul(a, b, false, true);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+    std::printf("matmul %lldx%lld @ %lldx%lld^T: %.2f ms, %.1f GFLOP/s\n", (long long)n, (long long)n, (long long)n,
+                (long long)n, s * 1e3, 2.0 * n * n * n / s / 1e9);
 
-  Tensor bias = Tensor::full({n}, 0.5);
-  Tensor y = ops::add(ops::matmul(a, b), bias);  // bias broadcasts over rows
-  std::printf("(a @ b + 0.5)[0, 0] = %.5f\n", y.slice(0, 0, 1).slice(1, 0, 1).item());
+    Tensor bias = Tensor::full({n}, 0.5);
+    Tensor y = ops::add(ops::matmul(a, b), bias);  // bias broadcasts over rows
+    std::printf("(a @ b + 0.5)[0, 0] = %.5f\n", y.slice(0, 0, 1).slice(1, 0, 1).item());
 
-  const AllocatorStats st = cpu_allocator().stats();
-  std::printf("allocator: current %zu B, peak %zu B, cached %zu B, %llu requests, %llu system allocations\n",
-              st.current_bytes, st.peak_bytes, st.cached_bytes, (unsigned long long)st.requests,
-              (unsigned long long)st.system_allocations);
-  try {
+    const AllocatorStats st = cpu_allocator().stats();
+    std::printf("allocator: current %zu B, peak %zu B, cached %zu B, %llu requests, %llu system allocations\n",
+                st.current_bytes, st.peak_bytes, st.cached_bytes, (unsigned long long)st.requests,
+                (unsigned long long)st.system_allocations);
     train_gpt_block(trace_path);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "troupe-demo: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -13,15 +13,18 @@
 
 #include "troupe/actors/engine.hpp"
 #include "troupe/apps/checkpoint.hpp"
+#include "troupe/apps/cli.hpp"
 #include "troupe/apps/corpus.hpp"
 #include "troupe/apps/data_parallel.hpp"
 #include "troupe/apps/gpt_model.hpp"
 #include "troupe/apps/splitmix.hpp"
 #include "troupe/apps/grad_mode.hpp"
+#include "troupe/apps/memory_budget.hpp"
+#include "troupe/apps/resume.hpp"
 #include "troupe/apps/train_loop.hpp"
 #include "troupe/apps/train_step.hpp"
+#include "troupe/apps/weights.hpp"
 #include "troupe/graph/optim.hpp"
-#include "troupe/graph/safetensors.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/kernels/allocator.hpp"
 #include "troupe/kernels/error.hpp"
@@ -54,11 +57,12 @@ struct GenerateFlags {
 };
 
 void add_model_flags(CLI::App& app, apps::GptConfig& m) {
-  app.add_option("--d-model", m.d_model, "model width")->capture_default_str();
-  app.add_option("--layers", m.layers, "Transformer blocks")->capture_default_str();
-  app.add_option("--heads", m.heads, "attention heads (must divide --d-model)")->capture_default_str();
-  app.add_option("--d-ff", m.d_ff, "MLP hidden size")->capture_default_str();
-  app.add_option("--seq", m.seq, "context length in bytes")->capture_default_str();
+  app.add_option("--d-model", m.d_model, "model width")->capture_default_str()->check(apps::in_range(1, 65536));
+  app.add_option("--layers", m.layers, "Transformer blocks")->capture_default_str()->check(apps::in_range(1, 4096));
+  app.add_option("--heads", m.heads, "attention heads (must divide --d-model)")
+      ->capture_default_str()->check(apps::in_range(1, 65536));
+  app.add_option("--d-ff", m.d_ff, "MLP hidden size")->capture_default_str()->check(apps::in_range(1, 1 << 20));
+  app.add_option("--seq", m.seq, "context length in bytes")->capture_default_str()->check(apps::in_range(1, 1 << 20));
 }
 
 // The run's settings as checkpoint fields, so --resume and generate rebuild the same model.
@@ -70,35 +74,54 @@ void store_config(const apps::GptConfig& m, apps::CheckpointState& s) {
   s.ints["d_ff"] = m.d_ff;
   s.ints["seq"] = m.seq;
 }
-apps::GptConfig load_config(const apps::CheckpointState& s) {
-  apps::GptConfig m;
-  m.vocab = s.int_at("vocab");
-  m.d_model = s.int_at("d_model");
-  m.layers = s.int_at("layers");
-  m.heads = s.int_at("heads");
-  m.d_ff = s.int_at("d_ff");
-  m.seq = s.int_at("seq");
-  return m;
+// The model of a checkpoint: its settings replace the model flags, which may only repeat them.
+void take_config(apps::ResumeSettings& settings, const apps::CheckpointState& state, apps::GptConfig& m) {
+  m.vocab = state.int_at("vocab");
+  settings.take("--d-model", "d_model", m.d_model);
+  settings.take("--layers", "layers", m.layers);
+  settings.take("--heads", "heads", m.heads);
+  settings.take("--d-ff", "d_ff", m.d_ff);
+  settings.take("--seq", "seq", m.seq);
 }
 
-int train(TrainFlags f) {
+// Checks the model settings; those of a checkpoint name its state.json when they make no sense.
+void validate(const apps::GptConfig& m, const std::string& state_file) {
+  if (state_file.empty()) return m.validate();
+  apps::naming_file(state_file, "holds a model that cannot be built", "the file is damaged or from another version", [&] {
+    m.validate();
+    TROUPE_CHECK(m.vocab == 256, invalid_argument, "vocab is ", m.vocab, ", but troupe-gpt models bytes (256)");
+  });
+}
+
+int train(TrainFlags f, CLI::App& app) {
   const apps::GradMode mode = apps::grad_mode();
   const int jit = graph::jit_level();
   apps::LoopOptions lo = apps::loop_options(f.run);
+  TROUPE_CHECK(f.run.resume.empty() || f.load_weights.empty(), invalid_argument,
+               "--resume and --load-weights both give the starting weights; pass one of them");
   std::optional<apps::Checkpoint> resumed;
+  std::optional<apps::ResumeSettings> settings;
   if (!f.run.resume.empty()) {
+    // The checkpoint decides the model, the data and the batch; flags may only repeat them.
     resumed = apps::load_checkpoint(f.run.resume, "troupe-gpt");
-    f.model = load_config(resumed->state);  // the checkpoint decides the model and the data
-    f.batch = resumed->state.int_at("batch");
-    f.seed = static_cast<std::uint64_t>(resumed->state.int_at("seed"));
-    f.data = resumed->state.string_at("data");
+    settings.emplace(app, resumed->state);
+    take_config(*settings, resumed->state, f.model);
+    settings->take("--batch", "batch", f.batch);
+    settings->take("--seed", "seed", f.seed);
+    settings->take("--data", "data", f.data, /*is_path=*/true);
   }
-  f.model.validate();
-  TROUPE_CHECK(f.batch > 0, invalid_argument, "--batch must be positive, got ", f.batch);
+  validate(f.model, resumed ? resumed->state.source : "");
+  char sizes[160];
+  std::snprintf(sizes, sizeof sizes, "--d-model %lld --layers %lld --d-ff %lld --seq %lld --batch %lld",
+                static_cast<long long>(f.model.d_model), static_cast<long long>(f.model.layers),
+                static_cast<long long>(f.model.d_ff), static_cast<long long>(f.model.seq), static_cast<long long>(f.batch));
+  apps::require_memory(apps::gpt_training_bytes(f.model, f.batch), sizes,
+                       "use a smaller --batch or --seq, or a smaller model");
 
   apps::DataParallelJob job(f.dp);
+  if (!f.run.save.empty() && job.rank() == 0) apps::prepare_save_folder(f.run.save, f.run.resume);
   const apps::Corpus corpus = apps::load_corpus(f.data);
-  const auto [train_bytes, val_bytes] = apps::split_corpus(corpus.bytes, f.val_fraction, f.model.seq);
+  const auto [train_bytes, val_bytes] = apps::split_corpus(corpus.bytes, f.val_fraction, f.model.seq, corpus.source);
   // Every rank draws the global batch and keeps its rows, so N ranks see what one process at N
   // times the batch would.
   apps::WindowSampler train_data(train_bytes, f.model.seq, f.batch * job.size(), f.seed, "the training split");
@@ -112,12 +135,16 @@ int train(TrainFlags f) {
   auto optimizer = std::make_shared<graph::AdamW>(model.parameters(), hp);
   std::int64_t start_step = 0;
   if (resumed) {
-    model.load_state_dict(resumed->model);
-    optimizer->load_state_dict(resumed->optimizer);
+    apps::load_weights_into(model, resumed->model, resumed->folder + "/model.safetensors",
+                            "the checkpoint is damaged or from another model");
+    apps::load_optimizer_state(*optimizer, resumed->optimizer, resumed->folder + "/optimizer.safetensors");
+    settings->settle_lr(*optimizer, f.lr);
     start_step = resumed->state.int_at("step");
     train_data.set_position(static_cast<std::uint64_t>(resumed->state.int_at("data_position")));
   } else if (!f.load_weights.empty()) {
-    model.load_state_dict(apps::from_nanogpt_names(graph::load_safetensors(f.load_weights).tensors));
+    apps::load_weights_into(model,
+                            apps::from_nanogpt_names(apps::read_weights(f.load_weights, "--load-weights takes a .safetensors file")),
+                            f.load_weights, "give the model flags it was saved with (--d-model, --layers, --heads, --d-ff, --seq)");
   }
 
   const int threads = apps::resolve_threads(f.run);
@@ -132,6 +159,8 @@ int train(TrainFlags f) {
   std::printf("troupe-gpt: GRAD_MODE=%s, JIT_LEVEL=%d (%s), %d threads, %d micro-batches%s\n", apps::to_string(mode), jit,
               jit == 0 ? "eager" : "actor graph", threads, jit == 0 ? 1 : micro_batches,
               resumed ? (", resuming at step " + std::to_string(start_step)).c_str() : "");
+  if (resumed)
+    std::printf("troupe-gpt: resuming '%s'; %s\n", f.run.resume.c_str(), settings->summary().c_str());
   if (job.size() > 1)
     std::printf("troupe-gpt: data parallel: rank %d of %d (%s), per-rank batch %lld, global batch %lld, fusion %.0f MiB\n",
                 job.rank(), job.size(), job.source().c_str(), static_cast<long long>(f.batch),
@@ -210,22 +239,27 @@ int train(TrainFlags f) {
   return 0;
 }
 
-int generate(GenerateFlags f) {
+int generate(GenerateFlags f, CLI::App& app) {
   TROUPE_CHECK(f.checkpoint.empty() != f.weights.empty(), invalid_argument,
                "generate needs exactly one of --checkpoint DIR or --weights FILE.safetensors");
-  TROUPE_CHECK(f.temperature >= 0 && f.tokens >= 0 && f.top_k >= 0, invalid_argument,
-               "--temperature, --tokens and --top-k must be >= 0");
   std::map<std::string, Tensor> weights;
+  std::string file, advice;
   if (!f.checkpoint.empty()) {
     apps::Checkpoint c = apps::load_checkpoint(f.checkpoint, "troupe-gpt");
-    f.model = load_config(c.state);
+    apps::ResumeSettings settings(app, c.state);
+    take_config(settings, c.state, f.model);
+    validate(f.model, c.state.source);
     weights = std::move(c.model);
+    file = c.folder + "/model.safetensors";
+    advice = "the checkpoint is damaged or from another model";
   } else {
-    weights = apps::from_nanogpt_names(graph::load_safetensors(f.weights).tensors);
+    weights = apps::from_nanogpt_names(apps::read_weights(f.weights, "--weights takes a .safetensors file"));
+    file = f.weights;
+    advice = "give the model flags it was saved with (--d-model, --layers, --heads, --d-ff, --seq)";
   }
   Generator gen(0);
   apps::Gpt model(f.model, gen);
-  model.load_state_dict(weights);
+  apps::load_weights_into(model, weights, file, advice);
   set_kernel_threads(1);
   std::vector<std::int64_t> context(f.prompt.begin(), f.prompt.end());
   for (auto& c : context) c = static_cast<unsigned char>(c);
@@ -268,16 +302,21 @@ int main(int argc, char** argv) {
   CLI::App app{"troupe-gpt: train a byte-level GPT on the actor runtime, or sample text from a checkpoint"};
   TrainFlags tf;
   add_model_flags(app, tf.model);
-  app.add_option("--batch", tf.batch, "sequences per step")->capture_default_str();
-  app.add_option("--lr", tf.lr, "AdamW learning rate")->capture_default_str();
-  app.add_option("--weight-decay", tf.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
+  app.add_option("--batch", tf.batch, "sequences per step")->capture_default_str()->check(apps::in_range(1, 1 << 20));
+  app.add_option("--lr", tf.lr, "AdamW learning rate")->capture_default_str()->check(apps::open_range(0, 10));
+  app.add_option("--weight-decay", tf.weight_decay, "AdamW decoupled weight decay")
+      ->capture_default_str()->check(apps::in_range(0, 10));
   app.add_option("--seed", tf.seed, "seed of the initial weights and of the data order")->capture_default_str();
   app.add_option("--data", tf.data, "corpus file (default: the texts under /usr/share/common-licenses)");
-  app.add_option("--val-fraction", tf.val_fraction, "held-out tail of the corpus")->capture_default_str();
-  app.add_option("--val-batches", tf.val_batches, "held-out batches per validation")->capture_default_str();
+  app.add_option("--val-fraction", tf.val_fraction, "held-out tail of the corpus")
+      ->capture_default_str()->check(apps::open_range(0, 1, "a fraction of the corpus"));
+  app.add_option("--val-batches", tf.val_batches, "held-out batches per validation")
+      ->capture_default_str()->check(apps::in_range(1, 1e6));
   app.add_option("--load-weights", tf.load_weights, "start from these weights (.safetensors, Troupe or nanoGPT names)");
-  app.add_option("--dp", tf.dp, "data-parallel ranks (run under troupe-launch -n N, mpirun or Slurm)")->capture_default_str();
-  app.add_option("--comm-fusion-mb", tf.comm_fusion_mb, "AllReduce bucket size limit in MiB")->capture_default_str();
+  app.add_option("--dp", tf.dp, "data-parallel ranks (run under troupe-launch -n N, mpirun or Slurm)")
+      ->capture_default_str()->check(apps::in_range(1, 1024));
+  app.add_option("--comm-fusion-mb", tf.comm_fusion_mb, "AllReduce bucket size limit in MiB")
+      ->capture_default_str()->check(apps::open_range(0, 1 << 20, "MiB"));
   app.add_flag("--check-grads", tf.check_grads, "compare the ranks' post-reduce gradient norms every step and warn when they differ");
   apps::add_run_flags(app, tf.run);
   GenerateFlags gf;
@@ -286,9 +325,11 @@ int main(int argc, char** argv) {
   gen->add_option("--weights", gf.weights, "a .safetensors file (give the model flags to match it)");
   add_model_flags(*gen, gf.model);
   gen->add_option("--prompt", gf.prompt, "text to continue");
-  gen->add_option("--tokens", gf.tokens, "bytes to generate")->capture_default_str();
-  gen->add_option("--temperature", gf.temperature, "sampling temperature (0 = greedy)")->capture_default_str();
-  gen->add_option("--top-k", gf.top_k, "sample among the k most likely bytes (0 = all)")->capture_default_str();
+  gen->add_option("--tokens", gf.tokens, "bytes to generate")->capture_default_str()->check(apps::in_range(0, 1e9));
+  gen->add_option("--temperature", gf.temperature, "sampling temperature (0 = greedy)")
+      ->capture_default_str()->check(apps::in_range(0, 100, "0 = greedy"));
+  gen->add_option("--top-k", gf.top_k, "sample among the k most likely bytes (0 = all)")
+      ->capture_default_str()->check(apps::in_range(0, 256, "0 = all"));
   gen->add_option("--seed", gf.seed, "sampling seed")->capture_default_str();
-  return apps::run_cli(app, argc, argv, "troupe-gpt", [&] { return gen->parsed() ? generate(gf) : train(tf); });
+  return apps::run_cli(app, argc, argv, "troupe-gpt", [&] { return gen->parsed() ? generate(gf, *gen) : train(tf, app); });
 }

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "troupe/kernels/error.hpp"
+#include "troupe/apps/cli.hpp"
 #include "troupe/transport/bootstrap.hpp"
 
 namespace {
@@ -61,33 +61,9 @@ std::string describe(int status) {
   return "ended";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"troupe-launch: start N local ranks of a command (TROUPE_RANK, TROUPE_WORLD_SIZE, ... set for each)"};
-  int n = 1, port = 0, timeout_s = 30;
-  std::string master = "127.0.0.1";
-  std::vector<std::string> command;
-  app.add_option("-n,--nproc", n, "number of ranks")->required()->check(CLI::PositiveNumber);
-  app.add_option("--timeout", timeout_s, "seconds a rank waits for a peer before failing (TROUPE_TIMEOUT)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--master-addr", master, "address rank 0 listens on")->capture_default_str();
-  app.add_option("--port", port, "rendezvous port (0 = a free one)")->capture_default_str();
-  app.add_option("command", command, "the program and its arguments")->required();
-  app.positionals_at_end(true);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  if (port == 0) {
-    try {
-      port = troupe::transport::free_local_port();
-    } catch (const troupe::Error& e) {
-      std::fprintf(stderr, "troupe-launch: %s\n", e.what());
-      return 1;
-    }
-  }
+// Starts the ranks and supervises them; returns the launcher's exit code.
+int launch(int n, int port, int timeout_s, const std::string& master, std::vector<std::string> command) {
+  if (port == 0) port = troupe::transport::free_local_port();
   const std::string token = random_token();
 
   std::vector<Rank> ranks(static_cast<std::size_t>(n));
@@ -178,4 +154,22 @@ int main(int argc, char** argv) {
   }
   if (failed < 0) return 0;
   return exit_code != 0 ? exit_code : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"troupe-launch: start N local ranks of a command (TROUPE_RANK, TROUPE_WORLD_SIZE, ... set for each)"};
+  int n = 1, port = 0, timeout_s = 30;
+  std::string master = "127.0.0.1";
+  std::vector<std::string> command;
+  app.add_option("-n,--nproc", n, "number of ranks")->required()->check(troupe::apps::in_range(1, 1024, "ranks on this machine"));
+  app.add_option("--timeout", timeout_s, "seconds a rank waits for a peer before failing (TROUPE_TIMEOUT)")
+      ->capture_default_str()->check(troupe::apps::in_range(1, 86400, "seconds"));
+  app.add_option("--master-addr", master, "address rank 0 listens on")->capture_default_str();
+  app.add_option("--port", port, "rendezvous port (0 = a free one)")->capture_default_str()
+      ->check(troupe::apps::in_range(0, 65535, "a TCP port; 0 = a free one"));
+  app.add_option("command", command, "the program and its arguments")->required();
+  app.positionals_at_end(true);
+  return troupe::apps::run_cli(app, argc, argv, "troupe-launch", [&] { return launch(n, port, timeout_s, master, command); });
 }

@@ -9,15 +9,18 @@
 #include <optional>
 
 #include "troupe/apps/checkpoint.hpp"
+#include "troupe/apps/cli.hpp"
 #include "troupe/apps/grad_mode.hpp"
 #include "troupe/apps/image.hpp"
+#include "troupe/apps/memory_budget.hpp"
+#include "troupe/apps/resume.hpp"
 #include "troupe/apps/sr_data.hpp"
 #include "troupe/apps/sr_model.hpp"
 #include "troupe/apps/train_loop.hpp"
 #include "troupe/apps/train_step.hpp"
+#include "troupe/apps/weights.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/optim.hpp"
-#include "troupe/graph/safetensors.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/kernels/allocator.hpp"
 #include "troupe/kernels/error.hpp"
@@ -32,7 +35,7 @@ struct TrainFlags {
   apps::SrDataOptions data;
   apps::RunFlags run;
   std::int64_t channels = 64, blocks = 4;
-  std::string act = "custom-relu";
+  std::string act = "custom-relu", load_weights;
   double lr = 1e-3;
   TrainFlags() { run.steps = 300; }
 };
@@ -42,15 +45,25 @@ struct InferFlags {
   std::int64_t channels = 64, blocks = 4;
 };
 
-// The model of a checkpoint folder or a .safetensors file (then shaped by the flags).
-std::map<std::string, Tensor> load_weights(const std::string& path, apps::SrConfig& config) {
+// Where a model's weights come from: the tensors, the file they were read from, and what to do
+// when they do not fit.
+struct WeightsSource {
+  std::map<std::string, Tensor> tensors;
+  std::string file, advice;
+};
+
+// The model of a checkpoint folder (its shape too; --channels and --blocks of `app` may only repeat
+// it) or of a .safetensors file (shaped by the flags).
+WeightsSource load_weights(const std::string& path, apps::SrConfig& config, CLI::App& app) {
   if (std::filesystem::is_directory(path)) {
     apps::Checkpoint c = apps::load_checkpoint(path, "troupe-sr");
-    config.channels = c.state.int_at("channels");
-    config.blocks = c.state.int_at("blocks");
-    return c.model;
+    apps::ResumeSettings settings(app, c.state);
+    settings.take("--channels", "channels", config.channels);
+    settings.take("--blocks", "blocks", config.blocks);
+    return {std::move(c.model), c.folder + "/model.safetensors", "the checkpoint is damaged or from another model"};
   }
-  return graph::load_safetensors(path).tensors;
+  return {apps::read_weights(path, "--weights takes a checkpoint folder or a .safetensors file"), path,
+          "give the --channels and --blocks it was saved with"};
 }
 
 double evaluate(apps::SrLite& model, const apps::SrData& data) {
@@ -60,29 +73,43 @@ double evaluate(apps::SrLite& model, const apps::SrData& data) {
   return total / static_cast<double>(data.held_out().size());
 }
 
-int train(TrainFlags f) {
+int train(TrainFlags f, CLI::App& app) {
   const apps::GradMode mode = apps::grad_mode();
   const int jit = graph::jit_level();
   apps::LoopOptions lo = apps::loop_options(f.run);
+  TROUPE_CHECK(f.run.resume.empty() || f.load_weights.empty(), invalid_argument,
+               "--resume and --load-weights both give the starting weights; pass one of them");
   std::optional<apps::Checkpoint> resumed;
+  std::optional<apps::ResumeSettings> settings;
   if (!f.run.resume.empty()) {
+    // The checkpoint decides the model, the data and the batch; flags may only repeat them.
     resumed = apps::load_checkpoint(f.run.resume, "troupe-sr");
-    const apps::CheckpointState& st = resumed->state;
-    f.channels = st.int_at("channels");
-    f.blocks = st.int_at("blocks");
-    f.act = st.string_at("act");
-    f.data.folder = st.string_at("data");
-    f.data.seed = static_cast<std::uint64_t>(st.int_at("seed"));
-    f.data.batch = st.int_at("batch");
-    f.data.patch = st.int_at("patch");
+    settings.emplace(app, resumed->state);
+    settings->take("--channels", "channels", f.channels);
+    settings->take("--blocks", "blocks", f.blocks);
+    settings->take("--act", "act", f.act);
+    settings->take("--data", "data", f.data.folder, /*is_path=*/true);
+    settings->take("--seed", "seed", f.data.seed);
+    settings->take("--batch", "batch", f.data.batch);
+    settings->take("--patch", "patch", f.data.patch);
   }
   apps::SrConfig config;
   config.channels = f.channels;
   config.blocks = f.blocks;
-  config.activation = apps::parse_activation(f.act);
+  if (resumed)
+    apps::naming_file(resumed->state.source, "holds an unknown activation", "the file is damaged or from another version",
+                      [&] { config.activation = apps::parse_activation(f.act); });
+  else
+    config.activation = apps::parse_activation(f.act);
   const bool plain_gradient = mode == apps::GradMode::standard && config.activation == apps::Activation::custom_relu;
   if (plain_gradient) config.activation = apps::Activation::relu;  // same forward, the plain gradient
   config.upscale = f.data.upscale;
+  char sizes[160];
+  std::snprintf(sizes, sizeof sizes, "--patch %lld --batch %lld --channels %lld --blocks %lld",
+                static_cast<long long>(f.data.patch), static_cast<long long>(f.data.batch),
+                static_cast<long long>(f.channels), static_cast<long long>(f.blocks));
+  apps::require_memory(apps::sr_training_bytes(config, f.data), sizes, "use a smaller --patch or --batch, or a smaller model");
+  if (!f.run.save.empty()) apps::prepare_save_folder(f.run.save, f.run.resume);
   apps::SrData data(f.data);
 
   Generator gen(f.data.seed);
@@ -93,10 +120,15 @@ int train(TrainFlags f) {
   auto optimizer = std::make_shared<graph::AdamW>(model.parameters(), hp);
   std::int64_t start_step = 0;
   if (resumed) {
-    model.load_state_dict(resumed->model);
-    optimizer->load_state_dict(resumed->optimizer);
+    apps::load_weights_into(model, resumed->model, resumed->folder + "/model.safetensors",
+                            "the checkpoint is damaged or from another model");
+    apps::load_optimizer_state(*optimizer, resumed->optimizer, resumed->folder + "/optimizer.safetensors");
+    settings->settle_lr(*optimizer, f.lr);
     start_step = resumed->state.int_at("step");
     data.set_position(static_cast<std::uint64_t>(resumed->state.int_at("data_position")));
+  } else if (!f.load_weights.empty()) {
+    apps::load_weights_into(model, apps::read_weights(f.load_weights, "--load-weights takes a .safetensors file"),
+                            f.load_weights, "give the --channels and --blocks it was saved with");
   }
   const int threads = apps::resolve_threads(f.run);
   set_kernel_threads(1);  // parallelism comes from actors running concurrently
@@ -110,6 +142,8 @@ int train(TrainFlags f) {
               plain_gradient ? " (custom-relu trains with the plain relu gradient)" : "", jit,
               jit == 0 ? "eager" : "actor graph", threads, jit == 0 ? 1 : micro_batches,
               resumed ? (", resuming at step " + std::to_string(start_step)).c_str() : "");
+  if (resumed)
+    std::printf("troupe-sr: resuming '%s'; %s\n", f.run.resume.c_str(), settings->summary().c_str());
 
   auto loss_fn = [&](const std::vector<Var>& in) { return std::vector<Var>{graph::mse_loss(model(in[0]), in[1])}; };
   const graph::SymDim b = graph::SymDim::symbol("batch");
@@ -150,14 +184,15 @@ int train(TrainFlags f) {
   return 0;
 }
 
-int infer(const InferFlags& f) {
+int infer(const InferFlags& f, CLI::App& app) {
   apps::SrConfig config;
   config.channels = f.channels;
   config.blocks = f.blocks;
-  std::map<std::string, Tensor> weights = load_weights(f.weights, config);
+  const WeightsSource weights = load_weights(f.weights, config, app);
   Generator gen(0);
   apps::SrLite model(config, gen);
-  model.load_state_dict(weights);
+  apps::load_weights_into(model, weights.tensors, weights.file, weights.advice);
+  apps::require_file(f.input, "give a PNG image to upscale");
   const Tensor image = apps::read_png(f.input);
   graph::NoGradGuard no_grad;
   const Tensor out = model(Var(image.unsqueeze(0))).tensor();
@@ -175,20 +210,25 @@ int main(int argc, char** argv) {
   TrainFlags tf;
   app.add_option("--data", tf.data.folder, "folder of PNG images (default: built-in procedural images)");
   app.add_option("--act", tf.act, "activation: relu or custom-relu (relu forward, leaky gradient)")->capture_default_str();
-  app.add_option("--channels", tf.channels, "feature channels")->capture_default_str();
-  app.add_option("--blocks", tf.blocks, "residual blocks")->capture_default_str();
-  app.add_option("--patch", tf.data.patch, "high-resolution training patch side")->capture_default_str();
-  app.add_option("--batch", tf.data.batch, "patches per step")->capture_default_str();
-  app.add_option("--held-out", tf.data.held_out, "procedural held-out images for PSNR")->capture_default_str();
-  app.add_option("--lr", tf.lr, "Adam learning rate")->capture_default_str();
+  app.add_option("--channels", tf.channels, "feature channels")->capture_default_str()->check(apps::in_range(1, 4096));
+  app.add_option("--blocks", tf.blocks, "residual blocks")->capture_default_str()->check(apps::in_range(0, 1024));
+  app.add_option("--patch", tf.data.patch, "high-resolution training patch side")
+      ->capture_default_str()->check(apps::in_range(2, 1 << 20, "pixels"));
+  app.add_option("--batch", tf.data.batch, "patches per step")->capture_default_str()->check(apps::in_range(1, 1 << 20));
+  app.add_option("--held-out", tf.data.held_out, "procedural held-out images for PSNR")
+      ->capture_default_str()->check(apps::in_range(1, 10000));
+  app.add_option("--lr", tf.lr, "Adam learning rate")->capture_default_str()->check(apps::open_range(0, 10));
   app.add_option("--seed", tf.data.seed, "seed of the initial weights and of the data")->capture_default_str();
+  app.add_option("--load-weights", tf.load_weights, "start from these weights (.safetensors, names in docs/APPS.md)");
   apps::add_run_flags(app, tf.run);
   InferFlags inf;
   CLI::App* infer_cmd = app.add_subcommand("infer", "upscale one PNG image x2");
   infer_cmd->add_option("--weights", inf.weights, "a checkpoint folder (--save) or a .safetensors file")->required();
-  infer_cmd->add_option("--channels", inf.channels, "feature channels of a .safetensors model")->capture_default_str();
-  infer_cmd->add_option("--blocks", inf.blocks, "residual blocks of a .safetensors model")->capture_default_str();
+  infer_cmd->add_option("--channels", inf.channels, "feature channels of a .safetensors model")
+      ->capture_default_str()->check(apps::in_range(1, 4096));
+  infer_cmd->add_option("--blocks", inf.blocks, "residual blocks of a .safetensors model")
+      ->capture_default_str()->check(apps::in_range(0, 1024));
   infer_cmd->add_option("input", inf.input, "input PNG")->required();
   infer_cmd->add_option("output", inf.output, "output PNG")->required();
-  return apps::run_cli(app, argc, argv, "troupe-sr", [&] { return infer_cmd->parsed() ? infer(inf) : train(tf); });
+  return apps::run_cli(app, argc, argv, "troupe-sr", [&] { return infer_cmd->parsed() ? infer(inf, *infer_cmd) : train(tf, app); });
 }

@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +14,7 @@
 #include <sstream>
 #include <vector>
 
+#include "troupe/apps/weights.hpp"
 #include "troupe/graph/safetensors.hpp"
 #include "troupe/kernels/error.hpp"
 
@@ -39,6 +43,18 @@ void write_synced(const fs::path& p, const std::string& text) {
     TROUPE_CHECK(out.good(), io, "cannot write '", p.string(), "'");
   }
   fsync_path(p);
+}
+
+// The step of a save folder's name "step-<digits>", or -1 for any other name (".tmp" included).
+std::int64_t step_of(const std::string& name) {
+  const std::size_t n = std::strlen(kPrefix);
+  if (name.size() <= n || name.size() > n + 18 || name.compare(0, n, kPrefix) != 0) return -1;
+  std::int64_t step = 0;
+  for (std::size_t i = n; i < name.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
 }
 
 std::string step_name(std::int64_t step) {
@@ -86,26 +102,59 @@ void save_checkpoint(const std::string& dir, std::int64_t step, const std::map<s
   TROUPE_CHECK(!ec, io, "cannot update '", (root / "latest").string(), "': ", ec.message());
   fsync_path(root);
 
-  std::vector<fs::path> saves;
+  // Retention by step number (names stop sorting by step past 8 digits). The save just written is
+  // kept whatever its number: a run resumed from an earlier step must not delete its own save.
+  std::vector<std::pair<std::int64_t, fs::path>> older;
   for (const auto& e : fs::directory_iterator(root, ec)) {
-    const std::string name = e.path().filename().string();
-    if (e.is_directory() && name.rfind(kPrefix, 0) == 0 && name.find(".tmp") == std::string::npos) saves.push_back(e.path());
+    const std::int64_t s = step_of(e.path().filename().string());
+    if (s >= 0 && s != step && e.is_directory()) older.emplace_back(s, e.path());
   }
-  std::sort(saves.begin(), saves.end());
-  for (std::size_t i = 0; i + static_cast<std::size_t>(std::max(keep, 1)) < saves.size(); ++i) fs::remove_all(saves[i], ec);
+  std::sort(older.begin(), older.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (std::size_t i = static_cast<std::size_t>(std::max(keep, 1)) - 1; i < older.size(); ++i) fs::remove_all(older[i].second, ec);
+}
+
+void prepare_save_folder(const std::string& dir, const std::string& resume) {
+  std::error_code ec;
+  const fs::path root(dir);
+  TROUPE_CHECK(!fs::exists(root, ec) || fs::is_directory(root, ec), io, "--save '", dir,
+               "' is a file; pass a folder for the checkpoints");
+  bool holds_run = fs::exists(root / "latest", ec);
+  for (const auto& e : fs::directory_iterator(root, ec)) holds_run = holds_run || step_of(e.path().filename().string()) >= 0;
+  const bool same_run = !resume.empty() && fs::equivalent(root, resume, ec);
+  TROUPE_CHECK(!holds_run || same_run, invalid_argument, "--save '", dir, "' already holds ",
+               resume.empty() ? "a run" : "another run", "; continue it with --resume ", dir,
+               ", or pass another --save folder");
+  fs::create_directories(root, ec);
+  TROUPE_CHECK(!ec, io, "cannot create the checkpoint folder '", dir, "': ", ec.message(),
+               "; pass a --save folder you can write to");
+  // A probe file, since permission bits alone say nothing for root or on read-only mounts.
+  const fs::path probe = root / ".write-test.tmp";
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int error = errno;
+  if (fd >= 0) ::close(fd);
+  fs::remove(probe, ec);
+  TROUPE_CHECK(fd >= 0, io, "cannot write into the checkpoint folder '", dir, "': ", std::strerror(error),
+               "; pass a --save folder you can write to");
 }
 
 Checkpoint load_checkpoint(const std::string& dir, const std::string& app) {
-  const fs::path root(dir);
-  std::ifstream latest(root / "latest");
-  TROUPE_CHECK(latest.good(), io, "'", dir, "' holds no checkpoint (no 'latest' file); pass the folder given to --save");
+  const fs::path root(dir), pointer = root / "latest";
+  std::ifstream latest(pointer);
+  TROUPE_CHECK(latest.good() && !fs::is_directory(pointer), io, "'", dir,
+               "' holds no checkpoint (no 'latest' file); pass the folder given to --save");
   std::string name;
   std::getline(latest, name);
+  TROUPE_CHECK(step_of(name) >= 0, io, "'", pointer.string(), "' ",
+               name.empty() ? "is empty" : "should name a step-<N> folder but holds '" + name + "'",
+               "; write the name of the newest complete step-<N> folder of '", dir, "' into it");
   const fs::path folder = root / name;
+  TROUPE_CHECK(fs::is_directory(folder), io, "'", pointer.string(), "' names '", name,
+               "', which is missing; write the name of the newest complete step-<N> folder of '", dir, "' into it");
   Checkpoint c;
-  c.state.source = folder.string();
-  c.model = graph::load_safetensors((folder / "model.safetensors").string()).tensors;
-  c.optimizer = graph::load_safetensors((folder / "optimizer.safetensors").string()).tensors;
+  c.folder = folder.string();
+  c.state.source = (folder / "state.json").string();
+  c.model = read_weights((folder / "model.safetensors").string(), "the checkpoint is incomplete");
+  c.optimizer = read_weights((folder / "optimizer.safetensors").string(), "the checkpoint is incomplete");
   std::ifstream in(folder / "state.json");
   TROUPE_CHECK(in.good(), io, "checkpoint '", folder.string(), "' has no state.json");
   try {

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <vector>
 
+#include "troupe/apps/cli.hpp"
 #include "troupe/apps/splitmix.hpp"
 #include "troupe/kernels/error.hpp"
 
@@ -16,8 +17,9 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string read_file(const std::string& path) {
+  require_file(path, "--data takes a text file");
   std::ifstream in(path, std::ios::binary);
-  TROUPE_CHECK(in.good(), io, "cannot open '", path, "'; check the path (--data FILE)");
+  TROUPE_CHECK(in.good(), io, "cannot open '", path, "'; check its permissions (--data FILE)");
   std::ostringstream s;
   s << in.rdbuf();
   TROUPE_CHECK(!in.bad(), io, "cannot read '", path, "'");
@@ -73,13 +75,15 @@ Corpus load_corpus(const std::string& path) {
   return c;
 }
 
-std::pair<std::string, std::string> split_corpus(const std::string& bytes, double val_fraction, std::int64_t seq) {
+std::pair<std::string, std::string> split_corpus(const std::string& bytes, double val_fraction, std::int64_t seq,
+                                                 const std::string& source) {
   TROUPE_CHECK(val_fraction > 0 && val_fraction < 1, invalid_argument, "--val-fraction must be in (0, 1), got ",
                val_fraction);
   const auto window = static_cast<std::size_t>(seq + 1);
   const auto val = std::max(window, static_cast<std::size_t>(static_cast<double>(bytes.size()) * val_fraction));
-  TROUPE_CHECK(bytes.size() >= val + window, invalid_argument, "the corpus has ", bytes.size(),
-               " bytes, too few for training and held-out windows of ", window, " bytes; use a bigger file or a smaller --seq");
+  TROUPE_CHECK(bytes.size() >= val + window, invalid_argument, "the corpus (", source, ") has ", bytes.size(),
+               " bytes, too few for a training and a held-out window of ", window, " bytes each (--seq ", seq,
+               " + 1); use a bigger file or a smaller --seq");
   return {bytes.substr(0, bytes.size() - val), bytes.substr(bytes.size() - val)};
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "troupe/apps/cli.hpp"
 #include "troupe/apps/metrics.hpp"
 #include "troupe/graph/autodiff.hpp"
 #include "troupe/kernels/error.hpp"
@@ -13,24 +14,29 @@
 namespace troupe::apps {
 
 void add_run_flags(CLI::App& app, RunFlags& f) {
-  app.add_option("--steps", f.steps, "total training steps (a resumed run continues up to this)")->capture_default_str();
-  app.add_option("--clip", f.clip, "global gradient-norm clipping threshold (0 = off)")->capture_default_str();
-  app.add_option("--eval-every", f.eval_every, "held-out evaluation every K steps (and at the end)")->capture_default_str();
+  constexpr double kMany = 1e12;  // more steps than any run takes
+  app.add_option("--steps", f.steps, "total training steps (a resumed run continues up to this)")
+      ->capture_default_str()->check(in_range(1, kMany));
+  app.add_option("--clip", f.clip, "global gradient-norm clipping threshold (0 = off)")
+      ->capture_default_str()->check(in_range(0, 1e6, "0 = off"));
+  app.add_option("--eval-every", f.eval_every, "held-out evaluation every K steps (and at the end)")
+      ->capture_default_str()->check(in_range(0, kMany, "0 = only at the end"));
   app.add_option("--save", f.save, "checkpoint folder, written every --save-every steps and at the end");
-  app.add_option("--save-every", f.save_every, "checkpoint cadence in steps")->capture_default_str();
+  app.add_option("--save-every", f.save_every, "checkpoint cadence in steps")
+      ->capture_default_str()->check(in_range(0, kMany, "0 = only at the end"));
   app.add_option("--resume", f.resume, "continue the run saved in this checkpoint folder");
   app.add_option("--metrics", f.metrics, "per-step metrics file (.csv, otherwise JSON lines)");
   app.add_option("--trace", f.trace, "write the last step's message flow (Chrome trace JSON)");
-  app.add_option("--log-every", f.log_every, "plain log line cadence when stdout is not a terminal")->capture_default_str();
-  app.add_option("--threads", f.threads, "scheduler threads (0 = all cores)")->capture_default_str();
+  app.add_option("--log-every", f.log_every, "plain log line cadence when stdout is not a terminal")
+      ->capture_default_str()->check(in_range(1, kMany));
+  app.add_option("--threads", f.threads, "scheduler threads (0 = all cores)")
+      ->capture_default_str()->check(in_range(0, 4096, "0 = all cores"));
   app.add_option("--micro-batches", f.micro_batches,
                  "micro-batches per step, uneven when they do not divide the batch (0 = 2 on several cores, else 1)")
-      ->capture_default_str();
+      ->capture_default_str()->check(in_range(0, 65536, "0 = automatic"));
 }
 
 LoopOptions loop_options(const RunFlags& f) {
-  TROUPE_CHECK(f.steps > 0, invalid_argument, "--steps must be positive, got ", f.steps);
-  TROUPE_CHECK(f.clip >= 0, invalid_argument, "--clip must be >= 0 (0 turns clipping off), got ", f.clip);
   LoopOptions o;
   o.steps = f.steps;
   o.eval_every = f.eval_every;
@@ -42,7 +48,6 @@ LoopOptions loop_options(const RunFlags& f) {
 }
 
 int resolve_threads(const RunFlags& f) {
-  TROUPE_CHECK(f.threads >= 0, invalid_argument, "--threads must be >= 0 (0 = all cores), got ", f.threads);
   return f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
@@ -114,20 +119,6 @@ StepOutcome TrainStep::operator()(const std::vector<Tensor>& inputs) {
   optimizer_->zero_grad();
   out.loss = loss_value.item();
   return out;
-}
-
-int run_cli(CLI::App& app, int argc, char** argv, const char* name, const std::function<int()>& body) {
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  try {
-    return body();
-  } catch (const Error& e) {
-    std::fprintf(stderr, "\n%s: %s\n", name, e.what());
-    return 1;
-  }
 }
 
 }  // namespace troupe::apps

@@ -46,10 +46,19 @@ AppRun run_app(const std::string& command) {
 void expect_clear_failures(const std::vector<BadInput>& cases) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.command);
-    const auto r = run_app(c.command);
+    // stderr alone (stdout dropped): the error must be exactly one line.
+    AppRun r;
+    FILE* p = popen(("{ " + c.command + " ; } 2>&1 >/dev/null").c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
+    const int status = pclose(p);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.output.find(c.expect), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+    EXPECT_EQ(r.lines().size(), 1u) << "not one line on stderr:\n" << r.output;
+    EXPECT_NE(r.output.rfind('\n'), std::string::npos);
   }
 }
 

@@ -27,7 +27,8 @@ struct BadInput {
   std::string command, expect;
 };
 
-/// Runs each command: it must exit non-zero with `expect` in its output, never crashing.
+/// Runs each command: it must exit non-zero with `expect` in its stderr, which is one line, never
+/// crashing.
 void expect_clear_failures(const std::vector<BadInput>& cases);
 
 /// A fresh empty folder under the test temp dir, named after `tag`.

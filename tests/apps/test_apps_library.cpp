@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "apps/app_runner.hpp"
 #include "troupe/apps/checkpoint.hpp"
+#include "troupe/apps/cli.hpp"
 #include "troupe/apps/corpus.hpp"
 #include "troupe/apps/gpt_model.hpp"
 #include "troupe/apps/grad_mode.hpp"
@@ -27,7 +29,7 @@ TEST(Corpus, SplitAndWindowsAreDeterministicAndResumable) {
   const std::string text = apps::generated_corpus(5000);
   EXPECT_EQ(text.size(), 5000u);
   EXPECT_EQ(apps::generated_corpus(5000), text);
-  const auto [train, val] = apps::split_corpus(text, 0.1, 16);
+  const auto [train, val] = apps::split_corpus(text, 0.1, 16, "test");
   EXPECT_EQ(train.size() + val.size(), text.size());
   EXPECT_EQ(val.size(), 500u);
   EXPECT_EQ(train + val, text);
@@ -41,8 +43,8 @@ TEST(Corpus, SplitAndWindowsAreDeterministicAndResumable) {
   b.set_position(a.position() - 3);  // resume just before the second batch
   EXPECT_EQ(b.next().first.to_vector<std::int64_t>(), second);
   EXPECT_THROW(apps::WindowSampler(std::string(10, 'a'), 16, 1, 1, "tiny"), Error);
-  EXPECT_THROW(apps::split_corpus(std::string(20, 'a'), 0.1, 16), Error);
-  EXPECT_THROW(apps::split_corpus(text, 1.5, 16), Error);
+  EXPECT_THROW(apps::split_corpus(std::string(20, 'a'), 0.1, 16, "test"), Error);
+  EXPECT_THROW(apps::split_corpus(text, 1.5, 16, "test"), Error);
 }
 
 TEST(Corpus, DefaultCorpusIsFoundOrGenerated) {
@@ -87,6 +89,99 @@ TEST(Checkpoint, RoundTripLatestPointerPruningAndDamage) {
     EXPECT_NE(std::string(e.what()).find("step-00000003"), std::string::npos) << e.what();
   }
   EXPECT_THROW(apps::load_checkpoint(test::fresh_dir("no_checkpoint")), Error);
+}
+
+// Retention never deletes the save just written (which `latest` names), and counts by step number:
+// before, it sorted by name, so a run resumed from an earlier step pruned its own save, and past
+// 8 digits "step-100000000" sorted first and was deleted.
+TEST(Checkpoint, RetentionKeepsTheSaveJustWrittenAndSortsByStep) {
+  const std::string dir = test::fresh_dir("retention");
+  apps::CheckpointState st;
+  st.strings["app"] = "test";
+  const std::map<std::string, Tensor> model{{"w", Tensor::full({1}, 1.0)}}, opt{{"w.m", Tensor::full({1}, 0.0)}};
+  for (std::int64_t step : {2, 4, 1}) {
+    st.ints["step"] = step;
+    apps::save_checkpoint(dir, step, model, opt, st, /*keep=*/2);
+  }
+  EXPECT_EQ(apps::load_checkpoint(dir).state.int_at("step"), 1);
+  EXPECT_TRUE(fs::exists(dir + "/step-00000001"));
+  EXPECT_TRUE(fs::exists(dir + "/step-00000004"));
+  EXPECT_FALSE(fs::exists(dir + "/step-00000002"));
+  for (std::int64_t step : {99999998, 99999999, 100000000}) {
+    st.ints["step"] = step;
+    apps::save_checkpoint(dir, step, model, opt, st, /*keep=*/2);
+  }
+  EXPECT_EQ(apps::load_checkpoint(dir).state.int_at("step"), 100000000);
+  EXPECT_TRUE(fs::exists(dir + "/step-99999999"));
+  EXPECT_FALSE(fs::exists(dir + "/step-99999998"));
+}
+
+// A save folder is checked before training: one holding a run (unless it is the one resumed), a
+// file, a path that cannot be created (a regular file as parent fails for root too).
+TEST(Checkpoint, SaveFolderIsCheckedBeforeTraining) {
+  const std::string dir = test::fresh_dir("save_folder");
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NO_THROW(apps::prepare_save_folder(dir + "/new/ck", ""));
+  EXPECT_TRUE(fs::is_directory(dir + "/new/ck"));
+  EXPECT_TRUE(fs::is_empty(dir + "/new/ck"));  // the write probe is gone
+  apps::CheckpointState st;
+  st.ints["step"] = 1;
+  apps::save_checkpoint(dir + "/run", 1, {{"w", Tensor::full({1}, 1.0)}}, {}, st);
+  EXPECT_NE(message([&] { apps::prepare_save_folder(dir + "/run", ""); }).find("already holds a run; continue it with --resume"),
+            std::string::npos);
+  EXPECT_NE(message([&] { apps::prepare_save_folder(dir + "/run", dir + "/new/ck"); }).find("already holds another run"),
+            std::string::npos);
+  EXPECT_NO_THROW(apps::prepare_save_folder(dir + "/run", dir + "/./run"));
+  fs::remove(dir + "/run/latest");
+  EXPECT_THROW(apps::prepare_save_folder(dir + "/run", ""), Error);  // step folders alone are a run too
+  std::ofstream(dir + "/file") << "x";
+  EXPECT_NE(message([&] { apps::prepare_save_folder(dir + "/file", ""); }).find("is a file"), std::string::npos);
+  EXPECT_NE(message([&] { apps::prepare_save_folder(dir + "/file/ck", ""); }).find("cannot create the checkpoint folder"),
+            std::string::npos);
+}
+
+// `latest` that is empty, names no step folder, or names a missing one: an error naming it.
+TEST(Checkpoint, DamagedLatestIsNamed) {
+  const std::string dir = test::fresh_dir("latest");
+  apps::CheckpointState st;
+  apps::save_checkpoint(dir, 3, {{"w", Tensor::full({1}, 1.0)}}, {}, st);
+  auto message = [&] {
+    try {
+      apps::load_checkpoint(dir);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  for (const auto& [content, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"", "latest' is empty"},
+           {"../../etc\n", "should name a step-<N> folder but holds '../../etc'"},
+           {"step-00000009\n", "names 'step-00000009', which is missing"}}) {
+    std::ofstream(dir + "/latest") << content;
+    EXPECT_NE(message().find(expect), std::string::npos) << message();
+  }
+}
+
+// Flag ranges: a message in the user's terms for values outside, NaN included; text that is not a
+// number is left to CLI11's conversion error.
+TEST(Cli, RangesSayWhatTheFlagAccepts) {
+  const CLI::Validator port = apps::in_range(0, 65535, "0 = a free port"), lr = apps::open_range(0, 10);
+  EXPECT_EQ(port("70000"), "must be from 0 to 65535 (0 = a free port), got 70000");
+  EXPECT_EQ(port("0"), "");
+  EXPECT_EQ(port("65535"), "");
+  EXPECT_EQ(port("-1"), "must be from 0 to 65535 (0 = a free port), got -1");
+  EXPECT_EQ(port("many"), "");
+  EXPECT_EQ(lr("0"), "must be between 0 and 10 (both excluded), got 0");
+  EXPECT_EQ(lr("nan"), "must be between 0 and 10 (both excluded), got nan");
+  EXPECT_EQ(lr("inf"), "must be between 0 and 10 (both excluded), got inf");
+  EXPECT_EQ(lr("3e-4"), "");
 }
 
 TEST(Metrics, GradientStatsAndCsvRecords) {

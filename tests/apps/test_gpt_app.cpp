@@ -151,19 +151,105 @@ TEST(GptApp, LoadsWeightsWithNanoGptNames) {
   graph::save_safetensors(file, nano);
   const auto r = run_app(tiny(data) + " --steps 1 --load-weights " + file);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  // Wrong shapes (another model size) are refused with the parameter's name.
-  const auto bad = run_app(kGpt + " --d-model 64 --layers 1 --heads 2 --steps 1 --data " + data + " --load-weights " + file);
-  EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_NE(bad.output.find("wte.weight"), std::string::npos) << bad.output;
+  // Wrong shapes (another model size) and unexpected tensors are refused naming the file and the tensor.
+  std::map<std::string, Tensor> extra = nano;
+  extra["transformer.h.7.attn.bias"] = Tensor::zeros({2});
+  graph::save_safetensors(dir + "/extra.safetensors", extra);
+  test::expect_clear_failures({
+      {kGpt + " --d-model 64 --layers 1 --heads 2 --steps 1 --data " + data + " --load-weights " + file,
+       "'" + file + "' does not fit the model: load_state_dict: parameter 'wte.weight'"},
+      {tiny(data) + " --steps 1 --load-weights " + dir + "/extra.safetensors",
+       "'" + dir + "/extra.safetensors' does not fit the model: load_state_dict: unexpected entries: transformer.h.7.attn.bias"},
+  });
+}
+
+// Retention keeps what `latest` names: a fresh run into a folder that holds a run is refused
+// (before this, it trained, saved step 1 and pruned it at once, leaving `latest` dangling), and
+// an unwritable --save is refused before the first step.
+TEST(GptApp, SaveFoldersThatWouldLoseOrFailAreRefusedBeforeTraining) {
+  const std::string dir = test::fresh_dir("gpt_save"), data = corpus_file(dir), ck = dir + "/ck";
+  ASSERT_EQ(run_app(tiny(data) + " --steps 4 --save-every 2 --save " + ck).exit_code, 0);
+  std::ofstream(dir + "/file.txt") << "a file, not a folder";
+  test::expect_clear_failures({
+      {tiny(data) + " --steps 1 --save " + ck, "--save '" + ck + "' already holds a run; continue it with --resume " + ck},
+      {tiny(data) + " --steps 1 --save " + dir + "/file.txt", "is a file; pass a folder"},
+      {tiny(data) + " --steps 1 --save " + dir + "/file.txt/ck", "cannot create the checkpoint folder"},
+  });
+  for (const std::string& save : {ck, dir + "/file.txt/ck"})
+    EXPECT_EQ(run_app(tiny(data) + " --steps 1 --save " + save).output.find("step 1/1"), std::string::npos)
+        << "trained before refusing " << save;
+  const auto resumed = run_app(tiny(data) + " --steps 6 --resume " + ck + " --save " + ck);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming at step 4"), std::string::npos) << resumed.output;
+}
+
+// A resumed run takes the model, data and batch from its checkpoint and says so; a flag that
+// contradicts them is refused, a new --lr is honoured; a state.json that cannot be built and an
+// empty `latest` are named.
+TEST(GptApp, ResumeTakesItsSettingsFromTheCheckpoint) {
+  const std::string dir = test::fresh_dir("gpt_resume_flags"), data = corpus_file(dir), ck = dir + "/ck";
+  ASSERT_EQ(run_app(tiny(data) + " --steps 2 --save " + ck).exit_code, 0);
+  const auto plain = run_app(kGpt + " --steps 3 --threads 1 --resume " + ck);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_NE(plain.output.find("from the checkpoint: --d-model 32, --layers 1, --heads 2, --d-ff 64, --seq 16, --batch 4, "
+                              "--seed 1, --data " + data + ", --lr 0.003"),
+            std::string::npos)
+      << plain.output;
+  const auto new_lr = run_app(kGpt + " --steps 3 --threads 1 --lr 1e-4 --resume " + ck);
+  ASSERT_EQ(new_lr.exit_code, 0) << new_lr.output;
+  EXPECT_NE(new_lr.output.find("from the flags: --lr 0.0001 (the checkpoint had 0.003)"), std::string::npos) << new_lr.output;
+  const std::string state = ck + "/step-00000002/state.json";
+  test::expect_clear_failures({
+      {kGpt + " --steps 3 --d-model 64 --resume " + ck,
+       "--d-model 64 contradicts the checkpoint '" + state + "' (d_model 32); drop --d-model"},
+      {kGpt + " --steps 3 --batch 8 --resume " + ck, "--batch 8 contradicts"},
+      {kGpt + " --steps 3 --data " + dir + "/other.txt --resume " + ck, "--data " + dir + "/other.txt contradicts"},
+      {kGpt + " --steps 3 --load-weights x.safetensors --resume " + ck, "--resume and --load-weights"},
+      {kGpt + " generate --checkpoint " + ck + " --layers 2", "--layers 2 contradicts the checkpoint '" + state + "'"},
+  });
+  // A state.json edited into a model that cannot be built, then an empty `latest`.
+  std::ifstream in(state);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  const std::string heads = "\"heads\": 2";
+  ASSERT_NE(text.find(heads), std::string::npos) << text;
+  text.replace(text.find(heads), heads.size(), "\"heads\": 3");
+  std::ofstream(state) << text;
+  test::expect_clear_failures({
+      {kGpt + " --steps 3 --resume " + ck, "'" + state + "' holds a model that cannot be built: gpt: d_model 32 is not divisible by heads 3"},
+      {kGpt + " generate --checkpoint " + ck, "'" + state + "' holds a model that cannot be built"},
+  });
+  std::ofstream(ck + "/latest").close();
+  test::expect_clear_failures({{kGpt + " --steps 3 --resume " + ck, "'" + ck + "/latest' is empty"}});
+}
+
+// Sizes that cannot fit are refused up front with the memory they would need.
+TEST(GptApp, ImpossibleSizesAreRefusedWithTheMemoryNeeded) {
+  const std::string dir = test::fresh_dir("gpt_huge"), data = corpus_file(dir);
+  test::expect_clear_failures({
+      {kGpt + " --steps 1 --seq 1000000 --batch 1000000 --data " + data, "would need at least"},
+      {kGpt + " --steps 1 --d-model 65536 --layers 4096 --heads 1 --data " + data, "more than this machine's"},
+  });
 }
 
 // Each bad input: exit code 1 (CLI11's own for flag syntax), one error line naming the problem.
 TEST(GptApp, BadFlagsAndDataGiveOneClearLine) {
   const std::string dir = test::fresh_dir("gpt_bad"), data = corpus_file(dir);
   std::ofstream(dir + "/empty.txt").close();
+  std::ofstream(dir + "/short.txt") << "far too short for a window";
   test::expect_clear_failures({
       {tiny(dir + "/missing.txt") + " --steps 1", "missing.txt"},
       {tiny(dir + "/empty.txt") + " --steps 1", "is empty"},
+      {tiny(dir) + " --steps 1", "'" + dir + "' is a folder; --data takes a text file"},
+      {tiny(dir + "/short.txt") + " --steps 1", "(file " + dir + "/short.txt) has 26 bytes, too few"},
+      {tiny(data) + " --steps 1 --val-batches 0", "--val-batches: must be from 1 to 1000000, got 0"},
+      {tiny(data) + " --steps 1 --lr nan", "--lr: must be between 0 and 10 (both excluded), got nan"},
+      {tiny(data) + " --steps 1 --val-fraction 1", "--val-fraction: must be between 0 and 1"},
+      {tiny(data) + " --steps 0", "--steps: must be from 1"},
+      {tiny(data) + " --steps 1 --threads -1", "--threads: must be from 0 to 4096 (0 = all cores), got -1"},
+      {tiny(data) + " --steps 1 --load-weights " + dir, "is a folder; --load-weights takes a .safetensors file"},
+      {kGpt + " generate --weights " + dir + " --prompt hi", "is a folder; --weights takes a .safetensors file"},
+      {kGpt + " generate --checkpoint " + dir + " --top-k 300", "--top-k: must be from 0 to 256"},
       {kGpt + " --d-model 30 --heads 4 --steps 1 --data " + data, "not divisible by heads"},
       {"GRAD_MODE=fancy " + tiny(data) + " --steps 1", "GRAD_MODE='fancy'"},
       {"JIT_LEVEL=9 " + tiny(data) + " --steps 1", "JIT_LEVEL"},
@@ -218,4 +304,9 @@ TEST(Launch, SetsTheJobAndStopsEveryoneWhenARankFails) {
   EXPECT_EQ(bad.exit_code, 7);
   EXPECT_NE(bad.output.find("rank 1 exited with code 7; stopping the other ranks"), std::string::npos) << bad.output;
   EXPECT_NE(run_app(launch + " --no-such-flag -- true").exit_code, 0);
+  test::expect_clear_failures({
+      {launch + " -n 0 -- true", "troupe-launch: --nproc: must be from 1 to 1024 (ranks on this machine), got 0"},
+      {launch + " -n 2 --port 70000 -- true", "--port: must be from 0 to 65535 (a TCP port; 0 = a free one), got 70000"},
+      {launch + " -n 2 --timeout 0 -- true", "--timeout: must be from 1 to 86400"},
+  });
 }

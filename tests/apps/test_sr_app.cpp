@@ -3,11 +3,15 @@
 // run, infer doubles an image's size, and bad data gives one clear line and exit 1.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "apps/app_runner.hpp"
 #include "troupe/apps/image.hpp"
+#include "troupe/apps/sr_data.hpp"
+#include "troupe/apps/sr_model.hpp"
+#include "troupe/graph/safetensors.hpp"
 
 using namespace troupe;
 using test::run_app;
@@ -100,5 +104,94 @@ TEST(SrApp, BadDataGivesOneClearLine) {
       {kSr + " --steps 1 --patch 33", "--patch 33"},
       {kSr + " infer --weights " + dir + "/none.safetensors " + dir + "/in.png " + dir + "/out.png", "none.safetensors"},
       {kSr + " infer in.png", "--weights"},
+      {tiny() + " --steps 1 --held-out 0", "--held-out: must be from 1 to 10000, got 0"},
+      {kSr + " --steps 1 --batch 0", "--batch: must be from 1"},
+      {kSr + " --steps 1 --channels 0", "--channels: must be from 1 to 4096"},
+      {kSr + " infer --weights " + dir + " " + dir + "/in.png " + dir + "/out.png", "holds no checkpoint"},
+  });
+}
+
+// Sizes that cannot fit are refused up front, saying how much memory they would need (before,
+// --patch 100000 aborted on an uncaught std::bad_alloc); an allocation that fails anyway (here
+// under a 600 MB address-space limit, where a 32-pixel run trains) is one line, not an abort.
+TEST(SrApp, ImpossibleSizesAreRefusedWithTheMemoryNeeded) {
+  test::expect_clear_failures({
+      {kSr + " --steps 1 --patch 100000", "--patch 100000 --batch 4 --channels 64 --blocks 4 would need at least"},
+      {kSr + " --steps 1 --batch 1000000 --patch 1024", "more than this machine's"},
+  });
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // sanitizers reserve terabytes of address space
+  const std::string small = " --batch 1 --held-out 1 --channels 1 --blocks 0 --steps 1 --threads 1";
+  test::expect_clear_failures({{"ulimit -v 600000; " + kSr + " --patch 8192" + small, "troupe-sr: out of memory; use smaller sizes"}});
+  EXPECT_EQ(run_app("ulimit -v 600000; " + kSr + " --patch 32" + small).exit_code, 0);
+#endif
+}
+
+// A resumed run says which settings come from the checkpoint, refuses flags that contradict them
+// and honours a new --lr (before, it silently replaced --act, --data, --seed, --batch and --patch
+// and ignored --lr).
+TEST(SrApp, ResumeTakesItsSettingsFromTheCheckpoint) {
+  const std::string dir = test::fresh_dir("sr_resume_flags"), ck = dir + "/ck";
+  ASSERT_EQ(run_app(tiny() + " --act relu --seed 5 --steps 2 --save " + ck).exit_code, 0);
+  const std::string resume = kSr + " --threads 1 --eval-every 0 --steps 4 --resume " + ck;
+  const auto kept = run_app(resume + " --metrics " + dir + "/kept.csv");
+  ASSERT_EQ(kept.exit_code, 0) << kept.output;
+  EXPECT_NE(kept.output.find("from the checkpoint: --channels 8, --blocks 1, --act relu, --data (default), --seed 5, "
+                             "--batch 2, --patch 32, --lr 0.003"),
+            std::string::npos)
+      << kept.output;
+  const auto changed = run_app(resume + " --lr 1e-5 --metrics " + dir + "/changed.csv");
+  ASSERT_EQ(changed.exit_code, 0) << changed.output;
+  EXPECT_NE(changed.output.find("from the flags: --lr 1e-05 (the checkpoint had 0.003)"), std::string::npos) << changed.output;
+  // Step 3 is the same (same weights, same batch); step 4 shows the smaller learning rate of step 3's update.
+  const auto a = test::csv_column(dir + "/kept.csv", "loss"), b = test::csv_column(dir + "/changed.csv", "loss");
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_NEAR(a[0], b[0], 1e-6 * a[0]);
+  EXPECT_GT(std::abs(a[1] - b[1]), 1e-4 * a[1]);
+  const std::string state = ck + "/step-00000002/state.json";
+  test::expect_clear_failures({
+      {resume + " --act custom-relu", "--act custom-relu contradicts the checkpoint '" + state + "' (act relu); drop --act"},
+      {resume + " --seed 1", "--seed 1 contradicts"},
+      {resume + " --batch 4", "--batch 4 contradicts"},
+      {resume + " --patch 64", "--patch 64 contradicts"},
+      {resume + " --data " + dir, "--data " + dir + " contradicts"},
+      {resume + " --channels 16", "--channels 16 contradicts"},
+      {kSr + " infer --weights " + ck + " --blocks 3 in.png out.png", "--blocks 3 contradicts the checkpoint '" + state + "'"},
+  });
+}
+
+// --load-weights reads a safetensors file with the documented names, strictly; errors name the file.
+TEST(SrApp, LoadsWeightsFromSafetensors) {
+  const std::string dir = test::fresh_dir("sr_weights");
+  apps::SrConfig config;
+  config.channels = 8;
+  config.blocks = 1;
+  Generator gen(3);
+  apps::SrLite model(config, gen);
+  std::map<std::string, Tensor> zeros;
+  for (const auto& [name, t] : model.state_dict()) zeros[name] = Tensor::zeros(t.shape());
+  graph::save_safetensors(dir + "/zeros.safetensors", zeros);
+  // All-zero weights predict zeros, so the first loss is the mean square of the first targets.
+  const auto r = run_app(tiny() + " --steps 1 --metrics " + dir + "/m.csv --load-weights " + dir + "/zeros.safetensors");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  apps::SrDataOptions o;
+  o.patch = 32;
+  o.batch = 2;
+  o.held_out = 2;
+  const Tensor hr = apps::SrData(o).next().second;
+  double sum = 0;
+  for (float v : hr.to_vector<float>()) sum += static_cast<double>(v) * v;
+  const auto loss = test::csv_column(dir + "/m.csv", "loss");
+  ASSERT_EQ(loss.size(), 1u);
+  EXPECT_NEAR(loss[0], sum / static_cast<double>(hr.numel()), 1e-5 * loss[0]);
+  std::map<std::string, Tensor> extra = zeros;
+  extra["body.1.conv1.weight"] = Tensor::zeros({8, 8, 3, 3});
+  graph::save_safetensors(dir + "/extra.safetensors", extra);
+  test::expect_clear_failures({
+      {kSr + " --channels 16 --blocks 1 --patch 32 --batch 2 --steps 1 --load-weights " + dir + "/zeros.safetensors",
+       "'" + dir + "/zeros.safetensors' does not fit the model: load_state_dict: parameter"},
+      {tiny() + " --steps 1 --load-weights " + dir + "/extra.safetensors", "unexpected entries: body.1.conv1.weight"},
+      {tiny() + " --steps 1 --load-weights " + dir, "is a folder; --load-weights takes a .safetensors file"},
+      {tiny() + " --steps 1 --load-weights " + dir + "/none.safetensors", "none.safetensors' does not exist"},
   });
 }

@@ -20,15 +20,17 @@ struct Corpus {
   std::string source;  // said at start: "/usr/share/common-licenses (12 files)", "file x.txt", ...
 };
 
-/// Reads `path` (throws naming it when missing, unreadable or empty); with an empty path, the text
+/// Reads `path` (throws naming it when missing, a folder, unreadable or empty); with an empty path, the text
 /// files under kDefaultCorpusDir in name order, or a generated corpus when that folder is absent.
 Corpus load_corpus(const std::string& path);
 
 /// A deterministic generated English-like corpus of about `bytes` bytes (the fallback corpus).
 std::string generated_corpus(std::size_t bytes);
 
-/// The training part and the held-out tail (`val_fraction` of the bytes, at least one window).
-std::pair<std::string, std::string> split_corpus(const std::string& bytes, double val_fraction, std::int64_t seq);
+/// The training part and the held-out tail (`val_fraction` of the bytes, at least one window);
+/// `source` names the corpus when it is too short.
+std::pair<std::string, std::string> split_corpus(const std::string& bytes, double val_fraction, std::int64_t seq,
+                                                 const std::string& source);
 
 /// Random windows of a byte string as (ids, targets) batches: targets are ids shifted by one.
 /// Window k depends only on (seed, k), so the sampler resumes exactly from its position.

@@ -13,6 +13,10 @@ class Progress {
  public:
   /// `unit` names the throughput ("tok/s", "img/s"); `log_every` is the plain-line cadence.
   Progress(std::int64_t total, std::string unit, std::int64_t log_every, std::FILE* out = stdout);
+  /// Ends a bar left drawn (a run stopped by an error), so the error starts on a line of its own.
+  ~Progress() { finish(); }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
   /// Step `step` (1-based, counting from the first step of the run) finished with `loss`,
   /// processing `items` units in `seconds`.
   void step(std::int64_t step, double loss, double items, double seconds);

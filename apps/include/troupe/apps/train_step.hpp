@@ -5,7 +5,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,7 +26,8 @@ struct RunFlags {
   int threads = 0, micro_batches = 0;
 };
 
-/// Registers RunFlags on `app`; `steps` and `clip` keep the defaults they hold.
+/// Registers RunFlags on `app`, each numeric flag with its range; `steps` and `clip` keep the
+/// defaults they hold.
 void add_run_flags(CLI::App& app, RunFlags& flags);
 
 /// The cadence and output part of LoopOptions from the flags.
@@ -67,9 +67,5 @@ class TrainStep {
   std::unique_ptr<actors::Engine> engine_;
   std::unique_ptr<actors::Program> program_;
 };
-
-/// Parses `argv` into `app` and runs `body`: flag errors as CLI11 reports them, a troupe::Error
-/// as one line "<app name>: <message>" on stderr and exit code 1.
-int run_cli(CLI::App& app, int argc, char** argv, const char* name, const std::function<int()>& body);
 
 }  // namespace troupe::apps

@@ -1,0 +1,42 @@
+#pragma once
+// The settings of a resumed run. The checkpoint decides the model, the data and the batch; a flag
+// given on the command line that contradicts it is refused (naming both values), a new --lr is
+// honoured, and the run says which settings came from where.
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "troupe/apps/checkpoint.hpp"
+#include "troupe/graph/optim.hpp"
+
+namespace troupe::apps {
+
+/// Reconciles the flags of `app` (already parsed) with a checkpoint's state.
+class ResumeSettings {
+ public:
+  /// `state` is the checkpoint's state (its `source` names the state.json file in errors).
+  ResumeSettings(CLI::App& app, const CheckpointState& state);
+  /// Sets `value` from the checkpoint's `key`; throws when `flag` was given with another value or
+  /// the stored value is outside the flag's range.
+  void take(const std::string& flag, const std::string& key, std::int64_t& value);
+  void take(const std::string& flag, const std::string& key, std::uint64_t& value);
+  /// As above for a string; `is_path` compares the two as file paths.
+  void take(const std::string& flag, const std::string& key, std::string& value, bool is_path = false);
+  /// Keeps the checkpoint's learning rate in `optimizer`, or sets `lr` when --lr was given.
+  void settle_lr(graph::Optimizer& optimizer, double lr);
+  /// "--d-model 32, --seed 1, ..." for the start-up line: the settings that came from the
+  /// checkpoint, then those the flags changed.
+  std::string summary() const;
+
+ private:
+  void check_range(const std::string& flag, const std::string& key, const std::string& text);
+  void agree(const std::string& flag, const std::string& key, bool same, const std::string& stored);
+  CLI::App& app_;
+  const CheckpointState& state_;
+  std::vector<std::string> from_checkpoint_, from_flags_;
+};
+
+}  // namespace troupe::apps

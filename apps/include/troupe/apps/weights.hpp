@@ -1,0 +1,25 @@
+#pragma once
+// Loading tensors from files into a model or an optimizer, with every error naming the file: a
+// path that is a folder, a damaged file, a missing, unexpected or mis-shaped tensor.
+
+#include <map>
+#include <string>
+
+#include "troupe/graph/module.hpp"
+#include "troupe/graph/optim.hpp"
+
+namespace troupe::apps {
+
+/// The tensors of the .safetensors file `path`; `expected` says what to pass instead when it is
+/// missing or a folder (e.g. "--load-weights takes a .safetensors file").
+std::map<std::string, Tensor> read_weights(const std::string& path, const std::string& expected);
+
+/// Copies `weights` into `model` (strict: every parameter, nothing else, same shapes); an error
+/// names `file` and ends with `advice`.
+void load_weights_into(graph::Module& model, const std::map<std::string, Tensor>& weights, const std::string& file,
+                       const std::string& advice);
+
+/// Restores `optimizer` from `state` read from `file`; an error names the file.
+void load_optimizer_state(graph::Optimizer& optimizer, const std::map<std::string, Tensor>& state, const std::string& file);
+
+}  // namespace troupe::apps

@@ -1,0 +1,83 @@
+#include "troupe/apps/cli.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <new>
+
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::apps {
+
+namespace {
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+CLI::Validator range_check(double lo, double hi, bool open, const std::string& note) {
+  const std::string span = open ? "between " + number(lo) + " and " + number(hi) + " (both excluded)"
+                                : "from " + number(lo) + " to " + number(hi);
+  const std::string expect = "must be " + span + (note.empty() ? "" : " (" + note + ")");
+  auto check = [=](std::string& text) -> std::string {
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (end == text.c_str() || *end != '\0') return "";  // not a number: the conversion reports it
+    const bool inside = open ? v > lo && v < hi : v >= lo && v <= hi;  // NaN is never inside
+    return inside ? "" : expect + ", got " + text;
+  };
+  return CLI::Validator(check, open ? "(" + number(lo) + ", " + number(hi) + ")" : "[" + number(lo) + ", " + number(hi) + "]");
+}
+
+}  // namespace
+
+CLI::Validator in_range(double lo, double hi, const std::string& note) { return range_check(lo, hi, false, note); }
+
+CLI::Validator open_range(double lo, double hi, const std::string& note) { return range_check(lo, hi, true, note); }
+
+void require_file(const std::string& path, const std::string& expected) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  TROUPE_CHECK(std::filesystem::exists(status), io, "'", path, "' does not exist; ", expected);
+  TROUPE_CHECK(!std::filesystem::is_directory(status), io, "'", path, "' is a folder; ", expected);
+}
+
+void naming_file(const std::string& file, const std::string& context, const std::string& advice,
+                 const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    // Drop the "<kind>: " prefix Error puts on the message, so the rethrow carries it once.
+    const std::string text = e.what(), prefix = std::string(to_string(e.kind())) + ": ";
+    fail(e.kind(), "'", file, "' ", context, ": ", text.rfind(prefix, 0) == 0 ? text.substr(prefix.size()) : text, "; ",
+         advice);
+  }
+}
+
+int run_guarded(const char* name, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "%s: out of memory; use smaller sizes (--batch, model or patch flags)\n", name);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", name, e.what());
+  }
+  return 1;
+}
+
+int run_cli(CLI::App& app, int argc, char** argv, const char* name, const std::function<int()>& body) {
+  app.failure_message([name](const CLI::App*, const CLI::Error& e) {
+    return std::string(name) + ": " + e.what() + " (see --help)\n";
+  });
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return run_guarded(name, body);
+}
+
+}  // namespace troupe::apps
