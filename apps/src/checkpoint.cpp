@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
@@ -57,6 +58,18 @@ std::int64_t step_of(const std::string& name) {
   return step;
 }
 
+// A diverged run must not overwrite a good save with NaN or infinite weights (the loss that would
+// reveal them is only computed by the next step), so every floating tensor is checked first.
+void check_finite(const std::map<std::string, Tensor>& tensors, const char* what, std::int64_t step) {
+  for (const auto& [name, t] : tensors) {
+    if (!is_floating(t.dtype())) continue;
+    const std::vector<double> v = t.to(DType::f64).to_vector<double>();
+    const auto bad = std::find_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); });
+    TROUPE_CHECK(bad == v.end(), runtime, "step ", step, ": the ", what, " tensor '", name, "' holds ", *bad,
+                 "; training diverged, so this state was not saved (the last save is intact): lower --lr or clip harder");
+  }
+}
+
 std::string step_name(std::int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%s%08lld", kPrefix, static_cast<long long>(step));
@@ -79,6 +92,8 @@ const std::string& CheckpointState::string_at(const std::string& key) const {
 
 void save_checkpoint(const std::string& dir, std::int64_t step, const std::map<std::string, Tensor>& model,
                      const std::map<std::string, Tensor>& optimizer, const CheckpointState& state, int keep) {
+  check_finite(model, "model", step);
+  check_finite(optimizer, "optimizer", step);
   std::error_code ec;
   fs::create_directories(dir, ec);
   TROUPE_CHECK(!ec, io, "cannot create the checkpoint folder '", dir, "': ", ec.message());

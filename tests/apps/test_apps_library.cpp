@@ -3,6 +3,8 @@
 // micro-batch count the flags resolve to, and the shapes and errors of the two models.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -114,6 +116,34 @@ TEST(Checkpoint, RetentionKeepsTheSaveJustWrittenAndSortsByStep) {
   EXPECT_EQ(apps::load_checkpoint(dir).state.int_at("step"), 100000000);
   EXPECT_TRUE(fs::exists(dir + "/step-99999999"));
   EXPECT_FALSE(fs::exists(dir + "/step-99999998"));
+}
+
+// A diverged state (NaN or infinite weights or moments) is never saved: the save fails naming the
+// tensor and the step, and the previous save stays what latest names.
+TEST(Checkpoint, NonFiniteStateIsNeverSaved) {
+  const std::string dir = test::fresh_dir("nonfinite");
+  apps::CheckpointState st;
+  st.strings["app"] = "test";
+  st.ints["step"] = 1;
+  const std::map<std::string, Tensor> opt{{"w.m", Tensor::full({2}, 0.0)}};
+  apps::save_checkpoint(dir, 1, {{"w", Tensor::full({2}, 1.0)}}, opt, st);
+  for (double bad : {std::nan(""), double(INFINITY), -double(INFINITY)}) {
+    std::vector<float> w = {0.5f, static_cast<float>(bad)};
+    try {
+      apps::save_checkpoint(dir, 2, {{"w", Tensor::from_vector(w, {2})}}, opt, st);
+      ADD_FAILURE() << "a model holding " << bad << " was saved";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("step 2: the model tensor 'w' holds"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    apps::save_checkpoint(dir, 2, {{"w", Tensor::full({2}, 1.0)}}, {{"w.v", Tensor::full({2}, std::nan(""))}}, st);
+    ADD_FAILURE() << "an optimizer state holding NaN was saved";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the optimizer tensor 'w.v'"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir + "/step-00000002"));
+  EXPECT_EQ(apps::load_checkpoint(dir).state.int_at("step"), 1);
 }
 
 // A save folder is checked before training: one holding a run (unless it is the one resumed), a
