@@ -54,12 +54,6 @@ struct Peers {
 };
 using PeersPtr = std::shared_ptr<Peers>;
 
-/// The message of `e` without its kind prefix, which the Error that wraps it adds again.
-inline std::string message_of(const Error& e) {
-  const std::string what = e.what(), prefix = std::string(to_string(e.kind())) + ": ";
-  return what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what;
-}
-
 /// Gradients handed to one optimizer actor at the end of a step, by parameter name.
 using GradientMapPtr = std::shared_ptr<const std::map<std::string, Tensor>>;
 

@@ -158,7 +158,7 @@ bool fire_op(Self* self) {
                  node.outputs.size());
   } catch (const Error& e) {
     report_failure(self, "op '" + s.spec->name + "' failed in step " + std::to_string(s.step) + ", micro-batch " +
-                             std::to_string(s.next_mb) + ": " + message_of(e),
+                             std::to_string(s.next_mb) + ": " + e.message(),
                    e.kind());
     return false;
   } catch (const std::exception& e) {
@@ -192,7 +192,7 @@ bool fire_sink(Self* self) {
       result = ops::concat(s.sink_parts, 0);
     }
   } catch (const Error& e) {
-    report_failure(self, "'" + s.spec->name + "' could not combine micro-batches: " + message_of(e), e.kind());
+    report_failure(self, "'" + s.spec->name + "' could not combine micro-batches: " + e.message(), e.kind());
     return false;
   }
   s.sink_parts.clear();
@@ -203,7 +203,7 @@ bool fire_sink(Self* self) {
     try {
       squared_norm = ops::squared_norm(result);
     } catch (const Error& e) {
-      report_failure(self, "'" + s.spec->name + "' could not take its gradient norm: " + message_of(e), e.kind());
+      report_failure(self, "'" + s.spec->name + "' could not take its gradient norm: " + e.message(), e.kind());
       return false;
     }
   }
@@ -314,7 +314,7 @@ caf::behavior optimizer_actor(caf::stateful_actor<OptimizerState>* self, std::sh
           const std::uint64_t f = trace_send(st.trace_id, program, "fail", step, -1);
           post(self, st.peers->program, fail_atom::value, step, static_cast<int>(e.kind()),
                      std::string("optimizer ") + std::to_string(st.index) + " failed in step " + std::to_string(step) +
-                         ": " + message_of(e),
+                         ": " + e.message(),
                      f);
           return;
         }

@@ -168,7 +168,7 @@ void post_comm_failure(const caf::actor& program, std::uint64_t step, const std:
   try {
     std::rethrow_exception(e);
   } catch (const Error& err) {
-    post_from_outside(program, fail_atom::value, step, static_cast<int>(err.kind()), what + ": " + message_of(err), std::uint64_t{0});
+    post_from_outside(program, fail_atom::value, step, static_cast<int>(err.kind()), what + ": " + err.message(), std::uint64_t{0});
   } catch (const std::exception& err) {
     post_from_outside(program, fail_atom::value, step, static_cast<int>(ErrorKind::runtime), what + ": " + err.what(), std::uint64_t{0});
   }
@@ -285,7 +285,7 @@ void check_complete(Self* self) {
       s.grad_norm = clip_gradients(s);
     } catch (const Error& e) {
       finish(self, nullptr,
-             std::make_exception_ptr(Error(e.kind(), "gradient clipping failed in step " + std::to_string(s.step) + ": " + message_of(e))));
+             std::make_exception_ptr(Error(e.kind(), "gradient clipping failed in step " + std::to_string(s.step) + ": " + e.message())));
       return;
     }
   }

@@ -50,10 +50,7 @@ void naming_file(const std::string& file, const std::string& context, const std:
   try {
     fn();
   } catch (const Error& e) {
-    // Drop the "<kind>: " prefix Error puts on the message, so the rethrow carries it once.
-    const std::string text = e.what(), prefix = std::string(to_string(e.kind())) + ": ";
-    fail(e.kind(), "'", file, "' ", context, ": ", text.rfind(prefix, 0) == 0 ? text.substr(prefix.size()) : text, "; ",
-         advice);
+    fail(e.kind(), "'", file, "' ", context, ": ", e.message(), "; ", advice);
   }
 }
 

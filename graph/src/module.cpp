@@ -72,7 +72,7 @@ void Module::load(const std::string& path) {
     load_state_dict(load_safetensors(path).tensors);
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::io) throw;
-    fail(e.kind(), path, ": ", e.what());
+    fail(e.kind(), path, ": ", e.message());
   }
 }
 

@@ -18,6 +18,6 @@ const char* to_string(ErrorKind kind) {
 }
 
 Error::Error(ErrorKind kind, const std::string& message)
-    : std::runtime_error(std::string(to_string(kind)) + ": " + message), kind_(kind) {}
+    : std::runtime_error(std::string(to_string(kind)) + ": " + message), kind_(kind), message_(message) {}
 
 }  // namespace troupe

@@ -303,7 +303,7 @@ void Communicator::loop() {
     try {
       job.first(group_);
     } catch (const Error& e) {
-      error = std::make_exception_ptr(Error(e.kind(), name_ + " communicator (" + transport_->backend() + "), rank " + std::to_string(rank()) + ": " + e.what()));
+      error = std::make_exception_ptr(Error(e.kind(), name_ + " communicator (" + transport_->backend() + "), rank " + std::to_string(rank()) + ": " + e.message()));
     } catch (...) {
       error = std::current_exception();
     }

@@ -32,9 +32,12 @@ class Error : public std::runtime_error {
   Error(ErrorKind kind, const std::string& message);
   /// The category of the failure.
   ErrorKind kind() const noexcept { return kind_; }
+  /// The message without the kind's name, for callers that rethrow it with more context.
+  const std::string& message() const noexcept { return message_; }
 
  private:
   ErrorKind kind_;
+  std::string message_;
 };
 
 namespace detail {
