@@ -156,9 +156,10 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& s
     Shape shape;
     TROUPE_CHECK(entry["shape"].is_array(), io, where, ": shape must be an array");
     for (const auto& d : entry["shape"]) {
-      TROUPE_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<std::int64_t>() >= 0), io, where,
-                   ": shape ", entry["shape"].dump(), " must hold non-negative integers");
-      shape.push_back(d.get<std::int64_t>());
+      // JSON parses non-negative integers as unsigned; 2^63 and above do not fit a dimension.
+      TROUPE_CHECK(d.is_number_unsigned() && d.get<std::uint64_t>() <= std::uint64_t(INT64_MAX), io, where,
+                   ": shape ", entry["shape"].dump(), " must hold integers from 0 to 2^63 - 1");
+      shape.push_back(static_cast<std::int64_t>(d.get<std::uint64_t>()));
     }
     const auto& off = entry["data_offsets"];
     TROUPE_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), io,
@@ -166,7 +167,12 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& s
     const auto begin = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
     TROUPE_CHECK(begin <= end && end <= data_size, io, where, ": data_offsets [", begin, ", ", end,
                  "] lie outside the data section of ", data_size, " bytes");
-    const std::uint64_t expected = static_cast<std::uint64_t>(shape_numel(shape)) * dtype_size(dtype);
+    std::uint64_t expected = 0;
+    try {
+      expected = shape_nbytes(shape, dtype_size(dtype));
+    } catch (const Error& e) {
+      fail(ErrorKind::io, where, ": ", e.message());
+    }
     TROUPE_CHECK(end - begin == expected, io, where, ": ", end - begin, " bytes for ", dtype_name(dtype),
                  shape_str(shape), ", which needs ", expected);
     Tensor t = Tensor::empty(shape, dtype);

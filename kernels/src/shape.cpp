@@ -15,8 +15,20 @@ std::string shape_str(const Shape& s) {
 
 std::int64_t shape_numel(const Shape& s) {
   std::int64_t n = 1;
-  for (auto d : s) n *= d;
+  for (auto d : s) {
+    TROUPE_CHECK(d >= 0, invalid_argument, "shape ", shape_str(s), ": sizes must be >= 0");
+    TROUPE_CHECK(!__builtin_mul_overflow(n, d, &n), invalid_argument, "shape ", shape_str(s),
+                 " has more elements than fit in a 64-bit count");
+  }
   return n;
+}
+
+std::size_t shape_nbytes(const Shape& s, std::size_t element_size) {
+  std::size_t bytes = 0;
+  TROUPE_CHECK(!__builtin_mul_overflow(static_cast<std::size_t>(shape_numel(s)), element_size, &bytes),
+               invalid_argument, "shape ", shape_str(s), " with ", element_size,
+               "-byte elements needs more bytes than fit in a 64-bit size");
+  return bytes;
 }
 
 Strides contiguous_strides(const Shape& s) {

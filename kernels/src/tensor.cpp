@@ -13,10 +13,7 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, std::int64_t offset_bytes, Shap
       dtype_(dtype) {}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, const Device& device) {
-  for (auto d : shape)
-    TROUPE_CHECK(d >= 0, invalid_argument, "cannot create a tensor of shape ", shape_str(shape),
-                 ": sizes must be >= 0");
-  const auto bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+  const std::size_t bytes = shape_nbytes(shape, dtype_size(dtype));
   return Tensor(std::make_shared<Storage>(bytes, device), 0, shape, contiguous_strides(shape), dtype);
 }
 

@@ -77,7 +77,15 @@ TEST(Safetensors, BadHeadersAreRefusedWithTheReason) {
   expect_refused(file_with_header("[1, 2]", 0), "JSON object");
   expect_refused(file_with_header(R"({"w":{"dtype":"F32","shape":[2]}})", 8), "needs dtype, shape and data_offsets");
   expect_refused(file_with_header(R"({"w":{"dtype":"C64","shape":[2],"data_offsets":[0,16]}})", 16), "'C64'");
-  expect_refused(file_with_header(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8), "non-negative");
+  expect_refused(file_with_header(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8), "0 to 2^63 - 1");
+  expect_refused(file_with_header(R"({"w":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", 8), "0 to 2^63 - 1");
+  expect_refused(file_with_header(R"({"w":{"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,8]}})", 8),
+                 "0 to 2^63 - 1");
+  // Element counts and byte sizes that overflow 64 bits are refused, not wrapped onto a small buffer.
+  expect_refused(file_with_header(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}})", 16),
+                 "more elements than fit");
+  expect_refused(file_with_header(R"({"w":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,16]}})", 16),
+                 "more bytes than fit");
   expect_refused(file_with_header(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8),
                  "outside the data section");
   expect_refused(file_with_header(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "needs 12");

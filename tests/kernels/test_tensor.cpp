@@ -111,6 +111,16 @@ TEST(Tensor, EmptyTensors) {
   EXPECT_EQ(z.clone().numel(), 0);
 }
 
+TEST(Tensor, SizesThatOverflowSixtyFourBitsAreRefused) {
+  EXPECT_EQ(shape_numel({0, std::int64_t(1) << 62, 8}), 0);
+  EXPECT_EQ(shape_nbytes({3, 5}, 8), 120u);
+  EXPECT_THROW(shape_numel({std::int64_t(1) << 32, std::int64_t(1) << 32}), Error);
+  EXPECT_THROW(shape_numel({2, -3}), Error);
+  EXPECT_THROW(shape_nbytes({std::int64_t(1) << 62}, 4), Error);
+  // Before any allocation, so a huge request is an error rather than a tensor on a small buffer.
+  EXPECT_THROW(Tensor::empty({std::int64_t(1) << 40, std::int64_t(1) << 30}), Error);
+}
+
 TEST(Device, ParseAndName) {
   EXPECT_EQ(Device::parse("cpu"), Device::cpu());
   EXPECT_EQ(Device::parse("cuda:3"), Device::cuda(3));

@@ -14,8 +14,12 @@ using Strides = std::vector<std::int64_t>;
 
 /// "[2, 3, 4]": how shapes appear in error messages and dumps.
 std::string shape_str(const Shape& s);
-/// Number of elements of a shape (1 for a scalar shape []).
+/// Number of elements of a shape (1 for a scalar shape []); throws for a negative size or a count
+/// that does not fit in int64 (shapes read from files can be anything).
 std::int64_t shape_numel(const Shape& s);
+/// Bytes a dense tensor of shape `s` with elements of `element_size` bytes needs; throws when that
+/// overflows.
+std::size_t shape_nbytes(const Shape& s, std::size_t element_size);
 /// Row-major strides of a dense tensor of shape `s`.
 Strides contiguous_strides(const Shape& s);
 /// Maps a possibly negative `axis` into [0, rank); `op` names the caller in the error.
