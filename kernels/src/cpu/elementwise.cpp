@@ -102,7 +102,7 @@ inline T exp_of(T x) {
 // gelu uses 0.5 (1 + tanh(u)) = sigmoid(2u), so it needs one exp and no tanh.
 template <UnaryOp Op, class T>
 inline T forward(T x) {
-  if constexpr (Op == UnaryOp::relu) return x > T(0) ? x : T(0);
+  if constexpr (Op == UnaryOp::relu) return x < T(0) ? T(0) : x;  // NaN passes through, as in IEEE max
   if constexpr (Op == UnaryOp::gelu) {
     const T c = static_cast<T>(kSqrt2OverPi), k = static_cast<T>(kGeluCoeff);
     return x / (T(1) + exp_of(T(-2) * c * (x + k * x * x * x)));

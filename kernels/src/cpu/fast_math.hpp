@@ -17,14 +17,19 @@
 
 namespace troupe::cpu {
 
-/// e^x for float, accurate to ~2e-7 relative over [-87, 88]; saturates outside (no inf, no NaN).
+/// e^x for float, accurate to ~2e-7 relative where the result is a normal float; IEEE at the
+/// edges: NaN gives NaN, +Inf and x > ln(FLT_MAX) give +Inf, -Inf and x < -104 give 0, and the
+/// denormal range between is covered.
 inline float fast_exp(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  x = x > 88.0f ? 88.0f : x;
-  // x = n ln2 + r with |r| <= ln2 / 2; adding 1.5 * 2^23 rounds to the nearest integer.
+  // Every step is a select or plain arithmetic so the loop vectorises. The polynomial runs on a
+  // clamped, NaN-free copy (a NaN must never reach the float-to-int conversion below).
+  float c = x != x ? 0.0f : x;
+  c = c < -104.0f ? -104.0f : c;
+  c = c > 89.0f ? 89.0f : c;
+  // c = n ln2 + r with |r| <= ln2 / 2; adding 1.5 * 2^23 rounds to the nearest integer.
   const float shifter = 12582912.0f;
-  const float n = (x * 1.44269504088896341f + shifter) - shifter;
-  const float r = (x - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;  // ln2 split in two for exactness
+  const float n = (c * 1.44269504088896341f + shifter) - shifter;
+  const float r = (c - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;  // ln2 split in two for exactness
   float p = 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
   p = p * r + 1.0f / 24.0f;
@@ -32,10 +37,17 @@ inline float fast_exp(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) << 23;  // 2^n
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
+  // 2^n as two factors 2^(n/2) 2^(n - n/2), each a normal float for n in [-150, 129], so the
+  // product overflows to +Inf and underflows through the denormals to 0 as IEEE rounding does.
+  const std::int32_t ni = static_cast<std::int32_t>(n);
+  const std::int32_t half = ni / 2;
+  const std::uint32_t bits_a = static_cast<std::uint32_t>(half + 127) << 23;
+  const std::uint32_t bits_b = static_cast<std::uint32_t>(ni - half + 127) << 23;
+  float scale_a, scale_b;
+  std::memcpy(&scale_a, &bits_a, sizeof scale_a);
+  std::memcpy(&scale_b, &bits_b, sizeof scale_b);
+  const float e = p * scale_a * scale_b;
+  return x != x ? x : e;
 }
 
 }  // namespace troupe::cpu

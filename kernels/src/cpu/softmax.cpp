@@ -26,7 +26,8 @@ Layout layout_of(const Shape& s, int axis) {
 }
 
 // Softmax of one dense f32 row (the last-axis case: attention scores, logits), vectorised: a
-// select for the max, the fast exp (masked -inf scores give exactly 0), eight partial sums.
+// select for the max, the fast exp (masked -inf scores give exactly 0; a NaN or +Inf score makes
+// the sum and so the whole row NaN, as in IEEE arithmetic), eight partial sums.
 TROUPE_VECTOR_CLONES void softmax_row(const float* x, float* y, std::int64_t n, bool log) {
   float m = -std::numeric_limits<float>::infinity();
   for (std::int64_t k = 0; k < n; ++k) m = x[k] > m ? x[k] : m;
@@ -35,14 +36,13 @@ TROUPE_VECTOR_CLONES void softmax_row(const float* x, float* y, std::int64_t n, 
   std::int64_t k = 0;
   for (; k + 8 <= n; k += 8)
     for (int l = 0; l < 8; ++l) {
-      const float v = x[k + l];
-      const float e = v == -std::numeric_limits<float>::infinity() ? 0.0f : cpu::fast_exp(v - m);
+      const float e = cpu::fast_exp(x[k + l] - m);
       y[k + l] = e;
       lanes[l] += e;
     }
   double s = 0.0;
   for (; k < n; ++k) {
-    const float e = x[k] == -std::numeric_limits<float>::infinity() ? 0.0f : cpu::fast_exp(x[k] - m);
+    const float e = cpu::fast_exp(x[k] - m);
     y[k] = e;
     s += e;
   }
