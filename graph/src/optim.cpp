@@ -61,46 +61,70 @@ std::map<std::string, Tensor> Optimizer::state_dict() const {
 }
 
 void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
-  std::set<std::string> used;
+  static const char* where = "optimizer load_state_dict";
+  // Validate everything first so a bad state leaves the optimizer as it was.
+  std::vector<double> lrs;
   for (std::size_t g = 0; g < group_count(); ++g) {
     const std::string key = "group" + std::to_string(g) + ".lr";
     auto it = state.find(key);
-    TROUPE_CHECK(it != state.end(), invalid_argument, "optimizer load_state_dict: '", key,
+    TROUPE_CHECK(it != state.end(), invalid_argument, where, ": '", key,
                  "' is missing; the state comes from an optimizer with fewer groups");
-    used.insert(key);
+    const Tensor& t = it->second;
+    TROUPE_CHECK(is_floating(t.dtype()) && t.numel() == 1, invalid_argument, where, ": '", key,
+                 "' must be one floating-point number but is ", t.str());
+    const double lr = t.to(DType::f64).contiguous().data<double>()[0];
+    TROUPE_CHECK(std::isfinite(lr) && lr >= 0, invalid_argument, where, ": '", key, "' is ", lr,
+                 "; a learning rate must be finite and non-negative");
+    lrs.push_back(lr);
   }
-  // Validate first so a bad state leaves the optimizer as it was.
-  for (const auto& [key, t] : state) {
-    if (used.count(key)) continue;
-    bool known = false;
-    for (const Var& p : all_params_) {
-      if (key.rfind(p.name() + ".", 0) != 0) continue;
-      const std::string slot = key.substr(p.name().size() + 1);
-      if (slot.find('.') != std::string::npos) continue;  // belongs to a longer name
-      known = true;
-      if (slot == "step")
-        TROUPE_CHECK(t.dtype() == DType::i64 && t.numel() == 1, invalid_argument, "optimizer load_state_dict: '", key,
-                     "' must be one i64");
-      else
-        TROUPE_CHECK(t.shape() == p.tensor().shape() && t.dtype() == p.tensor().dtype(), shape_mismatch,
-                     "optimizer load_state_dict: '", key, "' is ", t.str(), " but parameter '", p.name(), "' is ",
-                     p.tensor().str());
+  const std::vector<std::string> slots = slot_names();
+  std::size_t used = lrs.size();
+  for (const Var& p : all_params_) {
+    const auto step = state.find(p.name() + ".step");
+    std::size_t present = step != state.end();
+    if (present) {
+      const Tensor& t = step->second;
+      TROUPE_CHECK(t.dtype() == DType::i64 && t.numel() == 1, invalid_argument, where, ": '", step->first,
+                   "' must be one i64 but is ", t.str());
+      const std::int64_t n = t.contiguous().data<std::int64_t>()[0];
+      TROUPE_CHECK(n >= 0, invalid_argument, where, ": '", step->first, "' is ", n, "; a step count cannot be negative");
     }
-    TROUPE_CHECK(known, invalid_argument, "optimizer load_state_dict: '", key,
-                 "' belongs to no parameter of this optimizer");
+    for (const std::string& slot : slots) {
+      const auto it = state.find(p.name() + "." + slot);
+      if (it == state.end()) continue;
+      ++present;
+      TROUPE_CHECK(it->second.shape() == p.tensor().shape() && it->second.dtype() == p.tensor().dtype(), shape_mismatch,
+                   where, ": '", it->first, "' is ", it->second.str(), " but parameter '", p.name(), "' is ",
+                   p.tensor().str());
+    }
+    // A parameter never stepped has no state; one stepped has all of it (a half state would make
+    // step() index a slot that is not there).
+    TROUPE_CHECK(present == 0 || present == slots.size() + 1, invalid_argument, where, ": parameter '", p.name(),
+                 "' has ", present, " of its ", slots.size() + 1, " state entries (step and ", slots.size(),
+                 " slots); the state is incomplete");
+    used += present;
   }
-  for (std::size_t g = 0; g < group_count(); ++g)
-    set_lr(state.at("group" + std::to_string(g) + ".lr").to(DType::f64).data<double>()[0], g);
+  if (used != state.size()) {
+    std::set<std::string> known;
+    for (std::size_t g = 0; g < lrs.size(); ++g) known.insert("group" + std::to_string(g) + ".lr");
+    for (const Var& p : all_params_) {
+      known.insert(p.name() + ".step");
+      for (const std::string& slot : slots) known.insert(p.name() + "." + slot);
+    }
+    for (const auto& entry : state)
+      TROUPE_CHECK(known.count(entry.first), invalid_argument, where, ": '", entry.first,
+                   "' belongs to no parameter or group of this optimizer");
+  }
+
+  for (std::size_t g = 0; g < lrs.size(); ++g) set_lr(lrs[g], g);
   state_.clear();
   steps_.clear();
   for (const Var& p : all_params_) {
-    for (const auto& [key, t] : state) {
-      if (key.rfind(p.name() + ".", 0) != 0) continue;
-      const std::string slot = key.substr(p.name().size() + 1);
-      if (slot.find('.') != std::string::npos) continue;
-      if (slot == "step") steps_[p.key()] = t.contiguous().data<std::int64_t>()[0];
-      else state_[p.key()].push_back({slot, t.clone()});
-    }
+    const auto step = state.find(p.name() + ".step");
+    if (step == state.end()) continue;
+    steps_[p.key()] = step->second.contiguous().data<std::int64_t>()[0];
+    auto& loaded = state_[p.key()];
+    for (const std::string& slot : slots) loaded.push_back({slot, state.at(p.name() + "." + slot).contiguous().clone()});
   }
 }
 
@@ -111,7 +135,7 @@ void SGD::step() {
       const Tensor g = usable_grad(p, "SGD");
       if (!g.defined()) continue;
       const bool first = next_step(p) == 1;
-      ops::sgd_update_(p.tensor(), g, state_of(p, {"momentum_buffer"})[0].value, group.options, first);
+      ops::sgd_update_(p.tensor(), g, state_of(p, slot_names())[0].value, group.options, first);
     }
 }
 
@@ -121,7 +145,7 @@ void AdamW::step() {
     for (const Var& p : group.params) {
       const Tensor g = usable_grad(p, "AdamW");
       if (!g.defined()) continue;
-      auto& slots = state_of(p, {"exp_avg", "exp_avg_sq"});
+      auto& slots = state_of(p, slot_names());
       ops::adamw_update_(p.tensor(), g, slots[0].value, slots[1].value, group.options, next_step(p));
     }
 }

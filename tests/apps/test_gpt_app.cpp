@@ -207,6 +207,17 @@ TEST(GptApp, ResumeTakesItsSettingsFromTheCheckpoint) {
       {kGpt + " --steps 3 --load-weights x.safetensors --resume " + ck, "--resume and --load-weights"},
       {kGpt + " generate --checkpoint " + ck + " --layers 2", "--layers 2 contradicts the checkpoint '" + state + "'"},
   });
+  // An optimizer state whose learning rate is an empty tensor (it used to train with a garbage rate).
+  const std::string opt = ck + "/step-00000002/optimizer.safetensors";
+  auto tensors = graph::load_safetensors(opt).tensors;
+  tensors["group0.lr"] = Tensor::empty({0}, DType::f64);
+  graph::save_safetensors(opt + ".bad", tensors);
+  std::filesystem::rename(opt, opt + ".good");
+  std::filesystem::rename(opt + ".bad", opt);
+  test::expect_clear_failures({{kGpt + " --steps 3 --resume " + ck,
+                                "'" + opt + "' does not fit the optimizer: optimizer load_state_dict: 'group0.lr' must be "
+                                "one floating-point number"}});
+  std::filesystem::rename(opt + ".good", opt);
   // A state.json edited into a model that cannot be built, then an empty `latest`.
   std::ifstream in(state);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -98,6 +98,53 @@ TEST(Optim, BadInputIsRefused) {
   EXPECT_DOUBLE_EQ(test::values(a.tensor())[0], 1.0);
 }
 
+// A damaged optimizer state is refused whole, naming the entry, and the optimizer keeps its own.
+TEST(Optim, DamagedStateIsRefusedNamingTheEntry) {
+  Var w = param("w", {1.0, 2.0});
+  AdamW adam({w}, ops::AdamWParams{});
+  set_grad(w, {0.5, -0.5});
+  adam.step();
+  const std::map<std::string, Tensor> good = adam.state_dict();
+  const auto refused = [&](std::map<std::string, Tensor> state, const std::string& mention) {
+    try {
+      adam.load_state_dict(state);
+      ADD_FAILURE() << "expected a refusal mentioning " << mention;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << e.what();
+    }
+  };
+  auto with = [&](const std::string& key, const Tensor& t) {
+    auto s = good;
+    s[key] = t;
+    return s;
+  };
+  auto without = [&](const std::string& key) {
+    auto s = good;
+    s.erase(key);
+    return s;
+  };
+  refused(with("group0.lr", Tensor::empty({0}, DType::f64)), "'group0.lr' must be one floating-point number");
+  refused(with("group0.lr", Tensor::full({2}, 0.1, DType::f64)), "'group0.lr' must be one floating-point number");
+  refused(with("group0.lr", Tensor::scalar(std::nan(""), DType::f64)), "finite and non-negative");
+  refused(with("group0.lr", Tensor::scalar(-1e-3, DType::f64)), "finite and non-negative");
+  refused(with("group0.lr", Tensor::from_vector<std::int64_t>({1}, {1})), "floating-point");
+  refused(with("w.step", Tensor::from_vector<std::int64_t>({-4}, {1})), "cannot be negative");
+  refused(with("w.step", Tensor::full({1}, 1.0)), "'w.step' must be one i64");
+  refused(with("w.exp_avg", Tensor::zeros({3})), "'w.exp_avg'");
+  refused(with("w.exp_avg_sq", Tensor::zeros({2}, DType::f32)), "'w.exp_avg_sq'");
+  refused(without("w.exp_avg_sq"), "has 2 of its 3 state entries");
+  refused(without("w.step"), "has 2 of its 3 state entries");
+  refused(with("w.extra", Tensor::zeros({2})), "'w.extra' belongs to no parameter");
+  // Nothing of a refused state was taken: the learning rate and moments are those of the good state.
+  EXPECT_EQ(adam.lr(), good.at("group0.lr").to(DType::f64).data<double>()[0]);
+  const auto after = adam.state_dict();
+  EXPECT_EQ(test::values(after.at("w.exp_avg")), test::values(good.at("w.exp_avg")));
+  EXPECT_EQ(after.at("w.step").data<std::int64_t>()[0], 1);
+  // A never-stepped parameter (no state at all) is fine.
+  adam.load_state_dict({{"group0.lr", Tensor::scalar(0.01, DType::f64)}});
+  EXPECT_DOUBLE_EQ(adam.lr(), 0.01);
+}
+
 TEST(Optim, TrainsARegressionToLowLoss) {
   Generator gen(3);
   Linear model(3, 1, gen);

@@ -40,7 +40,10 @@ class Optimizer {
   virtual void set_lr(double lr, std::size_t group = 0) = 0;
   /// Per-parameter state and per-group learning rates, keyed "<param name>.<slot>" and "group<k>.lr".
   std::map<std::string, Tensor> state_dict() const;
-  /// Restores what state_dict() produced; names must match this optimizer's parameters.
+  /// Restores what state_dict() produced. Every entry is checked before anything changes: names
+  /// must match this optimizer's parameters, each parameter has all of its slots and a step or
+  /// none, slots match the parameter's shape and dtype, steps are one non-negative i64, and each
+  /// group's lr is one finite, non-negative number.
   void load_state_dict(const std::map<std::string, Tensor>& state);
 
  protected:
@@ -58,6 +61,8 @@ class Optimizer {
 
  private:
   virtual std::size_t group_count() const = 0;
+  /// The state slots every stepped parameter has (what step() passes to state_of).
+  virtual std::vector<std::string> slot_names() const = 0;
   std::vector<Var> all_params_;
   std::map<const VarImpl*, std::vector<Slot>> state_;
   std::map<const VarImpl*, std::int64_t> steps_;
@@ -86,6 +91,9 @@ class SGD : public GroupedOptimizer<ops::SgdParams> {
   explicit SGD(std::vector<ParamGroup<ops::SgdParams>> groups) : GroupedOptimizer(std::move(groups), "SGD") {}
   SGD(const std::vector<Var>& params, const ops::SgdParams& options) : SGD({{params, options}}) {}
   void step() override;
+
+ private:
+  std::vector<std::string> slot_names() const override { return {"momentum_buffer"}; }
 };
 
 /// Adam with decoupled weight decay (Loshchilov & Hutter), bias-corrected per parameter step.
@@ -94,6 +102,9 @@ class AdamW : public GroupedOptimizer<ops::AdamWParams> {
   explicit AdamW(std::vector<ParamGroup<ops::AdamWParams>> groups) : GroupedOptimizer(std::move(groups), "AdamW") {}
   AdamW(const std::vector<Var>& params, const ops::AdamWParams& options) : AdamW({{params, options}}) {}
   void step() override;
+
+ private:
+  std::vector<std::string> slot_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 };
 
 }  // namespace troupe::graph
