@@ -13,13 +13,13 @@
 #include <thread>
 
 #include "troupe/kernels/error.hpp"
+#include "troupe/transport/handshake.hpp"
 
 namespace troupe::transport {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr std::uint32_t kMagic = 0x54525550;  // "TRUP"
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -46,41 +46,6 @@ std::chrono::milliseconds env_seconds(const char* name, double fallback) {
 std::string env_str(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;
-}
-
-int remaining_ms(Clock::time_point deadline) {
-  return static_cast<int>(std::max<long long>(
-      0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count()));
-}
-
-// Reads or writes exactly n bytes before the deadline; false on a closed connection or timeout.
-bool io_all(int fd, void* data, std::size_t n, bool write, Clock::time_point deadline) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    pollfd pfd{fd, static_cast<short>(write ? POLLOUT : POLLIN), 0};
-    if (::poll(&pfd, 1, remaining_ms(deadline)) <= 0) return false;
-    const ssize_t k = write ? ::send(fd, p, n, MSG_NOSIGNAL) : ::recv(fd, p, n, 0);
-    if (k <= 0) {
-      if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      return false;
-    }
-    p += k;
-    n -= static_cast<std::size_t>(k);
-  }
-  return true;
-}
-
-bool send_blob(int fd, const std::string& s, Clock::time_point deadline) {
-  const std::uint64_t n = s.size();
-  return io_all(fd, const_cast<std::uint64_t*>(&n), sizeof n, true, deadline) &&
-         io_all(fd, const_cast<char*>(s.data()), s.size(), true, deadline);
-}
-
-bool recv_blob(int fd, std::string& s, Clock::time_point deadline, std::uint64_t limit = 1 << 26) {
-  std::uint64_t n = 0;
-  if (!io_all(fd, &n, sizeof n, false, deadline) || n > limit) return false;
-  s.resize(n);
-  return io_all(fd, s.data(), n, false, deadline);
 }
 
 sockaddr_in address_of(const JobInfo& job) {
@@ -163,21 +128,16 @@ Bootstrap::Bootstrap(const JobInfo& job, std::chrono::milliseconds timeout) : jo
       if (fd < 0) continue;
       char who[INET_ADDRSTRLEN] = {};
       ::inet_ntop(AF_INET, &from.sin_addr, who, sizeof who);
-      std::uint32_t magic = 0;
-      std::int32_t rank = -1;
-      std::string token;
-      const auto hello_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
-      const bool ok = io_all(fd, &magic, sizeof magic, false, hello_deadline) && magic == kMagic &&
-                      io_all(fd, &rank, sizeof rank, false, hello_deadline) && recv_blob(fd, token, hello_deadline, 4096);
-      if (!ok || token != job.token || rank <= 0 || rank >= job.size || peers_[static_cast<std::size_t>(rank)] >= 0) {
+      const Hello hello = read_hello(fd, job, peers_, std::min(deadline, Clock::now() + std::chrono::seconds(5)));
+      if (hello.verdict != Hello::Verdict::accepted) {
         std::fprintf(stderr, "troupe: rank 0 refused a connection from %s:%d (%s)\n", who, ntohs(from.sin_port),
-                     !ok ? "not a Troupe rank" : token != job.token ? "wrong job token" : "bad or duplicate rank");
+                     to_string(hello.verdict));
         ::close(fd);
         continue;
       }
       const int one_nodelay = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one_nodelay, sizeof one_nodelay);
-      peers_[static_cast<std::size_t>(rank)] = fd;
+      peers_[static_cast<std::size_t>(hello.rank)] = fd;
       ++arrived;
     }
     return;
@@ -188,10 +148,7 @@ Bootstrap::Bootstrap(const JobInfo& job, std::chrono::milliseconds timeout) : jo
     if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) {
       const int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      const std::int32_t rank = job.rank;
-      TROUPE_CHECK(io_all(fd, const_cast<std::uint32_t*>(&kMagic), sizeof kMagic, true, deadline) &&
-                       io_all(fd, const_cast<std::int32_t*>(&rank), sizeof rank, true, deadline) &&
-                       send_blob(fd, job.token, deadline),
+      TROUPE_CHECK(write_hello(fd, job, deadline),
                    io, "rank ", job.rank, " lost the connection to rank 0 at ", job.master_addr, ":", job.master_port,
                    " while joining");
       peers_.push_back(fd);
