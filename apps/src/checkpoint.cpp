@@ -160,7 +160,7 @@ Checkpoint load_checkpoint(const std::string& dir, const std::string& app) {
   std::string name;
   std::getline(latest, name);
   TROUPE_CHECK(step_of(name) >= 0, io, "'", pointer.string(), "' ",
-               name.empty() ? "is empty" : "should name a step-<N> folder but holds '" + name + "'",
+               name.empty() ? "is empty" : "should name a step-<N> folder but holds '" + printable(name) + "'",
                "; write the name of the newest complete step-<N> folder of '", dir, "' into it");
   const fs::path folder = root / name;
   TROUPE_CHECK(fs::is_directory(folder), io, "'", pointer.string(), "' names '", name,
@@ -174,14 +174,22 @@ Checkpoint load_checkpoint(const std::string& dir, const std::string& app) {
   TROUPE_CHECK(in.good(), io, "checkpoint '", folder.string(), "' has no state.json");
   try {
     const nlohmann::json j = nlohmann::json::parse(in);
-    c.state.ints = j.at("ints").get<std::map<std::string, std::int64_t>>();
+    // Integers one by one: nlohmann would convert 1e300 or 2^64 - 1 to an int64 without a check.
+    const nlohmann::json& ints = j.at("ints");
+    TROUPE_CHECK(ints.is_object(), io, "checkpoint '", folder.string(), "' has a damaged state.json: 'ints' is not an object");
+    for (const auto& [key, v] : ints.items()) {
+      const bool fits = v.is_number_unsigned() ? v.get<std::uint64_t>() <= std::uint64_t(INT64_MAX) : v.is_number_integer();
+      TROUPE_CHECK(fits, io, "checkpoint '", folder.string(), "' has a damaged state.json: '", printable(key), "' is ",
+                   printable(v.dump()), ", not an integer of 64 bits");
+      c.state.ints[key] = v.get<std::int64_t>();
+    }
     c.state.strings = j.at("strings").get<std::map<std::string, std::string>>();
   } catch (const nlohmann::json::exception& e) {
-    fail(ErrorKind::io, "checkpoint '", folder.string(), "' has a damaged state.json: ", e.what());
+    fail(ErrorKind::io, "checkpoint '", folder.string(), "' has a damaged state.json: ", printable(e.what(), 400));
   }
   if (!app.empty())
     TROUPE_CHECK(c.state.string_at("app") == app, invalid_argument, "'", dir, "' is a checkpoint of ",
-                 c.state.string_at("app"), ", not of ", app);
+                 printable(c.state.string_at("app")), ", not of ", app);
   return c;
 }
 

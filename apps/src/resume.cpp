@@ -9,7 +9,7 @@ namespace troupe::apps {
 
 namespace {
 
-std::string shown(const std::string& value) { return value.empty() ? "(default)" : value; }
+std::string shown(const std::string& value) { return value.empty() ? "(default)" : printable(value); }
 
 bool same_path(const std::string& a, const std::string& b) {
   if (a.empty() || b.empty()) return a == b;

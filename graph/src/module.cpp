@@ -46,7 +46,7 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
     if (!known.count(name)) unexpected.push_back(name);
   auto list = [](const std::vector<std::string>& names) {
     std::ostringstream os;
-    for (std::size_t i = 0; i < names.size() && i < 8; ++i) os << (i ? ", " : "") << names[i];
+    for (std::size_t i = 0; i < names.size() && i < 8; ++i) os << (i ? ", " : "") << printable(names[i]);
     if (names.size() > 8) os << ", ... (" << names.size() << " in all)";
     return os.str();
   };

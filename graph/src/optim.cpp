@@ -112,7 +112,7 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
       for (const std::string& slot : slots) known.insert(p.name() + "." + slot);
     }
     for (const auto& entry : state)
-      TROUPE_CHECK(known.count(entry.first), invalid_argument, where, ": '", entry.first,
+      TROUPE_CHECK(known.count(entry.first), invalid_argument, where, ": '", printable(entry.first),
                    "' belongs to no parameter or group of this optimizer");
   }
 

@@ -32,7 +32,7 @@ const char* file_dtype(DType d) {
 DType parse_file_dtype(const std::string& s, const std::string& source, const std::string& tensor) {
   for (const auto& [ours, theirs] : dtype_names())
     if (s == theirs) return ours;
-  fail(ErrorKind::io, source, ": tensor '", tensor, "' has dtype '", s,
+  fail(ErrorKind::io, source, ": tensor '", printable(tensor), "' has dtype '", printable(s),
        "', which Troupe does not read (supported: F32 F16 BF16 F64 I32 I64 U8)");
 }
 
@@ -128,7 +128,7 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& s
   try {
     header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + static_cast<std::ptrdiff_t>(data_start));
   } catch (const nlohmann::json::exception& e) {
-    fail(ErrorKind::io, source, ": the header is not valid JSON (", e.what(), ")");
+    fail(ErrorKind::io, source, ": the header is not valid JSON (", printable(e.what(), 400), ")");
   }
   TROUPE_CHECK(header.is_object(), io, source, ": the header must be a JSON object");
 
@@ -142,12 +142,12 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& s
     if (name == "__metadata__") {
       TROUPE_CHECK(entry.is_object(), io, source, ": __metadata__ must be an object of strings");
       for (const auto& [k, v] : entry.items()) {
-        TROUPE_CHECK(v.is_string(), io, source, ": __metadata__ value '", k, "' is not a string");
+        TROUPE_CHECK(v.is_string(), io, source, ": __metadata__ value '", printable(k), "' is not a string");
         file.metadata[k] = v.get<std::string>();
       }
       continue;
     }
-    const std::string where = source + ": tensor '" + name + "'";
+    const std::string where = source + ": tensor '" + printable(name) + "'";
     TROUPE_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
                      entry.contains("data_offsets"),
                  io, where, " needs dtype, shape and data_offsets");
@@ -182,8 +182,8 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& s
   }
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
   for (std::size_t i = 1; i < spans.size(); ++i)
-    TROUPE_CHECK(spans[i].begin >= spans[i - 1].end, io, source, ": tensors '", spans[i - 1].name, "' and '",
-                 spans[i].name, "' overlap in the data section");
+    TROUPE_CHECK(spans[i].begin >= spans[i - 1].end, io, source, ": tensors '", printable(spans[i - 1].name), "' and '",
+                 printable(spans[i].name), "' overlap in the data section");
   return file;
 }
 

@@ -17,6 +17,22 @@ const char* to_string(ErrorKind kind) {
   return "error";
 }
 
+std::string printable(const std::string& text, std::size_t limit) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : text) {
+    if (out.size() >= limit) return out + "...";
+    if (c < 0x20 || c >= 0x7f || c == '\'' || c == '\\') {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 Error::Error(ErrorKind kind, const std::string& message)
     : std::runtime_error(std::string(to_string(kind)) + ": " + message), kind_(kind), message_(message) {}
 

@@ -178,6 +178,28 @@ TEST(Checkpoint, SaveFolderIsCheckedBeforeTraining) {
 }
 
 // `latest` that is empty, names no step folder, or names a missing one: an error naming it.
+// Integers in state.json must be integers of 64 bits: nlohmann would turn 1e300 or 2^64 - 1 into
+// an int64 without a check.
+TEST(Checkpoint, StateIntegersOutsideSixtyFourBitsAreRefused) {
+  const std::string dir = test::fresh_dir("state_ints");
+  apps::CheckpointState st;
+  st.ints["step"] = 3;
+  apps::save_checkpoint(dir, 3, {{"w", Tensor::full({1}, 1.0)}}, {}, st);
+  for (const auto& [bad, shown] : std::vector<std::pair<std::string, std::string>>{
+           {"1e300", "1e+300"}, {"18446744073709551615", "18446744073709551615"}, {"2.5", "2.5"}, {"\"7\"", "\"7\""}}) {
+    std::ofstream(dir + "/step-00000003/state.json") << R"({"ints": {"step": )" << bad << R"(}, "strings": {}})";
+    try {
+      apps::load_checkpoint(dir);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'step' is " + shown + ", not an integer of 64 bits"), std::string::npos)
+          << e.what();
+    }
+  }
+  std::ofstream(dir + "/step-00000003/state.json") << R"({"ints": {"step": -4}, "strings": {}})";
+  EXPECT_EQ(apps::load_checkpoint(dir).state.int_at("step"), -4);
+}
+
 TEST(Checkpoint, DamagedLatestIsNamed) {
   const std::string dir = test::fresh_dir("latest");
   apps::CheckpointState st;
@@ -193,7 +215,8 @@ TEST(Checkpoint, DamagedLatestIsNamed) {
   for (const auto& [content, expect] : std::vector<std::pair<std::string, std::string>>{
            {"", "latest' is empty"},
            {"../../etc\n", "should name a step-<N> folder but holds '../../etc'"},
-           {"step-00000009\n", "names 'step-00000009', which is missing"}}) {
+           {"step-00000009\n", "names 'step-00000009', which is missing"},
+           {"\x1b[2Jstep", "holds '\\x1b[2Jstep'"}}) {
     std::ofstream(dir + "/latest") << content;
     EXPECT_NE(message().find(expect), std::string::npos) << message();
   }

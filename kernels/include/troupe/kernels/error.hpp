@@ -40,6 +40,11 @@ class Error : public std::runtime_error {
   std::string message_;
 };
 
+/// Text read from a file, made safe to quote in an error: control bytes, quotes, backslashes and
+/// non-ASCII bytes become \xNN, and more than `limit` characters end in "...", so a hostile name
+/// can neither break the message's one line nor send escape codes to the terminal.
+std::string printable(const std::string& text, std::size_t limit = 80);
+
 namespace detail {
 /// Streams every argument into one string; keeps the throw sites short.
 template <class... Args>
