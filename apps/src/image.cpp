@@ -14,6 +14,7 @@
 #include <memory>
 #include <system_error>
 
+#include "troupe/apps/memory_budget.hpp"
 #include "troupe/kernels/error.hpp"
 
 namespace troupe::apps {
@@ -57,6 +58,23 @@ Tensor read_png(const std::string& path) {
   }
   image.format = PNG_FORMAT_RGB;
   const std::int64_t h = image.height, w = image.width;
+  // Pixels come out of deflate, which expands at most 1032:1: a header declaring more rows than
+  // the file could hold (even at one bit a pixel) is damage or a decompression bomb, refused
+  // before the buffer for it is allocated.
+  std::error_code ec;
+  const double file_bytes = static_cast<double>(std::filesystem::file_size(path, ec));
+  const double least_data = static_cast<double>(h) * (1 + std::ceil(static_cast<double>(w) / 8));
+  if (ec || least_data > 1032 * file_bytes + 4096) {
+    png_image_free(&image);
+    fail(ErrorKind::io, "read_png: '", path, "' declares ", w, "x", h, " pixels, more than its ", file_bytes,
+         " bytes can hold; the file is damaged, re-create it");
+  }
+  const double needed = 15.0 * static_cast<double>(w) * static_cast<double>(h);  // 8-bit RGB, then f32
+  if (needed > physical_memory_bytes()) {
+    png_image_free(&image);
+    fail(ErrorKind::invalid_argument, "read_png: '", path, "' is ", w, "x", h, " pixels, which needs ",
+         needed / (1 << 30), " GiB to decode, more than this machine's memory; downscale it");
+  }
   // Zeroed, because libpng composites any alpha channel onto what the buffer already holds.
   std::vector<png_byte> pixels(PNG_IMAGE_SIZE(image), 0);
   if (!png_image_finish_read(&image, nullptr, pixels.data(), 0, nullptr)) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cmath>
 #include <filesystem>
@@ -104,6 +105,23 @@ TEST(PngIo, ReadErrorsNameThePath) {
   write_png(truncated, random_image({3, 40, 40}, 4));
   fs::resize_file(truncated, fs::file_size(truncated) / 2);
   expect_error([&] { read_png(truncated); }, ErrorKind::io, truncated);
+}
+
+// A header declaring 544512 x 65542 pixels on a few hundred bytes (found by the fuzzer: it used to
+// allocate gigabytes and take 16 s before failing) is refused at once as damaged.
+TEST(PngIo, HeadersDeclaringMorePixelsThanTheFileHoldsAreRefused) {
+  TempDir dir;
+  const std::string path = dir.file("bomb.png");
+  write_png(path, random_image({3, 4, 4}, 5));
+  std::ifstream in(path, std::ios::binary);
+  std::string png((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(png.substr(12, 4), "IHDR");
+  const unsigned char size[8] = {0x00, 0x08, 0x4f, 0x00, 0x00, 0x01, 0x00, 0x06};  // width, height (big-endian)
+  for (int i = 0; i < 8; ++i) png[16 + static_cast<std::size_t>(i)] = static_cast<char>(size[i]);
+  std::uint32_t crc = static_cast<std::uint32_t>(::crc32(0, reinterpret_cast<const Bytef*>(png.data() + 12), 17));
+  for (int i = 3; i >= 0; --i, crc >>= 8) png[29 + static_cast<std::size_t>(i)] = static_cast<char>(crc & 0xff);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << png;
+  expect_error([&] { read_png(path); }, ErrorKind::io, "declares 544512x65542 pixels, more than its");
 }
 
 TEST(PngIo, ListsPngFilesSorted) {
