@@ -4,9 +4,8 @@
 #include <cmath>
 #include <thread>
 
-#include "node_actors.hpp"
+#include "actor_kinds.hpp"
 #include "program_actor.hpp"
-#include "trace_hooks.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/transport/process_group.hpp"
 
@@ -38,9 +37,9 @@ class ActorProgram : public Program {
       mailbox_release(a);
       caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     };
-    for (const caf::actor& a : peers_->actors) stop(a);
+    for (const Address& a : peers_->nodes) stop(a.actor);
     for (const caf::actor& a : helpers_) stop(a);
-    stop(peers_->program);
+    stop(peers_->program.actor);
   }
 
   void run_async(std::vector<Tensor> inputs, StepCallback done) override {
@@ -48,9 +47,7 @@ class ActorProgram : public Program {
     auto req = std::make_shared<RunRequest>();
     req->inputs = std::move(inputs);
     req->done = std::move(done);
-    req->flow = trace_send(caller_, peers_->trace_ids.back(), "run", 0, -1);
-    mailbox_release(peers_->program);
-    caf::anon_send(peers_->program, run_atom::value, RunRequestPtr(std::move(req)));
+    tell_from_outside(caller_, peers_->program, SendTag{"run", 0}, run_atom::value, RunRequestPtr(std::move(req)));
   }
 
   std::map<std::string, int> actor_counts() const override { return counts_; }
@@ -129,15 +126,16 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
     }
 
   auto peers = std::make_shared<Peers>();
-  for (const ActorSpec& spec : plan->actors) peers->trace_ids.push_back(tracer.register_actor(spec.name));
+  for (const ActorSpec& spec : plan->actors) peers->nodes.push_back({caf::actor(), tracer.register_actor(spec.name)});
   std::vector<std::uint32_t> optimizer_trace_ids;
   for (std::size_t o = 0; o < options.optimizers.size(); ++o)
     optimizer_trace_ids.push_back(tracer.register_actor("optimizer " + std::to_string(o)));
-  peers->trace_ids.push_back(tracer.register_actor("program"));
+  peers->program.track = tracer.register_actor("program");
 
   caf::actor_system& sys = *impl_->system;
   for (std::size_t a = 0; a < plan->actors.size(); ++a)
-    peers->actors.push_back(spawn_node_actor(sys, plan, static_cast<int>(a), graph, options.registers, peers));
+    peers->nodes[a].actor =
+        spawn_node(sys, plan, static_cast<int>(a), options.registers, peers, kind_of(plan->actors[a], graph));
   auto setup = std::make_shared<ProgramSetup>();
   setup->fn = traced;
   setup->plan = plan;
@@ -171,7 +169,7 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
     setup->optimizers.push_back(
         spawn_optimizer_actor(sys, options.optimizers[o], static_cast<int>(o), optimizer_trace_ids[o], peers));
   setup->peers = peers;
-  peers->program = spawn_program_actor(sys, setup);
+  peers->program.actor = spawn_program_actor(sys, setup);
 
   std::map<std::string, int> counts{{"input", 1}, {"op", plan->op_count}, {"gradient", 0}, {"output", 0},
                                     {"optimizer", static_cast<int>(options.optimizers.size())},

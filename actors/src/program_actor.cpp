@@ -1,14 +1,12 @@
 #include "program_actor.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <limits>
 
-#include <chrono>
-#include <cstring>
-
-#include "trace_hooks.hpp"
 #include "troupe/transport/process_group.hpp"
 #include "troupe/graph/executor.hpp"
 #include "troupe/kernels/elementwise.hpp"
@@ -52,7 +50,7 @@ struct ProgramState {
 };
 using Self = caf::stateful_actor<ProgramState>;
 
-std::uint32_t my_trace_id(const ProgramState& s) { return s.setup->peers->trace_ids.back(); }
+std::uint32_t my_trace_id(const ProgramState& s) { return s.setup->peers->program.track; }
 
 // The rows of each micro-batch when `rows` are split into `wanted` parts: sizes differ by at most
 // one, larger first (torch.tensor_split's sizes), and no part is empty, so a batch of fewer rows
@@ -144,8 +142,7 @@ void start_next(Self* self) {
       finish(self, nullptr, std::current_exception());
       continue;
     }
-    const std::uint64_t flow = trace_send(my_trace_id(s), s.setup->peers->trace_ids[0], "start", s.step, -1);
-    post(self, s.setup->peers->actors[0], start_atom::value, ctx, flow);
+    tell(self, my_trace_id(s), s.setup->peers->at(0), SendTag{"start", s.step}, start_atom::value, ctx);
   }
 }
 
@@ -164,13 +161,17 @@ void finish(Self* self, std::unique_ptr<StepResult> result, std::exception_ptr e
 
 // A collective failed on the communicator thread: the step fails with what was being reduced and
 // why (any exception, so none escapes into the communicator's loop).
-void post_comm_failure(const caf::actor& program, std::uint64_t step, const std::string& what, std::exception_ptr e) {
+void tell_comm_failure(std::uint32_t comm, const Address& program, std::uint64_t step, const std::string& what,
+                       std::exception_ptr e) {
+  const auto fail = [&](ErrorKind kind, const std::string& why) {
+    tell_from_outside(comm, program, SendTag{"fail", step}, fail_atom::value, step, static_cast<int>(kind), what + ": " + why);
+  };
   try {
     std::rethrow_exception(e);
   } catch (const Error& err) {
-    post_from_outside(program, fail_atom::value, step, static_cast<int>(err.kind()), what + ": " + err.message(), std::uint64_t{0});
+    fail(err.kind(), err.message());
   } catch (const std::exception& err) {
-    post_from_outside(program, fail_atom::value, step, static_cast<int>(ErrorKind::runtime), what + ": " + err.what(), std::uint64_t{0});
+    fail(ErrorKind::runtime, err.what());
   }
 }
 
@@ -187,9 +188,10 @@ void submit_buckets(Self* self, bool step_finished) {
       const Tensor g = s.sink_values[static_cast<std::size_t>(e.sink)].contiguous();
       std::memcpy(flat.data<float>() + e.offset, g.raw_data(), g.nbytes());
     }
-    const caf::actor bucket = s.setup->bucket_actors[b], program = s.setup->peers->program;
+    const Address bucket{s.setup->bucket_actors[b], s.setup->bucket_trace_ids[b]};
+    const Address program = s.setup->peers->program;
     const std::uint64_t step = s.step;
-    const std::uint32_t comm = s.setup->comm_trace_id, bucket_trace = s.setup->bucket_trace_ids[b];
+    const std::uint32_t comm = s.setup->comm_trace_id;
     const std::uint64_t flow = trace_send(my_trace_id(s), comm, "allreduce", step, -1, flat.nbytes());
     const auto op = s.setup->gradients_mean ? transport::ReduceOp::mean : transport::ReduceOp::sum;
     s.setup->comm->submit(
@@ -199,9 +201,9 @@ void submit_buckets(Self* self, bool step_finished) {
         },
         [=](std::exception_ptr e) {
           if (e)
-            return post_comm_failure(program, step, "gradient bucket " + std::to_string(b) + " of step " + std::to_string(step), e);
-          const std::uint64_t f = trace_send(comm, bucket_trace, "reduced", step, -1, flat.nbytes());
-          post_from_outside(bucket, reduced_atom::value, step, static_cast<int>(b), flat, f);
+            return tell_comm_failure(comm, program, step, "gradient bucket " + std::to_string(b) + " of step " + std::to_string(step), e);
+          tell_from_outside(comm, bucket, SendTag{"reduced", step, -1, flat.nbytes()}, reduced_atom::value, step,
+                            static_cast<int>(b), flat);
         });
   }
 }
@@ -214,11 +216,12 @@ void submit_outputs(Self* self) {
   for (std::size_t k = 0; k < s.sink_values.size(); ++k)
     if (s.setup->plan->sink_param[k] < 0 && s.sink_values[k].dim() == 0) values.push_back(static_cast<float>(s.sink_values[k].item()));
   Tensor packed = Tensor::from_vector(values, {static_cast<std::int64_t>(values.size())});
-  const caf::actor program = s.setup->peers->program;
+  const Address program = s.setup->peers->program;
   const std::uint64_t step = s.step;
+  const std::uint32_t comm = s.setup->comm_trace_id;
   s.setup->comm->all_reduce(packed, transport::ReduceOp::mean, [=](std::exception_ptr e) {
-    if (e) return post_comm_failure(program, step, "averaging the outputs of step " + std::to_string(step), e);
-    post_from_outside(program, reduced_atom::value, step, -1, packed, std::uint64_t{0});
+    if (e) return tell_comm_failure(comm, program, step, "averaging the outputs of step " + std::to_string(step), e);
+    tell_from_outside(comm, program, SendTag{"reduced", step, -1, packed.nbytes()}, reduced_atom::value, step, -1, packed);
   });
 }
 
@@ -302,8 +305,8 @@ void check_complete(Self* self) {
       auto it = result->gradients.find(name);
       if (it != result->gradients.end()) grads->emplace(name, it->second);
     }
-    const std::uint64_t flow = trace_send(my_trace_id(s), my_trace_id(s), "apply", s.step, -1);
-    post(self, s.setup->optimizers[o], apply_atom::value, s.step, GradientMapPtr(std::move(grads)), flow);
+    tell(self, my_trace_id(s), Address{s.setup->optimizers[o], my_trace_id(s)}, SendTag{"apply", s.step}, apply_atom::value,
+         s.step, GradientMapPtr(std::move(grads)));
   }
 }
 
@@ -314,22 +317,19 @@ caf::behavior program_actor(Self* self, std::shared_ptr<const ProgramSetup> setu
   self->state.setup = std::move(setup);
   auto me = [self] { return my_trace_id(self->state); };
   return {
-      [=](run_atom, const RunRequestPtr& req) {
-        HandlerSync sync(self);
-        HandlerTrace trace(me(), "run", req->flow, self->state.step + 1, -1);
+      [=](run_atom, const RunRequestPtr& req, std::uint64_t flow) {
+        Handling h(self, me(), "run", flow, self->state.step + 1, -1);
         self->state.queue.push_back(req);
         start_next(self);
       },
       [=](done_atom, std::uint64_t step, int, std::uint64_t flow) {
-        HandlerSync sync(self);
-        HandlerTrace trace(me(), "done", flow, step, -1);
+        Handling h(self, me(), "done", flow, step, -1);
         if (step != self->state.step) return;
         ++self->state.done;
         check_complete(self);
       },
       [=](result_atom, std::uint64_t step, int sink, const Tensor& value, double squared_norm, std::uint64_t flow) {
-        HandlerSync sync(self);
-        HandlerTrace trace(me(), "result", flow, step, -1);
+        Handling h(self, me(), "result", flow, step, -1);
         if (step != self->state.step || !self->state.current) return;
         self->state.sink_values.at(static_cast<std::size_t>(sink)) = value;
         self->state.sink_norms.at(static_cast<std::size_t>(sink)) = squared_norm;
@@ -344,8 +344,7 @@ caf::behavior program_actor(Self* self, std::shared_ptr<const ProgramSetup> setu
         check_complete(self);
       },
       [=](bucket_atom, std::uint64_t step, int bucket, double squared_norm, const TensorListPtr& grads, std::uint64_t flow) {
-        HandlerSync sync(self);
-        HandlerTrace trace(me(), "bucket", flow, step, -1);
+        Handling h(self, me(), "bucket", flow, step, -1);
         ProgramState& s = self->state;
         if (step != s.step || !s.current) return;
         const auto& entries = s.setup->buckets->buckets[static_cast<std::size_t>(bucket)];
@@ -355,8 +354,7 @@ caf::behavior program_actor(Self* self, std::shared_ptr<const ProgramSetup> setu
         check_complete(self);
       },
       [=](reduced_atom, std::uint64_t step, int, const Tensor& outputs, std::uint64_t flow) {
-        HandlerSync sync(self);
-        HandlerTrace trace(me(), "reduced", flow, step, -1);
+        Handling h(self, me(), "reduced", flow, step, -1);
         ProgramState& s = self->state;
         if (step != s.step || !s.current) return;
         const auto values = outputs.to_vector<float>();
@@ -368,15 +366,13 @@ caf::behavior program_actor(Self* self, std::shared_ptr<const ProgramSetup> setu
         check_complete(self);
       },
       [=](applied_atom, std::uint64_t step, int, std::uint64_t flow) {
-        HandlerSync sync(self);
-        HandlerTrace trace(me(), "applied", flow, step, -1);
+        Handling h(self, me(), "applied", flow, step, -1);
         if (step != self->state.step) return;
         ++self->state.applied;
         check_complete(self);
       },
       [=](fail_atom, std::uint64_t step, int kind, const std::string& what, std::uint64_t flow) {
-        HandlerSync sync(self);
-        HandlerTrace trace(me(), "fail", flow, step, -1);
+        Handling h(self, me(), "fail", flow, step, -1);
         // Later messages of this step are ignored everywhere: actors drop a step's state when the
         // next one reaches them, so nothing waits on the failed step.
         if (step != self->state.step || !self->state.current) return;

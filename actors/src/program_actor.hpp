@@ -4,7 +4,7 @@
 
 #include <caf/fwd.hpp>
 
-#include "buckets.hpp"
+#include "bucket_plan.hpp"
 #include "messages.hpp"
 #include "plan.hpp"
 #include "troupe/graph/trace.hpp"

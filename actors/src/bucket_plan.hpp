@@ -1,15 +1,10 @@
 #pragma once
-// The data-parallel gradient path: which gradients go into which AllReduce bucket, and the bucket
-// actors that, once their bucket is reduced, take its squared norm and hand the gradients (views
-// of the reduced buffer) to the program actor.
-
-#include <caf/fwd.hpp>
+// The data-parallel gradient path's plan: which gradients go into which AllReduce bucket, in an
+// order every rank agrees on. The bucket actors are bucket_actor.cpp's.
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
-#include "messages.hpp"
 #include "plan.hpp"
 
 namespace troupe::actors {
@@ -33,9 +28,5 @@ struct BucketPlan {
 /// the limit gets a bucket of its own). `fusion_bytes` 0: one bucket per gradient.
 BucketPlan plan_buckets(const ActorPlan& plan, const graph::TracedFunction& fn, std::size_t first_bytes,
                         std::size_t fusion_bytes);
-
-/// Spawns a bucket actor; each reduced message names the bucket it carries.
-caf::actor spawn_bucket_actor(caf::actor_system& sys, std::shared_ptr<const BucketPlan> plan, std::uint32_t trace_id,
-                              PeersPtr peers);
 
 }  // namespace troupe::actors

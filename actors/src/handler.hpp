@@ -1,0 +1,94 @@
+#pragma once
+// What every actor does around its handlers: the opening of a handler run (ordering for TSan, a
+// span in the tracer) and the send that records itself in the tracer. One place, so a new actor
+// kind cannot forget either.
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <utility>
+
+#include "trace_hooks.hpp"
+
+namespace troupe::actors {
+
+// ThreadSanitizer cannot see the synchronisation inside Debian's (uninstrumented) CAF library, so
+// every hand-off through a mailbox would look like a race. Sends release and handlers acquire on
+// the receiving actor, which is exactly the order a mailbox guarantees.
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+inline void mailbox_release(const caf::actor& to) { __tsan_release(caf::actor_cast<caf::abstract_actor*>(to)); }
+inline void mailbox_acquire(caf::abstract_actor* self) { __tsan_acquire(self); }
+inline void handler_release(caf::abstract_actor* self) { __tsan_release(self); }
+/// The arguments of a spawn are written by the spawning thread and read by the actor's init on a
+/// worker: spawn_released() before spawning, spawn_acquired() first thing in the init.
+inline int spawn_sync_token = 0;
+inline void spawn_released() { __tsan_release(&spawn_sync_token); }
+inline void spawn_acquired() { __tsan_acquire(&spawn_sync_token); }
+#else
+inline void mailbox_release(const caf::actor&) {}
+inline void mailbox_acquire(caf::abstract_actor*) {}
+inline void handler_release(caf::abstract_actor*) {}
+inline void spawn_released() {}
+inline void spawn_acquired() {}
+#endif
+
+/// Orders the handler runs of one actor, which CAF may move between threads: acquire at the start,
+/// release at the end. States acquire once more in their destructors (run after the last handler).
+class HandlerSync {
+ public:
+  explicit HandlerSync(caf::abstract_actor* self) : self_(self) { mailbox_acquire(self_); }
+  ~HandlerSync() { handler_release(self_); }
+  HandlerSync(const HandlerSync&) = delete;
+  HandlerSync& operator=(const HandlerSync&) = delete;
+
+ private:
+  caf::abstract_actor* self_;
+};
+
+/// The opening of every handler: ordered after the actor's previous run, and traced as a span of
+/// `kind` on track `track` answering the send `flow`.
+class Handling {
+ public:
+  Handling(caf::abstract_actor* self, std::uint32_t track, const char* kind, std::uint64_t flow, std::uint64_t step,
+           int mb)
+      : sync_(self), trace_(track, kind, flow, step, mb) {}
+
+ private:
+  HandlerSync sync_;  // first in, last out: the span is recorded inside the ordered region
+  HandlerTrace trace_;
+};
+
+/// Where a message goes: an actor and its track in traces.
+struct Address {
+  caf::actor actor;
+  std::uint32_t track = 0;
+};
+
+/// What a send records in the tracer besides its two ends.
+struct SendTag {
+  const char* kind;
+  std::uint64_t step;
+  int mb = -1;
+  std::uint64_t bytes = 0;
+};
+
+/// Sends `xs..., flow` from the actor on track `from` to `to`, recording the send first; the
+/// receiver's handler passes `flow` to its Handling, so traces draw the arrow.
+template <class Self, class... Ts>
+void tell(Self* self, std::uint32_t from, const Address& to, const SendTag& tag, Ts&&... xs) {
+  const std::uint64_t flow = trace_send(from, to.track, tag.kind, tag.step, tag.mb, tag.bytes);
+  mailbox_release(to.actor);
+  self->send(to.actor, std::forward<Ts>(xs)..., flow);
+}
+
+/// The same from a thread that is not an actor (a communicator's completion callback).
+template <class... Ts>
+void tell_from_outside(std::uint32_t from, const Address& to, const SendTag& tag, Ts&&... xs) {
+  const std::uint64_t flow = trace_send(from, to.track, tag.kind, tag.step, tag.mb, tag.bytes);
+  mailbox_release(to.actor);
+  caf::anon_send(to.actor, std::forward<Ts>(xs)..., flow);
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,147 @@
+#include "node.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+std::uint64_t bytes_of(const std::vector<Tensor>& ts) {
+  std::uint64_t n = 0;
+  for (const Tensor& t : ts) n += t.defined() ? t.nbytes() : 0;
+  return n;
+}
+
+}  // namespace
+
+Node::Node(caf::event_based_actor* self, std::shared_ptr<const ActorPlan> plan, int index, int registers,
+           PeersPtr peers, std::shared_ptr<NodeKind> kind)
+    : self_(self),
+      plan_(std::move(plan)),
+      spec_(&plan_->actors[static_cast<std::size_t>(index)]),
+      index_(index),
+      peers_(std::move(peers)),
+      kind_(std::move(kind)),
+      in_(spec_->producers),
+      out_(registers, static_cast<int>(spec_->consumers.size())) {}
+
+const Tensor& Node::input(const InputRef& ref) const {
+  switch (ref.from) {
+    case InputRef::From::parameter: return ctx_->parameters[static_cast<std::size_t>(ref.parameter)];
+    case InputRef::From::constant: return ref.constant;
+    case InputRef::From::producer: break;
+  }
+  return in_.value(ref.producer, ref.output);
+}
+
+void Node::on_start(const StepContextPtr& ctx) {
+  begin_step(ctx);
+  pump();
+}
+
+void Node::on_ready(const ReadyPtr& r) {
+  // Messages of a finished (or failed) step are dropped; the first of a newer step begins it.
+  if (r->ctx->step < step_) return;
+  if (r->ctx->step > step_ || !ctx_) begin_step(r->ctx);
+  in_.push(r);
+  pump();
+}
+
+void Node::on_release(std::uint64_t step, int reg) {
+  if (step != step_) return;
+  out_.release(reg);
+  pump();
+}
+
+void Node::begin_step(const StepContextPtr& ctx) {
+  ctx_ = ctx;
+  step_ = ctx->step;
+  next_mb_ = 0;
+  failed_ = false;
+  in_.clear();
+  out_.clear();
+}
+
+void Node::pump() {
+  if (!ctx_ || failed_) return;
+  const bool finished = act_while_ready(next_mb_, ctx_->micro_batches, in_, out_, [this](int mb) { return fire(mb); });
+  if (finished && kind_->reports_done())
+    tell(self_, track(), peers_->program, SendTag{"done", step_}, done_atom::value, step_, index_);
+}
+
+// One firing: act, give the inputs back, pass the outputs on.
+bool Node::fire(int mb) {
+  Values values;
+  try {
+    values = kind_->act(*this, mb);
+  } catch (const Error& e) {
+    report_failure(e.message(), e.kind());
+    return false;
+  } catch (const std::exception& e) {
+    report_failure("'" + spec_->name + "' failed in step " + std::to_string(step_) + ": " + e.what(), ErrorKind::runtime);
+    return false;
+  }
+  release_inputs();
+  if (values && !spec_->consumers.empty()) emit(mb, std::move(values));  // no consumers: a dead value
+  return true;
+}
+
+void Node::emit(int mb, Values values) {
+  const int reg = out_.write(values);
+  const std::uint64_t bytes = bytes_of(*values);
+  for (int c : spec_->consumers) {
+    auto msg = std::make_shared<Ready>(Ready{ctx_, index_, mb, reg, values});
+    tell(self_, track(), peers_->at(c), SendTag{"ready", step_, mb, bytes}, ready_atom::value, ReadyPtr(std::move(msg)));
+  }
+}
+
+void Node::release_inputs() {
+  in_.take([this](const Taken& t) {
+    tell(self_, track(), peers_->at(t.producer), SendTag{"release", step_, t.mb}, release_atom::value, step_, t.reg);
+  });
+}
+
+void Node::report_failure(const std::string& what, ErrorKind kind) {
+  failed_ = true;
+  tell_program("fail", 0, fail_atom::value, step_, static_cast<int>(kind), what);
+}
+
+namespace {
+
+struct NodeState {
+  std::unique_ptr<Node> node;
+  caf::abstract_actor* self = nullptr;
+  ~NodeState() { mailbox_acquire(self); }
+  static inline const char* name = "troupe.node";
+};
+
+caf::behavior node_actor(caf::stateful_actor<NodeState>* self, std::shared_ptr<const ActorPlan> plan, int index,
+                         int registers, PeersPtr peers, std::shared_ptr<NodeKind> kind) {
+  spawn_acquired();
+  HandlerSync init_sync(self);  // what init writes is published like a handler's writes
+  self->state.self = self;
+  self->state.node = std::make_unique<Node>(self, std::move(plan), index, registers, std::move(peers), std::move(kind));
+  Node* n = self->state.node.get();
+  return {
+      [=](start_atom, const StepContextPtr& ctx, std::uint64_t flow) {
+        Handling h(self, n->track(), "start", flow, ctx->step, -1);
+        n->on_start(ctx);
+      },
+      [=](ready_atom, const ReadyPtr& r, std::uint64_t flow) {
+        Handling h(self, n->track(), "ready", flow, r->ctx->step, r->mb);
+        n->on_ready(r);
+      },
+      [=](release_atom, std::uint64_t step, int reg, std::uint64_t flow) {
+        Handling h(self, n->track(), "release", flow, step, -1);
+        n->on_release(step, reg);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_node(caf::actor_system& sys, std::shared_ptr<const ActorPlan> plan, int index, int registers,
+                      PeersPtr peers, std::shared_ptr<NodeKind> kind) {
+  spawn_released();
+  return sys.spawn(node_actor, std::move(plan), index, registers, std::move(peers), std::move(kind));
+}
+
+}  // namespace troupe::actors

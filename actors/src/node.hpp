@@ -1,0 +1,79 @@
+#pragma once
+// A node is an actor of the plan that speaks the register protocol (registers.hpp): the input
+// actor, op actors, output sinks and gradient stages. node.cpp holds what they share, the step
+// lifecycle and the protocol's messages; each kind says only what it does when it fires.
+
+#include <memory>
+
+#include "messages.hpp"
+#include "plan.hpp"
+
+namespace troupe::actors {
+
+class Node;
+
+/// What one kind of node does when the firing rule lets it act.
+class NodeKind {
+ public:
+  virtual ~NodeKind() = default;
+  /// Makes micro-batch `mb`'s outputs from the node's readable inputs; null when it passes nothing
+  /// on. A troupe::Error it throws fails the step with its message, so it names the actor and why.
+  virtual Values act(Node& node, int mb) = 0;
+  /// Whether the program counts this node's end of step (sinks report a result instead).
+  virtual bool reports_done() const { return true; }
+};
+
+/// The protocol state of one node for the step in progress, and the sends every kind needs.
+class Node {
+ public:
+  Node(caf::event_based_actor* self, std::shared_ptr<const ActorPlan> plan, int index, int registers, PeersPtr peers,
+       std::shared_ptr<NodeKind> kind);
+  /// The plan entry of this node.
+  const ActorSpec& spec() const { return *spec_; }
+  /// The step in progress.
+  const StepContext& ctx() const { return *ctx_; }
+  /// The value an input reference reads for the micro-batch being acted on.
+  const Tensor& input(const InputRef& ref) const;
+  /// Sends `xs..., flow` to the program actor, traced as `kind`.
+  template <class... Ts>
+  void tell_program(const char* kind, std::uint64_t bytes, Ts&&... xs) {
+    tell(self_, track(), peers_->program, SendTag{kind, ctx_->step, -1, bytes}, std::forward<Ts>(xs)...);
+  }
+
+  /// The handlers: a new step, a ready input register, a released output register.
+  void on_start(const StepContextPtr& ctx);
+  void on_ready(const ReadyPtr& r);
+  void on_release(std::uint64_t step, int reg);
+  /// This node's track in traces.
+  std::uint32_t track() const { return peers_->at(index_).track; }
+  /// The step this node is on (0 before the first).
+  std::uint64_t step() const { return step_; }
+
+ private:
+  void begin_step(const StepContextPtr& ctx);
+  void pump();
+  bool fire(int mb);
+  void emit(int mb, Values values);
+  void release_inputs();
+  void report_failure(const std::string& what, ErrorKind kind);
+
+  caf::event_based_actor* self_;
+  std::shared_ptr<const ActorPlan> plan_;
+  const ActorSpec* spec_;
+  int index_;
+  PeersPtr peers_;
+  std::shared_ptr<NodeKind> kind_;
+  // The step in progress; a newer step's first message drops it, so a failed step leaves nothing behind.
+  StepContextPtr ctx_;
+  std::uint64_t step_ = 0;
+  int next_mb_ = 0;
+  bool failed_ = false;
+  InRegisters in_;
+  OutRegisters out_;
+};
+
+/// Spawns node `index` of the plan as an actor running `kind`.
+caf::actor spawn_node(caf::actor_system& sys, std::shared_ptr<const ActorPlan> plan, int index, int registers,
+                      PeersPtr peers, std::shared_ptr<NodeKind> kind);
+
+}  // namespace troupe::actors

@@ -1,0 +1,124 @@
+#pragma once
+// The register protocol (OneFlow's regst; DESIGN.md). Every producer owns a fixed number of output
+// registers. It fires for its next micro-batch when every input is readable and a register is free:
+// it acts, releases the input registers it read, puts its outputs into a free register and tells
+// each consumer `ready`. Each consumer sends `release` when done with it; the last frees it. The
+// register count is the back-pressure (1 = lock-step, 2 = double buffering), since CAF mailboxes are
+// unbounded. This file is the whole rule, without CAF (node.cpp sends the messages), so that
+// tests/actors/test_registers.cpp checks it alone.
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "step_context.hpp"
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::actors {
+
+/// The outputs of one firing, shared by every consumer that reads them.
+using Values = std::shared_ptr<const std::vector<Tensor>>;
+
+/// `ready`: register `reg` of actor `producer` holds `values` for micro-batch `mb` of ctx's step.
+struct Ready {
+  StepContextPtr ctx;
+  int producer = 0, mb = 0, reg = 0;
+  Values values;
+};
+using ReadyPtr = std::shared_ptr<const Ready>;
+
+/// A producer's output registers, each read by all of its `readers` consumers.
+class OutRegisters {
+ public:
+  OutRegisters(int count, int readers) : slots_(static_cast<std::size_t>(count)), readers_(readers) {}
+  /// True when the producer may fire: a register is free, or nobody reads what it makes.
+  bool writable() const { return readers_ == 0 || free_slot() >= 0; }
+  /// Puts `values` into a free register (writable() must hold) and returns its index.
+  int write(Values values) {
+    const int r = free_slot();
+    TROUPE_CHECK(r >= 0, runtime, "register protocol: a producer fired without a free register");
+    slots_[static_cast<std::size_t>(r)] = Slot{std::move(values), readers_};
+    return r;
+  }
+  /// One consumer is done with register `reg`; the last one frees it.
+  void release(int reg) {
+    Slot& s = slots_.at(static_cast<std::size_t>(reg));
+    if (s.pending > 0 && --s.pending == 0) s = Slot{};
+  }
+  /// Frees every register (a new step begins).
+  void clear() { slots_.assign(slots_.size(), Slot{}); }
+
+ private:
+  struct Slot {
+    Values values;
+    int pending = 0;  // consumers that have not released it; 0 = free
+  };
+  int free_slot() const {
+    for (std::size_t r = 0; r < slots_.size(); ++r)
+      if (slots_[r].pending == 0) return static_cast<int>(r);
+    return -1;
+  }
+  std::vector<Slot> slots_;
+  int readers_;
+};
+
+/// One register a consumer read and must give back: `release` goes to `producer`.
+struct Taken {
+  int producer = 0, reg = 0, mb = 0;
+};
+
+/// A consumer's input side: per producer, the registers announced ready, oldest first.
+class InRegisters {
+ public:
+  explicit InRegisters(std::vector<int> producers) : producers_(std::move(producers)), queues_(producers_.size()) {}
+  /// Queues a `ready` from one of the producers.
+  void push(ReadyPtr r) {
+    for (std::size_t p = 0; p < producers_.size(); ++p)
+      if (producers_[p] == r->producer) return queues_[p].push_back(std::move(r));
+    fail(ErrorKind::runtime, "register protocol: a ready from actor ", r->producer, ", which is not a producer");
+  }
+  /// True when every producer's oldest register holds micro-batch `mb`.
+  bool readable(int mb) const {
+    for (const auto& q : queues_)
+      if (q.empty() || q.front()->mb != mb) return false;
+    return true;
+  }
+  /// Output `output` of `producer` in its oldest register (readable() must hold).
+  const Tensor& value(int producer, int output) const {
+    for (std::size_t p = 0; p < producers_.size(); ++p)
+      if (producers_[p] == producer) return queues_[p].front()->values->at(static_cast<std::size_t>(output));
+    fail(ErrorKind::runtime, "register protocol: no input register from actor ", producer);
+  }
+  /// Takes the oldest register of every producer, in producer order, handing each to `release`
+  /// (a callback rather than a list: this runs once per firing, and a list would allocate).
+  template <class Release>
+  void take(Release&& release) {
+    for (std::size_t p = 0; p < producers_.size(); ++p) {
+      const Ready& r = *queues_[p].front();
+      release(Taken{producers_[p], r.reg, r.mb});
+      queues_[p].pop_front();
+    }
+  }
+  /// Drops every queued register (a new step begins).
+  void clear() {
+    for (auto& q : queues_) q.clear();
+  }
+
+ private:
+  std::vector<int> producers_;
+  std::vector<std::deque<ReadyPtr>> queues_;
+};
+
+/// The firing rule (OneFlow's ActUntilFail): while micro-batches remain, the inputs hold the next
+/// one and a register is free, `act(mb)`; it returns false when it failed, which stops the loop.
+/// True when this call finished the step's last micro-batch.
+template <class Act>
+bool act_while_ready(int& next_mb, int count, const InRegisters& in, const OutRegisters& out, Act&& act) {
+  while (next_mb < count && in.readable(next_mb) && out.writable()) {
+    if (!act(next_mb)) return false;
+    if (++next_mb == count) return true;
+  }
+  return false;
+}
+
+}  // namespace troupe::actors

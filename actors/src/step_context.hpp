@@ -1,0 +1,26 @@
+#pragma once
+// What one step shares between the actors of a program: created once per step by the program
+// actor, read by all, never written after it is sent.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "troupe/graph/sym_shape.hpp"
+#include "troupe/kernels/tensor.hpp"
+
+namespace troupe::actors {
+
+/// Everything a step shares between its actors.
+struct StepContext {
+  std::uint64_t step = 0;
+  int micro_batches = 1;                     // this step's count: fewer than asked when the batch has fewer rows
+  std::vector<std::vector<Tensor>> inputs;   // [micro-batch][graph input]
+  std::vector<Tensor> parameters;            // in the order of the graph's parameters
+  std::vector<graph::SymBindings> bindings;  // [micro-batch]: symbol sizes (micro-batches may differ in rows)
+  std::vector<double> weights;               // [micro-batch]: its share of the batch's rows (they sum to 1)
+  bool gradient_norms = false;               // gradient stages report their squared norms (parallel clip)
+};
+using StepContextPtr = std::shared_ptr<const StepContext>;
+
+}  // namespace troupe::actors
