@@ -147,9 +147,11 @@ int train(TrainFlags f, CLI::App& app) {
                             f.load_weights, "give the model flags it was saved with (--d-model, --layers, --heads, --d-ff, --seq)");
   }
 
-  const int threads = apps::resolve_threads(f.run);
+  apps::TrainStepOptions step_setup = apps::step_options(f.run, f.batch);
+  step_setup.mode = mode;
+  step_setup.jit_level = jit;
+  const int threads = step_setup.threads, micro_batches = step_setup.micro_batches;
   set_kernel_threads(1);  // parallelism comes from actors running concurrently, not from inside a GEMM
-  const int micro_batches = apps::resolve_micro_batches(f.run, threads, f.batch);
   std::printf("troupe-gpt: %lld parameters (d_model %lld, %lld layers, %lld heads, d_ff %lld, seq %lld), batch %lld\n",
               static_cast<long long>(model.parameter_count()), static_cast<long long>(f.model.d_model),
               static_cast<long long>(f.model.layers), static_cast<long long>(f.model.heads),
@@ -169,8 +171,8 @@ int train(TrainFlags f, CLI::App& app) {
   auto loss_fn = [&](const std::vector<Var>& in) { return std::vector<Var>{model.loss(in[0], in[1])}; };
   const graph::SymDim b = graph::SymDim::symbol("batch");
   const std::vector<graph::InputSpec> signature = {{"ids", {b, f.model.seq}, DType::i64}, {"targets", {b, f.model.seq}, DType::i64}};
-  apps::TrainStep train_step(loss_fn, signature, model, optimizer, f.run.clip, mode, threads, micro_batches, jit,
-                             job.options(f.comm_fusion_mb));
+  step_setup.data_parallel = job.options(f.comm_fusion_mb);
+  apps::TrainStep train_step(loss_fn, signature, model, optimizer, step_setup);
   train_step.measure_gradients(!f.run.metrics.empty());
   std::unique_ptr<actors::Program> eval_program;
   if (train_step.engine()) {

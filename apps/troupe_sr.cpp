@@ -130,9 +130,11 @@ int train(TrainFlags f, CLI::App& app) {
     apps::load_weights_into(model, apps::read_weights(f.load_weights, "--load-weights takes a .safetensors file"),
                             f.load_weights, "give the --channels and --blocks it was saved with");
   }
-  const int threads = apps::resolve_threads(f.run);
+  apps::TrainStepOptions step_setup = apps::step_options(f.run, f.data.batch);
+  step_setup.mode = mode;
+  step_setup.jit_level = jit;
+  const int threads = step_setup.threads, micro_batches = step_setup.micro_batches;
   set_kernel_threads(1);  // parallelism comes from actors running concurrently
-  const int micro_batches = apps::resolve_micro_batches(f.run, threads, f.data.batch);
   std::printf("troupe-sr: sr-lite x%lld, %lld parameters (%lld channels, %lld residual blocks, --act %s), batch %lld of %lldx%lld patches\n",
               static_cast<long long>(config.upscale), static_cast<long long>(model.parameter_count()),
               static_cast<long long>(config.channels), static_cast<long long>(config.blocks), f.act.c_str(),
@@ -149,7 +151,7 @@ int train(TrainFlags f, CLI::App& app) {
   const graph::SymDim b = graph::SymDim::symbol("batch");
   const std::int64_t lo_side = f.data.patch / f.data.upscale;
   apps::TrainStep train_step(loss_fn, {{"input", {b, 3, lo_side, lo_side}}, {"target", {b, 3, f.data.patch, f.data.patch}}},
-                             model, optimizer, f.run.clip, mode, threads, micro_batches, jit);
+                             model, optimizer, step_setup);
   train_step.measure_gradients(!f.run.metrics.empty());
   apps::LoopHooks hooks;
   hooks.step = [&] {

@@ -147,8 +147,8 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
                  "compile: data_parallel fusion_mb and first_bucket_mb must be >= 0");
     TROUPE_CHECK(fn.output_count() < fn.graph().outputs().size(), invalid_argument,
                  "compile: data parallelism needs gradients; trace the function with_gradients()");
-    // The naive path: one bucket per gradient tensor, all submitted after the step.
-    const bool overlap = options.clip_mode == ClipMode::parallel;
+    // Without overlap: one bucket per gradient tensor, all submitted after the step.
+    const bool overlap = dp.overlap;
     const auto mb = [](double m) { return static_cast<std::size_t>(m * 1024 * 1024); };
     auto buckets = std::make_shared<const BucketPlan>(
         plan_buckets(*plan, *traced, overlap ? mb(dp.first_bucket_mb) : 0, overlap ? mb(dp.fusion_mb) : 0));

@@ -59,18 +59,30 @@ int resolve_micro_batches(const RunFlags& f, int threads, std::int64_t batch) {
   return static_cast<int>(std::max<std::int64_t>(1, std::min(wanted, batch)));
 }
 
+TrainStepOptions step_options(const RunFlags& flags, std::int64_t batch) {
+  TrainStepOptions o;
+  o.clip = flags.clip;
+  o.threads = resolve_threads(flags);
+  o.micro_batches = resolve_micro_batches(flags, o.threads, batch);
+  return o;
+}
+
 TrainStep::TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputSpec>& signature, graph::Module& model,
-                     std::shared_ptr<graph::Optimizer> optimizer, double clip, GradMode mode, int threads,
-                     int micro_batches, int jit_level, actors::DataParallel dp)
-    : loss_fn_(std::move(loss_fn)), model_(model), optimizer_(std::move(optimizer)), clip_(clip), dp_(std::move(dp)) {
-  if (jit_level == 0) return;
-  engine_ = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(threads)});
+                     std::shared_ptr<graph::Optimizer> optimizer, TrainStepOptions options)
+    : loss_fn_(std::move(loss_fn)),
+      model_(model),
+      optimizer_(std::move(optimizer)),
+      clip_(options.clip),
+      dp_(std::move(options.data_parallel)) {
+  if (options.jit_level == 0) return;
+  engine_ = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(options.threads)});
   actors::ProgramOptions po;
-  po.micro_batches = micro_batches;
+  po.micro_batches = options.micro_batches;
   po.optimizers = {optimizer_};
-  po.clip_grad_norm = clip;
-  po.clip_mode = clip_mode(mode);
+  po.clip_grad_norm = options.clip;
+  po.clip_mode = clip_mode(options.mode);
   po.data_parallel = dp_;
+  po.data_parallel.overlap = options.mode == GradMode::advanced;
   program_ = engine_->compile(graph::trace(loss_fn_, signature).with_gradients(), po);
 }
 

@@ -4,7 +4,9 @@
 // reports the same loss and the same post-reduce bucket norms; uneven micro-batches keep this.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "kernels/reference.hpp"
 #include "troupe/actors/engine.hpp"
@@ -32,7 +34,7 @@ struct RankRun {
 
 // Trains a GPT block for `steps` SGD steps with clipping; `world` ranks each take their slice of
 // the global batch (world 1 = the single-process reference).
-std::vector<RankRun> train(int world, ClipMode mode, int steps, const Tensor& x, const Tensor& y) {
+std::vector<RankRun> train(int world, ClipMode mode, int steps, const Tensor& x, const Tensor& y, bool overlap = true) {
   auto transports = world > 1 ? transport::make_inprocess_world(world) : std::vector<std::unique_ptr<transport::Transport>>{};
   std::vector<RankRun> runs(static_cast<std::size_t>(world));
   Engine engine(actors::EngineOptions{2});
@@ -55,10 +57,12 @@ std::vector<RankRun> train(int world, ClipMode mode, int steps, const Tensor& x,
             std::move(transports[static_cast<std::size_t>(r)]), "allreduce", 0, 256);
         po.data_parallel.fusion_mb = 0.004;  // ~1000 floats: several buckets
         po.data_parallel.first_bucket_mb = 0.001;
+        po.data_parallel.overlap = overlap;
       }
       auto program = engine.compile(trace(loss, {{"x", {kBatch, 6, 16}}, {"y", {kBatch, 6, 16}}}).with_gradients(), po);
       if (world > 1) {
         EXPECT_GT(program->actor_counts().at("bucket"), 2);
+        if (!overlap) EXPECT_EQ(program->actor_counts().at("bucket"), program->actor_counts().at("gradient"));
       }
       const std::int64_t rows = x.size(0) / world;
       const Tensor xr = x.slice(0, r * rows, (r + 1) * rows).contiguous(), yr = y.slice(0, r * rows, (r + 1) * rows).contiguous();
@@ -79,9 +83,12 @@ std::vector<RankRun> train(int world, ClipMode mode, int steps, const Tensor& x,
 TEST(DataParallel, TwoRanksEqualOneProcessAtTheGlobalBatch) {
   const Tensor x = test::random_tensor({8, 6, 16}, 31), y = test::random_tensor({8, 6, 16}, 32);
   const RankRun single = train(1, ClipMode::parallel, 5, x, y)[0];
-  for (ClipMode mode : {ClipMode::parallel, ClipMode::naive}) {
-    SCOPED_TRACE(mode == ClipMode::parallel ? "overlapped buckets" : "naive path");
-    const auto ranks = train(2, mode, 5, x, y);
+  // Clip mode and overlap are separate settings: every combination trains like one process.
+  for (const auto& [mode, overlap] : {std::pair{ClipMode::parallel, true}, std::pair{ClipMode::naive, false},
+                                      std::pair{ClipMode::naive, true}, std::pair{ClipMode::parallel, false}}) {
+    SCOPED_TRACE(std::string(mode == ClipMode::parallel ? "parallel clip" : "naive clip") +
+                 (overlap ? ", overlapped buckets" : ", one AllReduce per gradient after the step"));
+    const auto ranks = train(2, mode, 5, x, y, overlap);
     for (int s = 0; s < 5; ++s) {
       EXPECT_EQ(ranks[0].losses[s], ranks[1].losses[s]) << "step " << s;  // the same loss on every rank
       EXPECT_NEAR(ranks[0].losses[s], single.losses[s], 1e-5 * std::abs(single.losses[s])) << "step " << s;

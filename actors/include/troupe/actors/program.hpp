@@ -30,6 +30,10 @@ struct DataParallel {
   double fusion_mb = 64;
   double first_bucket_mb = 1;
   bool gradients_mean = true;  // average (true) or sum the ranks' gradients
+  /// True: buckets fused up to fusion_mb, each AllReduced as soon as its gradients are complete,
+  /// while backward goes on. False: the textbook order, one AllReduce per gradient tensor after the
+  /// whole step (for comparison; what overlap gains is `bench/run dp`'s dp-advanced-vs-standard).
+  bool overlap = true;
 };
 
 /// Where the global gradient norm of clipping is computed.
@@ -59,8 +63,8 @@ struct ProgramOptions {
   /// min(1, clip_grad_norm / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_. Needs gradients.
   double clip_grad_norm = 0;
   /// How the clipping norm is computed; both give the same norm up to summation order. With data
-  /// parallelism, naive also means the naive gradient path: after the whole step, one AllReduce per
-  /// gradient tensor, then one norm pass.
+  /// parallelism the parallel mode sums the reduced buckets' norms, the naive one takes one pass
+  /// over the reduced gradients.
   ClipMode clip_mode = ClipMode::parallel;
   /// Data parallelism (off unless a communicator is set).
   DataParallel data_parallel;

@@ -39,15 +39,28 @@ int resolve_threads(const RunFlags& flags);
 /// program splits a batch the count does not divide unevenly, weighting each part by its rows.
 int resolve_micro_batches(const RunFlags& flags, int threads, std::int64_t batch);
 
+/// How a training step runs.
+struct TrainStepOptions {
+  double clip = 0;                      // global gradient-norm clipping threshold (0 = off)
+  GradMode mode = GradMode::advanced;   // standard: naive clip and no communication overlap
+  int threads = 1;                      // scheduler threads of the actor runtime
+  int micro_batches = 1;                // per step, on the actor runtime
+  int jit_level = 1;                    // 0: eager steps, no actors
+  actors::DataParallel data_parallel;   // off unless its communicator is set
+};
+
+/// The step the flags ask for: the clip threshold, and threads and micro-batches resolved for a
+/// batch of `batch` rows; the gradient mode, JIT level and data parallelism are the caller's.
+TrainStepOptions step_options(const RunFlags& flags, std::int64_t batch);
+
 /// One training step of `model` with `optimizer`: on the actor runtime or eagerly.
 class TrainStep {
  public:
-  /// Compiles the step unless `jit_level` is 0 (then each call runs eagerly). With a communicator
-  /// in `dp`, gradients and the loss are averaged over its ranks (buckets on the actor runtime,
-  /// tensor by tensor when eager).
+  /// Compiles the step unless `options.jit_level` is 0 (then each call runs eagerly). With a
+  /// communicator in `options.data_parallel`, gradients and the loss are averaged over its ranks
+  /// (buckets on the actor runtime, tensor by tensor when eager).
   TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputSpec>& signature, graph::Module& model,
-            std::shared_ptr<graph::Optimizer> optimizer, double clip, GradMode mode, int threads, int micro_batches,
-            int jit_level, actors::DataParallel dp = {});
+            std::shared_ptr<graph::Optimizer> optimizer, TrainStepOptions options);
   /// Runs one step on `inputs`: the loss and, when measuring, gradient norm and variance (both
   /// before clipping).
   StepOutcome operator()(const std::vector<Tensor>& inputs);
