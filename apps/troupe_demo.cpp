@@ -30,13 +30,13 @@ void train_gpt_block(const char* trace_path) {
   Tensor x = Tensor::empty({8, 16, 64}), m = Tensor::empty({64, 64});
   gen.normal_(x);
   gen.normal_(m, 0.0, 0.125);
-  const Tensor target = ops::matmul(x, m);
+  const Tensor target = kernels::matmul(x, m);
   auto loss = [&](const std::vector<Var>& in) { return std::vector<Var>{mse_loss(block(in[0]), in[1])}; };
   const SymDim batch = SymDim::symbol("batch");
   actors::Engine engine;
   actors::ProgramOptions options;
   options.micro_batches = 2;
-  ops::AdamWParams hp;
+  kernels::AdamWParams hp;
   hp.lr = 3e-3;
   hp.weight_decay = 0.0;
   options.optimizers = {std::make_shared<AdamW>(block.parameters(), hp)};
@@ -81,25 +81,25 @@ int main(int argc, char** argv) {
     std::printf("x values:");
     for (float v : xv) std::printf(" %+.4f", v);
     std::printf("\nrelu(x):");
-    for (float v : ops::relu(x).to_vector<float>()) std::printf(" %+.4f", v);
+    for (float v : kernels::relu(x).to_vector<float>()) std::printf(" %+.4f", v);
     std::printf("\ngelu(x):");
-    for (float v : ops::gelu(x).to_vector<float>()) std::printf(" %+.4f", v);
+    for (float v : kernels::gelu(x).to_vector<float>()) std::printf(" %+.4f", v);
     std::printf("\n");
 
     const std::int64_t n = 512;
     Tensor a = Tensor::empty({n, n}), b = Tensor::empty({n, n});
     gen.normal_(a);
     gen.normal_(b);
-    ops::matmul(a, b);  // warm-up
+    kernels::matmul(a, b);  // warm-up
     const int reps = 5;
     auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) ops::matmul(a, b, false, true);
+    for (int i = 0; i < reps; ++i) kernels::matmul(a, b, false, true);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
     std::printf("matmul %lldx%lld @ %lldx%lld^T: %.2f ms, %.1f GFLOP/s\n", (long long)n, (long long)n, (long long)n,
                 (long long)n, s * 1e3, 2.0 * n * n * n / s / 1e9);
 
     Tensor bias = Tensor::full({n}, 0.5);
-    Tensor y = ops::add(ops::matmul(a, b), bias);  // bias broadcasts over rows
+    Tensor y = kernels::add(kernels::matmul(a, b), bias);  // bias broadcasts over rows
     std::printf("(a @ b + 0.5)[0, 0] = %.5f\n", y.slice(0, 0, 1).slice(1, 0, 1).item());
 
     const AllocatorStats st = cpu_allocator().stats();

@@ -129,7 +129,7 @@ int train(TrainFlags f, CLI::App& app) {
 
   Generator gen(f.seed);
   apps::Gpt model(f.model, gen);
-  ops::AdamWParams hp;
+  kernels::AdamWParams hp;
   hp.lr = f.lr;
   hp.weight_decay = f.weight_decay;
   auto optimizer = std::make_shared<graph::AdamW>(model.parameters(), hp);

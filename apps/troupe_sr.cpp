@@ -114,7 +114,7 @@ int train(TrainFlags f, CLI::App& app) {
 
   Generator gen(f.data.seed);
   apps::SrLite model(config, gen);
-  ops::AdamWParams hp;  // Adam: AdamW without weight decay
+  kernels::AdamWParams hp;  // Adam: AdamW without weight decay
   hp.lr = f.lr;
   hp.weight_decay = 0;
   auto optimizer = std::make_shared<graph::AdamW>(model.parameters(), hp);

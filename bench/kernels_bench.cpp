@@ -1,5 +1,5 @@
 // Kernel benchmarks: one JSON line per measurement on stdout.
-//  - matmul: Troupe's ops::matmul next to the same OpenBLAS sgemm called directly (ratio = ours /
+//  - matmul: Troupe's kernels::matmul next to the same OpenBLAS sgemm called directly (ratio = ours /
 //    direct) and oneDNN's sgemm (the alternative backend), 1 and 2 threads;
 //  - matmul-cores: the same work as one 2-thread GEMM at a time vs two 1-thread GEMMs on two threads
 //    (how kernels should use the cores under the actor runtime);
@@ -79,7 +79,7 @@ void bench_matmul() {
       float* cp = c.data<float>();
       const int rounds = n >= 1024 ? 5 : 15;
       const auto t = median_alternating(
-          {[&] { ops::matmul(a, b); },
+          {[&] { kernels::matmul(a, b); },
            [&] { cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, in, in, in, 1.f, ap, in, bp, in, 0.f, cp, in); },
            [&] { dnnl_sgemm('N', 'N', n, n, n, 1.f, ap, n, bp, n, 0.f, cp, n); }},
           rounds);
@@ -100,7 +100,7 @@ void bench_cores() {
   std::vector<Tensor> as, bs;
   for (int i = 0; i < 2 * per_worker; ++i) as.push_back(randn({n, n}, 10 + i)), bs.push_back(randn({n, n}, 30 + i));
   auto run_range = [&](int begin, int end) {
-    for (int i = begin; i < end; ++i) ops::matmul(as[i], bs[i]);
+    for (int i = begin; i < end; ++i) kernels::matmul(as[i], bs[i]);
   };
   const auto t = median_alternating(
       {[&] {
@@ -126,13 +126,13 @@ void bench_conv() {
   for (int threads : {1, 2}) {
     set_kernel_threads(threads);
     Tensor x = randn({1, 64, 128, 128}, 3), w = randn({64, 64, 3, 3}, 4), bias = randn({64}, 5);
-    ops::Conv2dParams p;
+    kernels::Conv2dParams p;
     p.pad_h = p.pad_w = 1;
-    Tensor y = ops::conv2d(x, w, bias, p);
+    Tensor y = kernels::conv2d(x, w, bias, p);
     Tensor g = randn(y.shape(), 6);
-    const auto t = median_alternating({[&] { ops::conv2d(x, w, bias, p); },
-                                       [&] { ops::conv2d_backward_data(g, w, x.shape(), p); },
-                                       [&] { ops::conv2d_backward_weight(g, x, w.shape(), p); }},
+    const auto t = median_alternating({[&] { kernels::conv2d(x, w, bias, p); },
+                                       [&] { kernels::conv2d_backward_data(g, w, x.shape(), p); },
+                                       [&] { kernels::conv2d_backward_weight(g, x, w.shape(), p); }},
                                       5);
     const double gflop = 2.0 * 64 * 64 * 9 * 128 * 128 / 1e9;
     std::printf(
@@ -149,7 +149,7 @@ void bench_bandwidth() {
   Tensor x = randn({rows, cols}, 7), gamma = randn({cols}, 8), beta = randn({cols}, 9);
   Tensor dst = Tensor::empty({rows, cols});
   const double bytes = 2.0 * rows * cols * 4;  // one read and one write of the tensor
-  const auto t = median_alternating({[&] { ops::layernorm(x, gamma, beta); }, [&] { ops::softmax(x, -1); },
+  const auto t = median_alternating({[&] { kernels::layernorm(x, gamma, beta); }, [&] { kernels::softmax(x, -1); },
                                      [&] { std::memcpy(dst.raw_data(), x.raw_data(), x.nbytes()); }},
                                     11);
   std::printf(

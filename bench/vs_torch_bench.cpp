@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
     const std::vector<graph::InputSpec> sig = {{"ids", {b, 128}, DType::i64}, {"targets", {b, 128}, DType::i64}};
     if (workload == "gpt-train-step") {
       auto fn = [&](const std::vector<Var>& in) { return std::vector<Var>{gpt->loss(in[0], in[1])}; };
-      ops::AdamWParams hp;
+      kernels::AdamWParams hp;
       hp.lr = 3e-4;
       hp.weight_decay = 0.01;
       po.optimizers = {std::make_shared<graph::AdamW>(gpt->parameters(), hp)};
@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
     sr = std::make_unique<apps::SrLite>(cfg, gen);
     if (workload == "sr-train-step") {
       auto fn = [&](const std::vector<Var>& in) { return std::vector<Var>{graph::mse_loss((*sr)(in[0]), in[1])}; };
-      ops::AdamWParams hp;
+      kernels::AdamWParams hp;
       hp.lr = 1e-3;
       hp.weight_decay = 0;
       po.optimizers = {std::make_shared<graph::AdamW>(sr->parameters(), hp)};

@@ -34,7 +34,7 @@ caf::behavior bucket_actor(caf::stateful_actor<BucketState>* self, std::shared_p
         auto views = std::make_shared<std::vector<Tensor>>();
         for (const BucketEntry& e : st.plan->buckets[static_cast<std::size_t>(bucket)])
           views->push_back(flat.slice(0, e.offset, e.offset + shape_numel(e.shape)).reshape(e.shape));
-        const double squared_norm = ops::squared_norm(flat);  // taken after the reduction: identical on every rank
+        const double squared_norm = kernels::squared_norm(flat);  // taken after the reduction: identical on every rank
         tell(self, st.track, st.peers->program, SendTag{"bucket", step, -1, flat.nbytes()}, bucket_atom::value,
              step, bucket, squared_norm, TensorListPtr(std::move(views)));
       },

@@ -17,7 +17,7 @@ class GradientStage : public Sink {
     double squared_norm = std::numeric_limits<double>::quiet_NaN();
     if (node.ctx().gradient_norms) {
       try {
-        squared_norm = ops::squared_norm(gradient);
+        squared_norm = kernels::squared_norm(gradient);
       } catch (const Error& e) {
         throw Error(e.kind(), "'" + node.spec().name + "' could not take its gradient norm: " + e.message());
       }

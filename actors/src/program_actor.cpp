@@ -235,14 +235,14 @@ double clip_gradients(ProgramState& s) {
   } else {
     for (std::size_t k = 0; k < s.sink_values.size(); ++k) {
       if (plan.sink_param[k] < 0) continue;
-      total += s.setup->clip_mode == ClipMode::parallel ? s.sink_norms[k] : ops::squared_norm(s.sink_values[k]);
+      total += s.setup->clip_mode == ClipMode::parallel ? s.sink_norms[k] : kernels::squared_norm(s.sink_values[k]);
     }
   }
   const double norm = std::sqrt(total);
-  const double scale = ops::clip_coefficient(norm, s.setup->clip_grad_norm);
+  const double scale = kernels::clip_coefficient(norm, s.setup->clip_grad_norm);
   if (scale != 1.0)
     for (std::size_t k = 0; k < s.sink_values.size(); ++k)
-      if (plan.sink_param[k] >= 0) s.sink_values[k] = ops::mul(s.sink_values[k], scale);  // out of place: gradients may share storage
+      if (plan.sink_param[k] >= 0) s.sink_values[k] = kernels::mul(s.sink_values[k], scale);  // out of place: gradients may share storage
   return norm;
 }
 

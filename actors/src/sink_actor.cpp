@@ -21,10 +21,10 @@ Values Sink::act(Node& node, int mb) {
     } else if (node.spec().average) {
       // Each micro-batch counts by its share of the rows, so a mean over the rows (the loss, its
       // gradients) comes out as the whole batch's mean even when the micro-batches differ in size.
-      value = ops::mul(parts_[0], ctx.weights[0]);
-      for (std::size_t k = 1; k < parts_.size(); ++k) value = ops::add(value, ops::mul(parts_[k], ctx.weights[k]));
+      value = kernels::mul(parts_[0], ctx.weights[0]);
+      for (std::size_t k = 1; k < parts_.size(); ++k) value = kernels::add(value, kernels::mul(parts_[k], ctx.weights[k]));
     } else {
-      value = ops::concat(parts_, 0);
+      value = kernels::concat(parts_, 0);
     }
   } catch (const Error& e) {
     throw Error(e.kind(), "'" + node.spec().name + "' could not combine micro-batches: " + e.message());

@@ -12,8 +12,8 @@ namespace troupe::apps {
 std::pair<double, double> gradient_stats(const std::map<std::string, Tensor>& gradients) {
   double squares = 0, sum = 0, count = 0;
   for (const auto& [name, g] : gradients) {
-    squares += ops::squared_norm(g);
-    sum += ops::sum(g, {}).item();
+    squares += kernels::squared_norm(g);
+    sum += kernels::sum(g, {}).item();
     count += static_cast<double>(g.numel());
   }
   if (count == 0) return {0.0, 0.0};

@@ -71,7 +71,7 @@ std::pair<Tensor, Tensor> SrData::next() {
     const std::int64_t x = static_cast<std::int64_t>((r >> 40) % static_cast<std::uint64_t>(img.size(2) - o_.patch + 1));
     patches.push_back(img.slice(1, y, y + o_.patch).slice(2, x, x + o_.patch).unsqueeze(0));
   }
-  const Tensor hr = ops::concat(patches, 0);
+  const Tensor hr = kernels::concat(patches, 0);
   return {downsample(hr, o_.upscale), hr};
 }
 

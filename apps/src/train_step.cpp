@@ -97,7 +97,7 @@ StepOutcome TrainStep::operator()(const std::vector<Tensor>& inputs) {
     if (!measure_) return out;
     auto [norm, variance] = gradient_stats(r.gradients);
     // The returned gradients are clipped; report the norm and variance from before clipping.
-    const double scale = clip_ > 0 ? ops::clip_coefficient(r.grad_norm, clip_) : 1.0;
+    const double scale = clip_ > 0 ? kernels::clip_coefficient(r.grad_norm, clip_) : 1.0;
     out.grad_norm = clip_ > 0 ? r.grad_norm : norm;
     out.grad_variance = scale > 0 ? variance / (scale * scale) : variance;
     return out;

@@ -49,7 +49,7 @@ std::vector<TapeEntry*> topological_order(TapeEntry* root) {
 // leaf's grad cannot alias a tensor a rule also returned elsewhere.
 void accumulate(Tensor& slot, const Tensor& g, bool fresh_copy) {
   if (!slot.defined()) slot = fresh_copy ? g.clone() : g;
-  else slot = ops::add(slot, g);
+  else slot = kernels::add(slot, g);
 }
 
 }  // namespace

@@ -135,7 +135,7 @@ void SGD::step() {
       const Tensor g = usable_grad(p, "SGD");
       if (!g.defined()) continue;
       const bool first = next_step(p) == 1;
-      ops::sgd_update_(p.tensor(), g, state_of(p, slot_names())[0].value, group.options, first);
+      kernels::sgd_update_(p.tensor(), g, state_of(p, slot_names())[0].value, group.options, first);
     }
 }
 
@@ -146,19 +146,19 @@ void AdamW::step() {
       const Tensor g = usable_grad(p, "AdamW");
       if (!g.defined()) continue;
       auto& slots = state_of(p, slot_names());
-      ops::adamw_update_(p.tensor(), g, slots[0].value, slots[1].value, group.options, next_step(p));
+      kernels::adamw_update_(p.tensor(), g, slots[0].value, slots[1].value, group.options, next_step(p));
     }
 }
 
 double clip_grad_norm(const std::vector<Var>& params, double max_norm) {
   double total = 0;
   for (const Var& p : params)
-    if (p.grad().defined()) total += ops::squared_norm(p.grad());
+    if (p.grad().defined()) total += kernels::squared_norm(p.grad());
   const double norm = std::sqrt(total);
-  const double scale = ops::clip_coefficient(norm, max_norm);
+  const double scale = kernels::clip_coefficient(norm, max_norm);
   if (scale != 1.0)
     for (const Var& p : params)
-      if (p.grad().defined()) p.set_grad(ops::mul(p.grad(), scale));  // out of place: grads may share storage
+      if (p.grad().defined()) p.set_grad(kernels::mul(p.grad(), scale));  // out of place: grads may share storage
   return norm;
 }
 

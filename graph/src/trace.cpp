@@ -100,7 +100,7 @@ std::vector<Tensor> TracedFunction::operator()(const std::vector<Tensor>& inputs
   for (std::size_t k = 0; k < grad_parameters_.size(); ++k) {
     const Var& p = parameters_[grad_parameters_[k]];
     const Tensor& g = results[outputs_ + k];
-    p.set_grad(p.grad().defined() ? ops::add(p.grad(), g) : g);
+    p.set_grad(p.grad().defined() ? kernels::add(p.grad(), g) : g);
   }
   results.resize(outputs_);
   return results;

@@ -43,7 +43,7 @@ std::vector<RankRun> train(int world, ClipMode mode, int steps, const Tensor& x,
     threads.emplace_back([&, r] {
       Generator gen(5);
       GPTBlock model(16, 2, gen);
-      ops::SgdParams hp;
+      kernels::SgdParams hp;
       hp.lr = 0.2;
       hp.momentum = 0.9;
       auto loss = [&](const std::vector<Var>& in) { return std::vector<Var>{mse_loss(model(in[0]), in[1])}; };

@@ -90,7 +90,7 @@ TEST(Runtime, OptimizerActorsTrainLikeEagerSteps) {
   Generator g1(7), g2(7);
   Linear eager_model(3, 2, g1), actor_model(3, 2, g2);
   const Tensor x = test::random_tensor({8, 3}, 8), t = test::random_tensor({8, 2}, 9);
-  ops::AdamWParams hp;
+  kernels::AdamWParams hp;
   hp.lr = 0.05;
   AdamW eager_opt(eager_model.parameters(), hp);
   auto actor_opt = std::make_shared<AdamW>(actor_model.parameters(), hp);
@@ -112,7 +112,7 @@ TEST(Runtime, OptimizerActorsTrainLikeEagerSteps) {
   EXPECT_LE(test::scaled_max_error(actor_model.weight.tensor(), eager_model.weight.tensor()), 1e-6);
   EXPECT_LE(test::scaled_max_error(actor_model.bias.tensor(), eager_model.bias.tensor()), 1e-6);
   // A parameter without an optimizer is refused at compile time.
-  auto partial = std::make_shared<SGD>(std::vector<Var>{actor_model.weight}, ops::SgdParams{});
+  auto partial = std::make_shared<SGD>(std::vector<Var>{actor_model.weight}, kernels::SgdParams{});
   ProgramOptions bad;
   bad.optimizers = {partial};
   EXPECT_THROW(engine.compile(trace(loss_fn, {{"x", {SymDim::symbol("batch"), 3}}, {"t", {SymDim::symbol("batch"), 2}}}).with_gradients(), bad), Error);
@@ -128,7 +128,7 @@ TEST(Runtime, ClippedStepsEqualEagerClipAndSgd) {
     Generator g1(12), g2(12);
     GPTBlock eager_model(16, 2, g1), actor_model(16, 2, g2);
     const Tensor x = test::random_tensor({4, 6, 16}, 13), t = test::random_tensor({4, 6, 16}, 14);
-    ops::SgdParams hp;
+    kernels::SgdParams hp;
     hp.lr = 0.5;
     hp.momentum = 0.9;
     SGD eager_opt(eager_model.parameters(), hp);
@@ -145,7 +145,7 @@ TEST(Runtime, ClippedStepsEqualEagerClipAndSgd) {
       backward(mse_loss(eager_model(Var(x)), Var(t)));
       const double eager_norm = clip_grad_norm(eager_model.parameters(), 0.05);
       double clipped = 0;
-      for (const Var& p : eager_model.parameters()) clipped += ops::squared_norm(p.grad());
+      for (const Var& p : eager_model.parameters()) clipped += kernels::squared_norm(p.grad());
       EXPECT_NEAR(std::sqrt(clipped), 0.05, 1e-6);
       eager_opt.step();
       const StepResult r = wait(program->run_async({x, t}));

@@ -41,7 +41,7 @@ std::string resume(const std::string& dir) {
   (void)c.state.int_at("step");
   Generator gen(seed);
   graph::Linear model(3, width, gen);
-  graph::AdamW adam(model.parameters(), ops::AdamWParams{});
+  graph::AdamW adam(model.parameters(), kernels::AdamWParams{});
   apps::load_weights_into(model, c.model, c.folder + "/model.safetensors", "the checkpoint is damaged");
   apps::load_optimizer_state(adam, c.optimizer, c.folder + "/optimizer.safetensors");
   settings.settle_lr(adam, lr);
@@ -55,7 +55,7 @@ FuzzTarget checkpoint_target(const std::string& scratch) {
   std::filesystem::remove_all(dir);
   Generator gen(1);
   graph::Linear model(3, 2, gen);
-  graph::AdamW adam(model.parameters(), ops::AdamWParams{});
+  graph::AdamW adam(model.parameters(), kernels::AdamWParams{});
   for (graph::Var& p : model.parameters()) p.set_grad(Tensor::full(p.tensor().shape(), 0.1));
   adam.step();
   apps::CheckpointState st;

@@ -25,7 +25,7 @@ void set_grad(const Var& p, std::vector<double> g) {
 
 TEST(Optim, SgdGroupsUseTheirOwnHyperParameters) {
   Var a = param("a", {1.0, 2.0}), b = param("b", {1.0});
-  ops::SgdParams slow, fast;
+  kernels::SgdParams slow, fast;
   slow.lr = 0.1;
   fast.lr = 1.0;
   fast.momentum = 0.5;
@@ -45,7 +45,7 @@ TEST(Optim, SgdGroupsUseTheirOwnHyperParameters) {
 
 TEST(Optim, AdamWFirstStepMovesByLearningRate) {
   Var a = param("a", {1.0, -1.0});
-  ops::AdamWParams p;
+  kernels::AdamWParams p;
   p.lr = 0.1;
   p.weight_decay = 0.0;
   AdamW adam({a}, p);
@@ -64,7 +64,7 @@ TEST(Optim, AdamWFirstStepMovesByLearningRate) {
 TEST(Optim, ResumingFromAStateDictContinuesExactly) {
   auto run = [](int steps_before, bool resume) {
     Var a = param("w", {0.5, -0.25, 2.0});
-    AdamW first({a}, ops::AdamWParams{});
+    AdamW first({a}, kernels::AdamWParams{});
     auto grads = [&](int k) { set_grad(a, {0.1 * k, -0.2, 0.3 / k}); };
     for (int k = 1; k <= steps_before; ++k) {
       grads(k);
@@ -75,7 +75,7 @@ TEST(Optim, ResumingFromAStateDictContinuesExactly) {
       first.step();
       return test::values(a.tensor());
     }
-    AdamW second({a}, ops::AdamWParams{});
+    AdamW second({a}, kernels::AdamWParams{});
     second.load_state_dict(first.state_dict());
     grads(steps_before + 1);
     second.step();
@@ -86,10 +86,10 @@ TEST(Optim, ResumingFromAStateDictContinuesExactly) {
 
 TEST(Optim, BadInputIsRefused) {
   Var a = param("a", {1.0}), unnamed = param("", {1.0});
-  EXPECT_THROW(SGD({a, a}, ops::SgdParams{}), Error);
-  EXPECT_THROW(SGD({Var(Tensor::zeros({1}))}, ops::SgdParams{}), Error);
-  EXPECT_THROW(SGD({unnamed}, ops::SgdParams{}), Error);
-  SGD sgd({a}, ops::SgdParams{});
+  EXPECT_THROW(SGD({a, a}, kernels::SgdParams{}), Error);
+  EXPECT_THROW(SGD({Var(Tensor::zeros({1}))}, kernels::SgdParams{}), Error);
+  EXPECT_THROW(SGD({unnamed}, kernels::SgdParams{}), Error);
+  SGD sgd({a}, kernels::SgdParams{});
   set_grad(a, {1.0, 2.0});
   EXPECT_THROW(sgd.step(), Error);  // gradient of the wrong shape
   EXPECT_THROW(sgd.load_state_dict({}), Error);
@@ -101,7 +101,7 @@ TEST(Optim, BadInputIsRefused) {
 // A damaged optimizer state is refused whole, naming the entry, and the optimizer keeps its own.
 TEST(Optim, DamagedStateIsRefusedNamingTheEntry) {
   Var w = param("w", {1.0, 2.0});
-  AdamW adam({w}, ops::AdamWParams{});
+  AdamW adam({w}, kernels::AdamWParams{});
   set_grad(w, {0.5, -0.5});
   adam.step();
   const std::map<std::string, Tensor> good = adam.state_dict();
@@ -155,7 +155,7 @@ TEST(Optim, TrainsARegressionToLowLoss) {
     NoGradGuard no_grad;
     y = (matmul(Var(x), Var(w_true), false, true) + 0.25).tensor();
   }
-  ops::AdamWParams p;
+  kernels::AdamWParams p;
   p.lr = 0.05;
   p.weight_decay = 0.0;
   AdamW adam(model.parameters(), p);

@@ -12,7 +12,7 @@ namespace {
 
 struct Case {
   Shape x, w;
-  ops::Conv2dParams p;
+  kernels::Conv2dParams p;
 };
 
 // Direct convolution in double: y[n,o,y,x] = sum_c,i,j x[n,c,y*s-p+i,x*s-p+j] w[o,c,i,j].
@@ -47,7 +47,7 @@ double dot(const std::vector<double>& a, const std::vector<double>& b) {
 }  // namespace
 
 TEST(Conv2d, ForwardAndBackwardAgainstDirectLoops) {
-  ops::Conv2dParams s1, s2p1, s2;
+  kernels::Conv2dParams s1, s2p1, s2;
   s2p1.stride_h = s2p1.stride_w = 2;
   s2p1.pad_h = s2p1.pad_w = 1;
   s2.stride_h = 2;
@@ -62,14 +62,14 @@ TEST(Conv2d, ForwardAndBackwardAgainstDirectLoops) {
     auto ref = ref_conv(values(x), values(w), c, out);
     const auto bv = values(b);
     for (std::size_t i = 0; i < ref.size(); ++i) ref[i] += bv[(i / (out[2] * out[3])) % out[1]];
-    expect_close(ops::conv2d(x, w, b, c.p), ref, out, 1e-5, 1e-5);
+    expect_close(kernels::conv2d(x, w, b, c.p), ref, out, 1e-5, 1e-5);
 
     // Backward via the adjoint identity: <dy, conv(x, w)> is linear in x and in w, so its
     // gradient with respect to element k is conv of the k-th unit vector; check a sample of them.
     Tensor dy = random_tensor(out, seed++);
     const auto dyv = values(dy);
-    Tensor dx = ops::conv2d_backward_data(dy, w, c.x, c.p);
-    Tensor dw = ops::conv2d_backward_weight(dy, x, c.w, c.p);
+    Tensor dx = kernels::conv2d_backward_data(dy, w, c.x, c.p);
+    Tensor dw = kernels::conv2d_backward_weight(dy, x, c.w, c.p);
     const auto dxv = values(dx), dwv = values(dw), xv = values(x), wv = values(w);
     for (std::size_t k = 0; k < xv.size(); k += 3) {
       std::vector<double> e(xv.size(), 0.0);
@@ -85,7 +85,7 @@ TEST(Conv2d, ForwardAndBackwardAgainstDirectLoops) {
     }
     std::vector<double> db(static_cast<std::size_t>(out[1]), 0.0);
     for (std::size_t i = 0; i < dyv.size(); ++i) db[(i / (out[2] * out[3])) % out[1]] += dyv[i];
-    expect_close(ops::conv2d_backward_bias(dy), db, {out[1]}, 1e-5, 1e-5);
+    expect_close(kernels::conv2d_backward_bias(dy), db, {out[1]}, 1e-5, 1e-5);
   }
 }
 
@@ -94,13 +94,13 @@ TEST(Conv2d, NoBiasAndNonContiguousInput) {
   Tensor x = random_tensor({1, 2, 5, 4}, 3).transpose(2, 3);
   Tensor w = random_tensor(c.w, 4);
   Shape out;
-  expect_close(ops::conv2d(x, w, Tensor(), c.p), ref_conv(values(x), values(w), c, out), out, 1e-5, 1e-5);
+  expect_close(kernels::conv2d(x, w, Tensor(), c.p), ref_conv(values(x), values(w), c, out), out, 1e-5, 1e-5);
 }
 
 TEST(Conv2d, BadInput) {
   Tensor x = random_tensor({1, 3, 8, 8}, 1);
   try {
-    ops::conv2d(x, random_tensor({4, 2, 3, 3}, 2), Tensor(), {});
+    kernels::conv2d(x, random_tensor({4, 2, 3, 3}, 2), Tensor(), {});
     FAIL() << "expected an error";
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -108,10 +108,10 @@ TEST(Conv2d, BadInput) {
     EXPECT_NE(m.find("[1, 3, 8, 8]"), std::string::npos) << m;
     EXPECT_NE(m.find("[4, 2, 3, 3]"), std::string::npos) << m;
   }
-  EXPECT_THROW(ops::conv2d(x, random_tensor({4, 3, 9, 9}, 2), Tensor(), {}), Error);
-  EXPECT_THROW(ops::conv2d(x, random_tensor({4, 3, 3, 3}, 2), random_tensor({3}, 3), {}), Error);
-  EXPECT_THROW(ops::conv2d(random_tensor({3, 8, 8}, 1), random_tensor({4, 3, 3, 3}, 2), Tensor(), {}), Error);
-  EXPECT_THROW(ops::conv2d_backward_data(random_tensor({1, 4, 5, 5}, 1), random_tensor({4, 3, 3, 3}, 2),
+  EXPECT_THROW(kernels::conv2d(x, random_tensor({4, 3, 9, 9}, 2), Tensor(), {}), Error);
+  EXPECT_THROW(kernels::conv2d(x, random_tensor({4, 3, 3, 3}, 2), random_tensor({3}, 3), {}), Error);
+  EXPECT_THROW(kernels::conv2d(random_tensor({3, 8, 8}, 1), random_tensor({4, 3, 3, 3}, 2), Tensor(), {}), Error);
+  EXPECT_THROW(kernels::conv2d_backward_data(random_tensor({1, 4, 5, 5}, 1), random_tensor({4, 3, 3, 3}, 2),
                                          {1, 3, 8, 8}, {}),
                Error);
 }
@@ -128,26 +128,26 @@ TEST(PixelShuffle, MatchesIndexFormulaAndInverts) {
           const std::int64_t src_c = ch * r * r + (y % r) * r + (xx % r);
           ref[((b * c + ch) * h * r + y) * w * r + xx] = xv[((b * c * r * r + src_c) * h + y / r) * w + xx / r];
         }
-  Tensor y = ops::pixel_shuffle(x, r);
+  Tensor y = kernels::pixel_shuffle(x, r);
   expect_close(y, ref, {n, c, h * r, w * r}, 0, 0);
-  expect_close(ops::pixel_unshuffle(y, r), xv, x.shape(), 0, 0);
-  EXPECT_THROW(ops::pixel_shuffle(random_tensor({1, 6, 2, 2}, 1), 2), Error);
-  EXPECT_THROW(ops::pixel_unshuffle(random_tensor({1, 1, 3, 4}, 1), 2), Error);
+  expect_close(kernels::pixel_unshuffle(y, r), xv, x.shape(), 0, 0);
+  EXPECT_THROW(kernels::pixel_shuffle(random_tensor({1, 6, 2, 2}, 1), 2), Error);
+  EXPECT_THROW(kernels::pixel_unshuffle(random_tensor({1, 1, 3, 4}, 1), 2), Error);
 }
 
 TEST(ConcatSplit, RoundTripAndErrors) {
   Tensor a = random_tensor({2, 3, 4}, 1), b = random_tensor({2, 1, 4}, 2), c = random_tensor({2, 2, 4}, 3);
-  Tensor cat = ops::concat({a, b, c}, 1);
+  Tensor cat = kernels::concat({a, b, c}, 1);
   EXPECT_EQ(cat.shape(), (Shape{2, 6, 4}));
-  auto parts = ops::split(cat, {3, 1, 2}, -2);
+  auto parts = kernels::split(cat, {3, 1, 2}, -2);
   ASSERT_EQ(parts.size(), 3u);
   EXPECT_EQ(values(parts[0]), values(a));
   EXPECT_EQ(values(parts[1]), values(b));
   EXPECT_EQ(values(parts[2]), values(c));
   EXPECT_EQ(parts[1].storage(), cat.storage());  // split returns views
-  EXPECT_EQ(values(ops::concat({a.transpose(0, 2)}, 0)), values(a.transpose(0, 2)));
-  EXPECT_THROW(ops::concat({a, random_tensor({2, 3, 5}, 4)}, 1), Error);
-  EXPECT_THROW(ops::concat({a, a.to(DType::bf16)}, 0), Error);
-  EXPECT_THROW(ops::split(cat, {3, 3, 1}, 1), Error);
-  EXPECT_THROW(ops::concat({}, 0), Error);
+  EXPECT_EQ(values(kernels::concat({a.transpose(0, 2)}, 0)), values(a.transpose(0, 2)));
+  EXPECT_THROW(kernels::concat({a, random_tensor({2, 3, 5}, 4)}, 1), Error);
+  EXPECT_THROW(kernels::concat({a, a.to(DType::bf16)}, 0), Error);
+  EXPECT_THROW(kernels::split(cat, {3, 3, 1}, 1), Error);
+  EXPECT_THROW(kernels::concat({}, 0), Error);
 }

@@ -23,9 +23,9 @@ TEST(Cuda, RoundTripCopy) {
 TEST(Cuda, AddMatchesHost) {
   REQUIRE_GPU();
   Tensor a = random_tensor({1000, 3}, 2), b = random_tensor({1000, 3}, 3);
-  Tensor c = ops::add(a.to(Device::cuda(0)), b.to(Device::cuda(0)));
+  Tensor c = kernels::add(a.to(Device::cuda(0)), b.to(Device::cuda(0)));
   EXPECT_EQ(c.device(), Device::cuda(0));
-  expect_close(c, values(ops::add(a, b)), {1000, 3}, 0, 0);
+  expect_close(c, values(kernels::add(a, b)), {1000, 3}, 0, 0);
 }
 
 TEST(Cuda, SquaredNormMatchesDoubleReference) {
@@ -33,7 +33,7 @@ TEST(Cuda, SquaredNormMatchesDoubleReference) {
   Tensor x = random_tensor({1000003}, 4, -2, 2);
   double ref = 0;
   for (double v : values(x)) ref += v * v;
-  EXPECT_NEAR(ops::squared_norm(x.to(Device::cuda(0))), ref, 1e-6 * ref);
+  EXPECT_NEAR(kernels::squared_norm(x.to(Device::cuda(0))), ref, 1e-6 * ref);
 }
 
 TEST(Cuda, MissingDeviceIsAClearError) {

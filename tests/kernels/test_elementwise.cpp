@@ -10,8 +10,8 @@
 
 using namespace troupe;
 using namespace troupe::test;
-using ops::BinaryOp;
-using ops::UnaryOp;
+using kernels::BinaryOp;
+using kernels::UnaryOp;
 
 namespace {
 
@@ -74,7 +74,7 @@ TEST(Binary, BroadcastingShapes) {
     for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div}) {
       Tensor a = random_tensor(sa, seed++), b = random_tensor(sb, seed++, 0.5, 2.0);
       const Shape out = broadcast_shapes(sa, sb, "test");
-      expect_close(ops::binary(op, a, b), ref_broadcast(op, a, b, out), out);
+      expect_close(kernels::binary(op, a, b), ref_broadcast(op, a, b, out), out);
     }
 }
 
@@ -82,9 +82,9 @@ TEST(Binary, NonContiguousInputs) {
   Tensor base = random_tensor({6, 8}, 3);
   Tensor a = base.transpose(0, 1);           // [8, 6], strided
   Tensor b = random_tensor({6, 16}, 4).slice(1, 0, 16, 2).transpose(0, 1);  // [8, 6], step 2
-  expect_close(ops::mul(a, b), ref_broadcast(BinaryOp::mul, a, b, {8, 6}), {8, 6});
+  expect_close(kernels::mul(a, b), ref_broadcast(BinaryOp::mul, a, b, {8, 6}), {8, 6});
   Tensor e = random_tensor({6, 1}, 5).expand({6, 8});
-  expect_close(ops::sub(base, e), ref_broadcast(BinaryOp::sub, base, e, {6, 8}), {6, 8});
+  expect_close(kernels::sub(base, e), ref_broadcast(BinaryOp::sub, base, e, {6, 8}), {6, 8});
 }
 
 TEST(Binary, ScalarForms) {
@@ -93,14 +93,14 @@ TEST(Binary, ScalarForms) {
   std::vector<double> r(av.size());
   for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div}) {
     for (std::size_t i = 0; i < av.size(); ++i) r[i] = ref_binary(op, av[i], 0.37);
-    expect_close(ops::binary(op, a, 0.37), r, {3, 7});
+    expect_close(kernels::binary(op, a, 0.37), r, {3, 7});
   }
 }
 
 TEST(Binary, BadInput) {
   Tensor a = random_tensor({3, 4}, 1), b = random_tensor({3, 5}, 2);
   try {
-    ops::add(a, b);
+    kernels::add(a, b);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -110,13 +110,13 @@ TEST(Binary, BadInput) {
     EXPECT_NE(m.find("[3, 5]"), std::string::npos) << m;
   }
   try {
-    ops::mul(a, Tensor::zeros({3, 4}, DType::i32));
+    kernels::mul(a, Tensor::zeros({3, 4}, DType::i32));
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::dtype_mismatch);
     EXPECT_NE(std::string(e.what()).find("mul"), std::string::npos);
   }
-  EXPECT_THROW(ops::add(a, Tensor()), Error);
+  EXPECT_THROW(kernels::add(a, Tensor()), Error);
 }
 
 TEST(Unary, ForwardMatchesReference) {
@@ -124,12 +124,12 @@ TEST(Unary, ForwardMatchesReference) {
     Tensor x = positive_domain(op) ? random_tensor({5, 13}, 21, 0.1, 3.0) : random_tensor({5, 13}, 21, -4.0, 4.0);
     std::vector<double> r;
     for (double v : values(x)) r.push_back(ref_unary(op, v));
-    expect_close(ops::unary(op, x), r, {5, 13}, 2e-6, 1e-6);
+    expect_close(kernels::unary(op, x), r, {5, 13}, 2e-6, 1e-6);
     // And through a transposed view.
     Tensor xt = x.transpose(0, 1);
     std::vector<double> rt;
     for (double v : values(xt)) rt.push_back(ref_unary(op, v));
-    expect_close(ops::unary(op, xt), rt, {13, 5}, 2e-6, 1e-6);
+    expect_close(kernels::unary(op, xt), rt, {13, 5}, 2e-6, 1e-6);
   }
 }
 
@@ -143,15 +143,15 @@ TEST(Unary, BackwardMatchesCentralDifferences) {
       const double h = 1e-6;
       r.push_back(gv[i] * (ref_unary(op, xv[i] + h) - ref_unary(op, xv[i] - h)) / (2 * h));
     }
-    expect_close(ops::unary_backward(op, g, x), r, {4, 9}, 1e-4, 1e-5);
+    expect_close(kernels::unary_backward(op, g, x), r, {4, 9}, 1e-4, 1e-5);
   }
 }
 
 TEST(Unary, LeakyReluBackward) {
   Tensor x = Tensor::from_vector(std::vector<float>{-2.f, -0.f, 0.f, 0.5f, 3.f}, {5});
   Tensor g = Tensor::from_vector(std::vector<float>{1.f, 2.f, 3.f, 4.f, 5.f}, {5});
-  expect_close(ops::relu_backward(g, x), {0, 0, 0, 4, 5}, {5});
-  expect_close(ops::relu_backward(g, x, 0.01), {0.01, 0.02, 0.03, 4, 5}, {5});
-  expect_close(ops::relu_backward(g, x, 0.2), {0.2, 0.4, 0.6, 4, 5}, {5});
-  EXPECT_THROW(ops::relu_backward(g, Tensor::zeros({4})), Error);
+  expect_close(kernels::relu_backward(g, x), {0, 0, 0, 4, 5}, {5});
+  expect_close(kernels::relu_backward(g, x, 0.01), {0.01, 0.02, 0.03, 4, 5}, {5});
+  expect_close(kernels::relu_backward(g, x, 0.2), {0.2, 0.4, 0.6, 4, 5}, {5});
+  EXPECT_THROW(kernels::relu_backward(g, Tensor::zeros({4})), Error);
 }

@@ -14,25 +14,25 @@ TEST(Embedding, ForwardBackward) {
   std::vector<double> ref;
   for (int i : idv)
     for (int j = 0; j < 3; ++j) ref.push_back(wv[i * 3 + j]);
-  test::expect_close(ops::embedding(w, ids), ref, {2, 3, 3});
+  test::expect_close(kernels::embedding(w, ids), ref, {2, 3, 3});
   Tensor g = test::random_tensor({2, 3, 3}, 2);
   auto gv = test::values(g);
   std::vector<double> dw(15, 0.0);
   for (int i = 0; i < 6; ++i)
     for (int j = 0; j < 3; ++j) dw[idv[i] * 3 + j] += gv[i * 3 + j];
-  test::expect_close(ops::embedding_backward(g, ids.to(DType::i64), 5), dw, {5, 3});
+  test::expect_close(kernels::embedding_backward(g, ids.to(DType::i64), 5), dw, {5, 3});
 }
 
 TEST(Embedding, BadInput) {
   Tensor w = test::random_tensor({4, 2}, 1);
   try {
-    ops::embedding(w, Tensor::from_vector<std::int64_t>({1, 7}, {2}));
+    kernels::embedding(w, Tensor::from_vector<std::int64_t>({1, 7}, {2}));
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::out_of_range);
     EXPECT_NE(std::string(e.what()).find("embedding"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("7"), std::string::npos);
   }
-  EXPECT_THROW(ops::embedding(w, test::random_tensor({2}, 3)), Error);
-  EXPECT_THROW(ops::embedding_backward(test::random_tensor({3, 2}, 3), Tensor::zeros({2}, DType::i64), 4), Error);
+  EXPECT_THROW(kernels::embedding(w, test::random_tensor({2}, 3)), Error);
+  EXPECT_THROW(kernels::embedding_backward(test::random_tensor({3, 2}, 3), Tensor::zeros({2}, DType::i64), 4), Error);
 }

@@ -27,7 +27,7 @@ std::vector<double> ref_ln(const std::vector<double>& x, const std::vector<doubl
 TEST(LayerNorm, ForwardNonContiguous) {
   Tensor x = test::random_tensor({7, 3}, 1).transpose(0, 1);  // [3, 7]
   Tensor g = test::random_tensor({7}, 2), b = test::random_tensor({7}, 3);
-  auto out = ops::layernorm(x, g, b);
+  auto out = kernels::layernorm(x, g, b);
   test::expect_close(out.y, ref_ln(test::values(x), test::values(g), test::values(b), 7, 1e-5), {3, 7}, 1e-4, 1e-5);
   EXPECT_EQ(out.mean.shape(), Shape{3});
   EXPECT_EQ(out.rstd.shape(), Shape{3});
@@ -38,8 +38,8 @@ TEST(LayerNorm, BackwardFiniteDifference) {
   Shape s{2, 1, d};
   Tensor x = test::random_tensor(s, 4), g = test::random_tensor({d}, 5), b = test::random_tensor({d}, 6);
   Tensor dy = test::random_tensor(s, 7);
-  auto out = ops::layernorm(x, g, b);
-  auto gr = ops::layernorm_backward(dy, x, g, out.mean, out.rstd);
+  auto out = kernels::layernorm(x, g, b);
+  auto gr = kernels::layernorm_backward(dy, x, g, out.mean, out.rstd);
   auto xv = test::values(x), gv = test::values(g), bv = test::values(b), dyv = test::values(dy);
   auto loss = [&](const std::vector<double>& xx, const std::vector<double>& gg, const std::vector<double>& bb) {
     auto y = ref_ln(xx, gg, bb, d, 1e-5);
@@ -70,10 +70,10 @@ TEST(LayerNorm, BackwardFiniteDifference) {
 TEST(LayerNorm, BadInput) {
   Tensor x = test::random_tensor({2, 4}, 1), g = test::random_tensor({3}, 2);
   try {
-    ops::layernorm(x, g, g);
+    kernels::layernorm(x, g, g);
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("layernorm"), std::string::npos);
   }
-  EXPECT_THROW(ops::layernorm(Tensor::zeros({2, 4}, DType::i32), g, g), Error);
+  EXPECT_THROW(kernels::layernorm(Tensor::zeros({2, 4}, DType::i32), g, g), Error);
 }

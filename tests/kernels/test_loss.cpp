@@ -27,8 +27,8 @@ TEST(CrossEntropy, ForwardBackwardFD) {
   std::vector<int> tv{2, 0, 3};
   Tensor t = Tensor::from_vector<std::int32_t>({2, 0, 3}, {3});
   auto xv = test::values(x);
-  test::expect_close(ops::cross_entropy(x, t), {ref_ce(xv, tv, n, c)}, {}, 1e-5, 1e-5);
-  Tensor dx = ops::cross_entropy_backward(Tensor::scalar(2.0), x, t);
+  test::expect_close(kernels::cross_entropy(x, t), {ref_ce(xv, tv, n, c)}, {}, 1e-5, 1e-5);
+  Tensor dx = kernels::cross_entropy_backward(Tensor::scalar(2.0), x, t);
   std::vector<double> fd(xv.size());
   for (std::size_t i = 0; i < xv.size(); ++i) {
     auto p = xv, m = xv;
@@ -42,12 +42,12 @@ TEST(CrossEntropy, ForwardBackwardFD) {
 TEST(CrossEntropy, BadInput) {
   Tensor x = test::random_tensor({2, 3}, 1);
   try {
-    ops::cross_entropy(x, Tensor::from_vector<std::int64_t>({0, 3}, {2}));
+    kernels::cross_entropy(x, Tensor::from_vector<std::int64_t>({0, 3}, {2}));
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::out_of_range);
     EXPECT_NE(std::string(e.what()).find("cross_entropy"), std::string::npos);
   }
-  EXPECT_THROW(ops::cross_entropy(x, Tensor::zeros({3}, DType::i64)), Error);
-  EXPECT_THROW(ops::cross_entropy(x, test::random_tensor({2}, 2)), Error);
+  EXPECT_THROW(kernels::cross_entropy(x, Tensor::zeros({3}, DType::i64)), Error);
+  EXPECT_THROW(kernels::cross_entropy(x, test::random_tensor({2}, 2)), Error);
 }

@@ -50,7 +50,7 @@ std::vector<double> ref_matmul(const Tensor& a, const Tensor& b, bool ta, bool t
 void check(const Tensor& a, const Tensor& b, bool ta, bool tb, double rtol = 1e-5, double atol = 1e-5) {
   Shape out;
   const auto r = ref_matmul(a, b, ta, tb, out);
-  expect_close(ops::matmul(a, b, ta, tb), r, out, rtol, atol);
+  expect_close(kernels::matmul(a, b, ta, tb), r, out, rtol, atol);
 }
 
 }  // namespace
@@ -87,22 +87,22 @@ TEST(Matmul, Bf16MatchesF32WithinBf16Precision) {
   // Reference from the bf16-rounded inputs in double; output is rounded to bf16 (8 bits of mantissa).
   Shape out;
   const auto r = ref_matmul(ab, bb, false, false, out);
-  Tensor c = ops::matmul(ab, bb);
+  Tensor c = kernels::matmul(ab, bb);
   EXPECT_EQ(c.dtype(), DType::bf16);
   expect_close(c, r, out, 1e-2, 1e-2);
   Shape out_t;
   const auto rt = ref_matmul(ab, bb.transpose(1, 2).contiguous(), false, true, out_t);
-  expect_close(ops::matmul(ab, bb.transpose(1, 2).contiguous(), false, true), rt, out_t, 1e-2, 1e-2);
+  expect_close(kernels::matmul(ab, bb.transpose(1, 2).contiguous(), false, true), rt, out_t, 1e-2, 1e-2);
 }
 
 TEST(Matmul, ZeroInnerDimensionGivesZeros) {
-  Tensor c = ops::matmul(Tensor::empty({3, 0}), Tensor::empty({0, 4}));
+  Tensor c = kernels::matmul(Tensor::empty({3, 0}), Tensor::empty({0, 4}));
   expect_close(c, std::vector<double>(12, 0.0), {3, 4});
 }
 
 TEST(Matmul, BadInput) {
   try {
-    ops::matmul(random_tensor({3, 4}, 1), random_tensor({5, 2}, 2));
+    kernels::matmul(random_tensor({3, 4}, 1), random_tensor({5, 2}, 2));
     FAIL() << "expected an error";
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -111,8 +111,8 @@ TEST(Matmul, BadInput) {
     EXPECT_NE(m.find("[3, 4]"), std::string::npos) << m;
     EXPECT_NE(m.find("[5, 2]"), std::string::npos) << m;
   }
-  EXPECT_THROW(ops::matmul(random_tensor({3}, 1), random_tensor({3, 2}, 2)), Error);
-  EXPECT_THROW(ops::matmul(random_tensor({2, 3}, 1), random_tensor({3, 2}, 2).to(DType::bf16)), Error);
-  EXPECT_THROW(ops::matmul(Tensor::zeros({2, 2}, DType::i32), Tensor::zeros({2, 2}, DType::i32)), Error);
-  EXPECT_THROW(ops::matmul(random_tensor({2, 2, 3}, 1), random_tensor({3, 3, 2}, 2)), Error);
+  EXPECT_THROW(kernels::matmul(random_tensor({3}, 1), random_tensor({3, 2}, 2)), Error);
+  EXPECT_THROW(kernels::matmul(random_tensor({2, 3}, 1), random_tensor({3, 2}, 2).to(DType::bf16)), Error);
+  EXPECT_THROW(kernels::matmul(Tensor::zeros({2, 2}, DType::i32), Tensor::zeros({2, 2}, DType::i32)), Error);
+  EXPECT_THROW(kernels::matmul(random_tensor({2, 2, 3}, 1), random_tensor({3, 3, 2}, 2)), Error);
 }

@@ -16,7 +16,7 @@
 
 using namespace troupe;
 using namespace troupe::test;
-using ops::UnaryOp;
+using kernels::UnaryOp;
 
 namespace {
 
@@ -89,9 +89,9 @@ TEST(NonFinite, ActivationsFollowIeeeForNanInfAndOverflow) {
     for (UnaryOp op : kAllUnary) {
       std::vector<double> expected;
       for (double v : x) expected.push_back(dtype == DType::f32 ? ref_forward<float>(op, v) : ref_forward<double>(op, v));
-      const Tensor y = ops::unary(op, tensor_of(x, dtype, {static_cast<std::int64_t>(x.size())}));
+      const Tensor y = kernels::unary(op, tensor_of(x, dtype, {static_cast<std::int64_t>(x.size())}));
       expect_all_ieee(y, expected, dtype == DType::f32 ? 2e-6 : 1e-12,
-                      std::string(ops::to_string(op)) + " " + dtype_name(dtype));
+                      std::string(kernels::to_string(op)) + " " + dtype_name(dtype));
     }
 }
 
@@ -99,17 +99,17 @@ TEST(NonFinite, ActivationGradientsPropagateNan) {
   const std::vector<double> x = {kNan, 1.0, -1.0, kNan, 0.5, 2.0, -3.0, kNan, 4.0, kNan};
   for (UnaryOp op : kAllUnary) {
     if (op == UnaryOp::relu || op == UnaryOp::neg) continue;  // their gradients do not read x's value
-    const Tensor dx = ops::unary_backward(op, Tensor::full({10}, 1.0), tensor_of(x, DType::f32, {10}));
+    const Tensor dx = kernels::unary_backward(op, Tensor::full({10}, 1.0), tensor_of(x, DType::f32, {10}));
     const std::vector<double> d = values(dx);
     for (std::size_t i = 0; i < x.size(); ++i) {
       if (std::isnan(x[i])) {
-        EXPECT_TRUE(std::isnan(d[i])) << ops::to_string(op) << "_backward at " << i;
+        EXPECT_TRUE(std::isnan(d[i])) << kernels::to_string(op) << "_backward at " << i;
       }
     }
   }
   // A NaN upstream gradient reaches every input, relu's included.
   const Tensor g = tensor_of({kNan, kNan}, DType::f32, {2});
-  for (double v : values(ops::relu_backward(g, tensor_of({1.0, 2.0}, DType::f32, {2})))) EXPECT_TRUE(std::isnan(v));
+  for (double v : values(kernels::relu_backward(g, tensor_of({1.0, 2.0}, DType::f32, {2})))) EXPECT_TRUE(std::isnan(v));
 }
 
 TEST(NonFinite, ReductionsPropagateNanAndInf) {
@@ -119,20 +119,20 @@ TEST(NonFinite, ReductionsPropagateNanAndInf) {
       std::vector<double> v(37, 1.0);
       v[static_cast<std::size_t>(at)] = kNan;
       const Tensor t = tensor_of(v, dtype, {37});
-      EXPECT_TRUE(std::isnan(values(ops::sum(t, {}))[0])) << "sum, NaN at " << at;
-      EXPECT_TRUE(std::isnan(values(ops::mean(t, {}))[0])) << "mean, NaN at " << at;
-      EXPECT_TRUE(std::isnan(values(ops::max(t, {}))[0])) << "max, NaN at " << at;
+      EXPECT_TRUE(std::isnan(values(kernels::sum(t, {}))[0])) << "sum, NaN at " << at;
+      EXPECT_TRUE(std::isnan(values(kernels::mean(t, {}))[0])) << "mean, NaN at " << at;
+      EXPECT_TRUE(std::isnan(values(kernels::max(t, {}))[0])) << "max, NaN at " << at;
       // Columns too (inner > 1): the NaN lands in exactly one column.
-      const std::vector<double> cols = values(ops::max(tensor_of(v, dtype, {37, 1}).expand({37, 3}).contiguous(), {0}));
+      const std::vector<double> cols = values(kernels::max(tensor_of(v, dtype, {37, 1}).expand({37, 3}).contiguous(), {0}));
       for (double c : cols) EXPECT_TRUE(std::isnan(c)) << "column max, NaN at " << at;
     }
     std::vector<double> v(20, 1.0);
     v[3] = kInf;
-    EXPECT_EQ(values(ops::sum(tensor_of(v, dtype, {20}), {}))[0], kInf);
-    EXPECT_EQ(values(ops::max(tensor_of(v, dtype, {20}), {}))[0], kInf);
+    EXPECT_EQ(values(kernels::sum(tensor_of(v, dtype, {20}), {}))[0], kInf);
+    EXPECT_EQ(values(kernels::max(tensor_of(v, dtype, {20}), {}))[0], kInf);
     v[9] = -kInf;
-    EXPECT_TRUE(std::isnan(values(ops::sum(tensor_of(v, dtype, {20}), {}))[0])) << "inf + -inf";
-    EXPECT_EQ(values(ops::max(tensor_of({-kInf, -kInf}, dtype, {2}), {}))[0], -kInf);
+    EXPECT_TRUE(std::isnan(values(kernels::sum(tensor_of(v, dtype, {20}), {}))[0])) << "inf + -inf";
+    EXPECT_EQ(values(kernels::max(tensor_of({-kInf, -kInf}, dtype, {2}), {}))[0], -kInf);
   }
 }
 
@@ -141,7 +141,7 @@ TEST(NonFinite, SoftmaxRowsFollowIeee) {
     for (bool log : {false, true}) {
       const auto run = [&](const std::vector<double>& row) {
         const Tensor x = tensor_of(row, dtype, {1, static_cast<std::int64_t>(row.size())});
-        return values(log ? ops::log_softmax(x) : ops::softmax(x));
+        return values(log ? kernels::log_softmax(x) : kernels::softmax(x));
       };
       const std::string what = std::string(log ? "log_softmax " : "softmax ") + dtype_name(dtype);
       // A NaN or +Inf score makes the whole row NaN (e^(x - max) meets NaN or inf - inf).
@@ -166,7 +166,7 @@ TEST(NonFinite, SoftmaxRowsFollowIeee) {
     }
   // The strided (not last axis) path too.
   const Tensor x = tensor_of({1.0, kNan, 2.0, 3.0}, DType::f32, {2, 2});
-  const std::vector<double> y = values(ops::softmax(x, 0));
+  const std::vector<double> y = values(kernels::softmax(x, 0));
   EXPECT_FALSE(std::isnan(y[0]));
   EXPECT_TRUE(std::isnan(y[1]) && std::isnan(y[3]));
 }
@@ -175,7 +175,7 @@ TEST(NonFinite, LayernormAndCrossEntropyPropagateNan) {
   std::vector<double> v(24, 0.25);
   v[7] = kNan;
   const Tensor x = tensor_of(v, DType::f32, {2, 12});
-  const auto out = ops::layernorm(x, Tensor::full({12}, 1.0), Tensor::zeros({12}));
+  const auto out = kernels::layernorm(x, Tensor::full({12}, 1.0), Tensor::zeros({12}));
   const std::vector<double> y = values(out.y);
   for (std::size_t i = 0; i < 12; ++i) EXPECT_TRUE(std::isnan(y[i])) << "row 0 holds the NaN, at " << i;
   for (std::size_t i = 12; i < 24; ++i) EXPECT_FALSE(std::isnan(y[i])) << "row 1 is clean, at " << i;
@@ -183,6 +183,6 @@ TEST(NonFinite, LayernormAndCrossEntropyPropagateNan) {
   const Tensor targets = Tensor::from_vector<std::int64_t>({0, 1}, {2});
   for (double bad : {kNan, kInf}) {
     const Tensor logits = tensor_of({0.0, 1.0, bad, 0.5, 0.5, 0.5}, DType::f32, {2, 3});
-    EXPECT_TRUE(std::isnan(values(ops::cross_entropy(logits, targets))[0])) << "logit " << bad;
+    EXPECT_TRUE(std::isnan(values(kernels::cross_entropy(logits, targets))[0])) << "logit " << bad;
   }
 }

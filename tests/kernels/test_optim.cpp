@@ -14,33 +14,33 @@ TEST(SquaredNorm, MatchesDoubleReference) {
     Tensor x = random_tensor({n}, static_cast<std::uint64_t>(n), -3, 3);
     double ref = 0;
     for (double v : values(x)) ref += v * v;
-    EXPECT_NEAR(ops::squared_norm(x), ref, 1e-6 * ref) << n;
+    EXPECT_NEAR(kernels::squared_norm(x), ref, 1e-6 * ref) << n;
   }
   // Mixed magnitudes: a naive float accumulator would lose the small terms entirely.
   std::vector<float> v(200000, 1e-3f);
   v[0] = 1e4f;
   double ref = 1e8;
   for (std::size_t i = 1; i < v.size(); ++i) ref += 1e-6 * (1.0 + 0 * i) * (double(1e-3f) * 1e-3f / 1e-6);
-  EXPECT_NEAR(ops::squared_norm(Tensor::from_vector(v, {200000})), ref, 1e-7 * ref);
-  EXPECT_NEAR(ops::squared_norm(random_tensor({30, 40}, 1).transpose(0, 1)),
-              ops::squared_norm(random_tensor({30, 40}, 1)), 1e-6 * 380);
-  EXPECT_THROW(ops::squared_norm(Tensor::zeros({3}, DType::i32)), Error);
+  EXPECT_NEAR(kernels::squared_norm(Tensor::from_vector(v, {200000})), ref, 1e-7 * ref);
+  EXPECT_NEAR(kernels::squared_norm(random_tensor({30, 40}, 1).transpose(0, 1)),
+              kernels::squared_norm(random_tensor({30, 40}, 1)), 1e-6 * 380);
+  EXPECT_THROW(kernels::squared_norm(Tensor::zeros({3}, DType::i32)), Error);
 }
 
 TEST(Scale, InPlace) {
   Tensor x = random_tensor({5, 3}, 2);
   auto before = values(x);
-  ops::scale_(x, -0.25);
+  kernels::scale_(x, -0.25);
   auto after = values(x);
   for (std::size_t i = 0; i < before.size(); ++i) EXPECT_NEAR(after[i], -0.25 * before[i], 1e-7);
-  EXPECT_THROW(ops::scale_(random_tensor({4, 4}, 1).transpose(0, 1), 2.0), Error);
+  EXPECT_THROW(kernels::scale_(random_tensor({4, 4}, 1).transpose(0, 1), 2.0), Error);
 }
 
 TEST(Sgd, MomentumAndNesterovFollowPyTorch) {
   for (bool nesterov : {false, true}) {
     Tensor p = random_tensor({17}, 3), buf = Tensor::zeros({17});
     std::vector<double> pr = values(p), br(17, 0.0);
-    ops::SgdParams hp;
+    kernels::SgdParams hp;
     hp.lr = 0.1;
     hp.momentum = 0.9;
     hp.weight_decay = 0.01;
@@ -54,19 +54,19 @@ TEST(Sgd, MomentumAndNesterovFollowPyTorch) {
         d = nesterov ? d + hp.momentum * br[i] : br[i];
         pr[i] -= hp.lr * d;
       }
-      ops::sgd_update_(p, g, buf, hp, step == 0);
+      kernels::sgd_update_(p, g, buf, hp, step == 0);
     }
     expect_close(p, pr, {17}, 1e-5, 1e-6);
     expect_close(buf, br, {17}, 1e-5, 1e-6);
   }
   Tensor p = random_tensor({4}, 1);
-  EXPECT_THROW(ops::sgd_update_(p, random_tensor({5}, 2), Tensor::zeros({4}), {}, true), Error);
+  EXPECT_THROW(kernels::sgd_update_(p, random_tensor({5}, 2), Tensor::zeros({4}), {}, true), Error);
 }
 
 TEST(AdamW, FollowsPyTorchFormulas) {
   Tensor p = random_tensor({2, 9}, 4), m = Tensor::zeros({2, 9}), v = Tensor::zeros({2, 9});
   std::vector<double> pr = values(p), mr(18, 0.0), vr(18, 0.0);
-  ops::AdamWParams hp;
+  kernels::AdamWParams hp;
   hp.lr = 3e-3;
   hp.weight_decay = 0.1;
   for (std::int64_t step = 1; step <= 5; ++step) {
@@ -79,10 +79,10 @@ TEST(AdamW, FollowsPyTorchFormulas) {
       const double mhat = mr[i] / (1 - std::pow(hp.beta1, step)), vhat = vr[i] / (1 - std::pow(hp.beta2, step));
       pr[i] -= hp.lr * mhat / (std::sqrt(vhat) + hp.eps);
     }
-    ops::adamw_update_(p, g, m, v, hp, step);
+    kernels::adamw_update_(p, g, m, v, hp, step);
   }
   expect_close(p, pr, {2, 9}, 1e-5, 1e-6);
   expect_close(m, mr, {2, 9}, 1e-5, 1e-7);
-  EXPECT_THROW(ops::adamw_update_(p, p, m, v, hp, 0), Error);
-  EXPECT_THROW(ops::adamw_update_(p, p, m, Tensor::zeros({18}), hp, 1), Error);
+  EXPECT_THROW(kernels::adamw_update_(p, p, m, v, hp, 0), Error);
+  EXPECT_THROW(kernels::adamw_update_(p, p, m, Tensor::zeros({18}), hp, 1), Error);
 }

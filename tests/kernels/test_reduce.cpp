@@ -20,11 +20,11 @@ TEST(Reduce, SumMeanMaxAxes) {
     sum[idx[3]] += xv[i];
     mx[idx[3]] = std::max(mx[idx[3]], xv[i]);
   }
-  test::expect_close(ops::sum(x, {0, -2}), sum, {1, 2});
-  test::expect_close(ops::max(x, {0, 2}, true), mx, {1, 1, 1, 2});
+  test::expect_close(kernels::sum(x, {0, -2}), sum, {1, 2});
+  test::expect_close(kernels::max(x, {0, 2}, true), mx, {1, 1, 1, 2});
   std::vector<double> mean{sum[0] / 15, sum[1] / 15};
-  test::expect_close(ops::mean(x, {2, 0}), mean, {1, 2});
-  test::expect_close(ops::sum(x, {}), {sum[0] + sum[1]}, {}, 1e-5, 1e-5);
+  test::expect_close(kernels::mean(x, {2, 0}), mean, {1, 2});
+  test::expect_close(kernels::sum(x, {}), {sum[0] + sum[1]}, {}, 1e-5, 1e-5);
 }
 
 TEST(Reduce, NonContiguousAndSumToShape) {
@@ -32,22 +32,22 @@ TEST(Reduce, NonContiguousAndSumToShape) {
   auto xv = test::values(x);
   std::vector<double> r(4, 0);
   for (int i = 0; i < 12; ++i) r[i % 4] += xv[i];
-  test::expect_close(ops::sum(x, {0}), r, {4});
-  test::expect_close(ops::sum_to_shape(x, {1, 4}), r, {1, 4});
-  test::expect_close(ops::sum_to_shape(x.unsqueeze(0), {4}), r, {4});
+  test::expect_close(kernels::sum(x, {0}), r, {4});
+  test::expect_close(kernels::sum_to_shape(x, {1, 4}), r, {1, 4});
+  test::expect_close(kernels::sum_to_shape(x.unsqueeze(0), {4}), r, {4});
 }
 
 TEST(Reduce, BadInput) {
   Tensor x = test::random_tensor({2, 3}, 1);
   try {
-    ops::sum_to_shape(x, {2});
+    kernels::sum_to_shape(x, {2});
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("sum_to_shape"), std::string::npos);
   }
-  EXPECT_THROW(ops::sum(x, {2}), Error);
-  EXPECT_THROW(ops::max(x, {0, 0}), Error);
-  EXPECT_THROW(ops::mean(Tensor::zeros({2}, DType::i64), {}), Error);
+  EXPECT_THROW(kernels::sum(x, {2}), Error);
+  EXPECT_THROW(kernels::max(x, {0, 0}), Error);
+  EXPECT_THROW(kernels::mean(Tensor::zeros({2}, DType::i64), {}), Error);
 }
 
 // Every layout path: one run in the middle ([outer, extent, inner]), trailing and leading runs, and
@@ -77,13 +77,13 @@ TEST(Reduce, EveryAxisPatternMatchesADirectLoop) {
     std::vector<double> mean(sum);
     for (double& m : mean) m /= extent;
     SCOPED_TRACE(::testing::PrintToString(axes));
-    test::expect_close(ops::sum(x, axes, true), sum, out);
-    test::expect_close(ops::mean(x, axes, true), mean, out);
-    test::expect_close(ops::max(x, axes, true), mx, out);
+    test::expect_close(kernels::sum(x, axes, true), sum, out);
+    test::expect_close(kernels::mean(x, axes, true), mean, out);
+    test::expect_close(kernels::max(x, axes, true), mx, out);
   }
   Tensor with_nan = x.clone();
   with_nan.data<float>()[7] = std::numeric_limits<float>::quiet_NaN();  // [0, 0, 1, 1]
-  const auto m = ops::max(with_nan, {0, 2, 3}).to_vector<float>();
+  const auto m = kernels::max(with_nan, {0, 2, 3}).to_vector<float>();
   EXPECT_TRUE(std::isnan(m[0]));
   EXPECT_FALSE(std::isnan(m[1]));
 }

@@ -33,8 +33,8 @@ TEST(Softmax, ForwardShapesAndAxes) {
     for (int ax = 0; ax < static_cast<int>(s.size()); ++ax) {
       Tensor x = test::random_tensor(s, 1 + ax, -5, 5);
       auto xv = test::values(x);
-      test::expect_close(ops::softmax(x, ax), ref_softmax(xv, s, ax, false), s);
-      test::expect_close(ops::log_softmax(x, ax - static_cast<int>(s.size())), ref_softmax(xv, s, ax, true), s);
+      test::expect_close(kernels::softmax(x, ax), ref_softmax(xv, s, ax, false), s);
+      test::expect_close(kernels::log_softmax(x, ax - static_cast<int>(s.size())), ref_softmax(xv, s, ax, true), s);
     }
   }
 }
@@ -43,9 +43,9 @@ TEST(Softmax, NonContiguousAndLargeValues) {
   Tensor x = test::random_tensor({5, 6}, 3, -50, 50).transpose(0, 1);
   Shape s{6, 5};
   auto xv = test::values(x);
-  test::expect_close(ops::softmax(x), ref_softmax(xv, s, 1, false), s);
+  test::expect_close(kernels::softmax(x), ref_softmax(xv, s, 1, false), s);
   Tensor big = Tensor::from_vector<float>({1000.f, 1001.f, 999.f}, {3});
-  test::expect_close(ops::softmax(big), ref_softmax({1000, 1001, 999}, {3}, 0, false), {3});
+  test::expect_close(kernels::softmax(big), ref_softmax({1000, 1001, 999}, {3}, 0, false), {3});
 }
 
 TEST(Softmax, BackwardAnalyticAndFiniteDifference) {
@@ -54,8 +54,8 @@ TEST(Softmax, BackwardAnalyticAndFiniteDifference) {
   Tensor g = test::random_tensor(s, 8);
   auto xv = test::values(x), gv = test::values(g);
   for (bool log : {false, true}) {
-    Tensor y = log ? ops::log_softmax(x) : ops::softmax(x);
-    Tensor dx = log ? ops::log_softmax_backward(g, y) : ops::softmax_backward(g, y);
+    Tensor y = log ? kernels::log_softmax(x) : kernels::softmax(x);
+    Tensor dx = log ? kernels::log_softmax_backward(g, y) : kernels::softmax_backward(g, y);
     // Finite differences of L = sum(g * f(x)) in double.
     std::vector<double> fd(xv.size());
     const double h = 1e-6;
@@ -75,11 +75,11 @@ TEST(Softmax, BackwardAnalyticAndFiniteDifference) {
 TEST(Softmax, BadInput) {
   Tensor a = test::random_tensor({2, 3}, 1), b = test::random_tensor({3, 2}, 2);
   try {
-    ops::softmax_backward(a, b);
+    kernels::softmax_backward(a, b);
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("softmax_backward"), std::string::npos);
   }
-  EXPECT_THROW(ops::softmax(a, 5), Error);
-  EXPECT_THROW(ops::log_softmax(Tensor::zeros({3}, DType::i32)), Error);
+  EXPECT_THROW(kernels::softmax(a, 5), Error);
+  EXPECT_THROW(kernels::log_softmax(Tensor::zeros({3}, DType::i32)), Error);
 }

@@ -158,7 +158,7 @@ void ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op) {
     ring_reduce_scatter(data, off, dtype_size(tensor.dtype()), tensor.dtype());
     ring_all_gather(data, off, dtype_size(tensor.dtype()));
   }
-  if (op == ReduceOp::mean) ops::scale_(tensor, 1.0 / size());
+  if (op == ReduceOp::mean) kernels::scale_(tensor, 1.0 / size());
 }
 
 Tensor ProcessGroup::all_gather(const Tensor& tensor) {
@@ -207,7 +207,7 @@ Tensor ProcessGroup::reduce_scatter(const Tensor& tensor, ReduceOp op) {
   shape[0] /= size();
   const int mine = size() > 1 ? (rank() + 1) % size() : 0;
   Tensor out = work.reshape({size(), part}).slice(0, mine, mine + 1).contiguous().reshape(shape);
-  if (op == ReduceOp::mean) ops::scale_(out, 1.0 / size());
+  if (op == ReduceOp::mean) kernels::scale_(out, 1.0 / size());
   return out;
 }
 

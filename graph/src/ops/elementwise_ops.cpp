@@ -6,8 +6,8 @@
 namespace troupe::graph {
 namespace {
 using namespace detail;
-using ops::BinaryOp;
-using ops::UnaryOp;
+using kernels::BinaryOp;
+using kernels::UnaryOp;
 
 std::vector<ValueInfo> infer_binary(const InferContext& c) {
   expect_arity(c, 2, 2);
@@ -25,7 +25,7 @@ std::vector<ValueInfo> infer_same_as_first(const InferContext& c) {
 
 template <BinaryOp K>
 std::vector<Tensor> compute_binary(const std::vector<Tensor>& in, const ComputeContext&) {
-  return {ops::binary(K, in[0], in[1])};
+  return {kernels::binary(K, in[0], in[1])};
 }
 
 std::vector<Var> grad_add(const GradContext& c) {
@@ -59,13 +59,13 @@ TROUPE_DEFINE_OP(binary_def("div", compute_binary<BinaryOp::div>, grad_div));
 
 TROUPE_DEFINE_OP((OpDef{"add_scalar", "add_scalar", infer_same_as_first,
                         [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {ops::add(in[0], c.attrs.get_double("s"))};
+                          return {kernels::add(in[0], c.attrs.get_double("s"))};
                         },
                         [](const GradContext& c) -> std::vector<Var> { return {c.grad_output(0)}; },
                         {}}));
 TROUPE_DEFINE_OP((OpDef{"mul_scalar", "mul_scalar", infer_same_as_first,
                         [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {ops::mul(in[0], c.attrs.get_double("s"))};
+                          return {kernels::mul(in[0], c.attrs.get_double("s"))};
                         },
                         [](const GradContext& c) -> std::vector<Var> {
                           return {c.grad_output(0) * c.attrs.get_double("s")};
@@ -74,18 +74,18 @@ TROUPE_DEFINE_OP((OpDef{"mul_scalar", "mul_scalar", infer_same_as_first,
 
 template <UnaryOp K>
 std::vector<Tensor> compute_unary(const std::vector<Tensor>& in, const ComputeContext&) {
-  return {ops::unary(K, in[0])};
+  return {kernels::unary(K, in[0])};
 }
 template <UnaryOp K>
 std::vector<Tensor> compute_unary_backward(const std::vector<Tensor>& in, const ComputeContext&) {
-  return {ops::unary_backward(K, in[0], in[1])};
+  return {kernels::unary_backward(K, in[0], in[1])};
 }
 
 // A unary op whose gradient is its "<name>_backward" op applied to (grad, x), and that backward op.
 template <UnaryOp K>
 struct UnaryDefs {
   UnaryDefs() {
-    const std::string name = ops::to_string(K), backward = name + "_backward";
+    const std::string name = kernels::to_string(K), backward = name + "_backward";
     OpRegistry::instance().add(OpDef{name, name, infer_same_as_first, compute_unary<K>,
                                      [backward](const GradContext& c) -> std::vector<Var> {
                                        return {apply1(backward, {c.grad_output(0), c.inputs[0]})};
@@ -111,7 +111,7 @@ TROUPE_DEFINE_OP((OpDef{"relu", "relu", infer_same_as_first, compute_unary<Unary
                         {}}));
 TROUPE_DEFINE_OP((OpDef{"relu_backward", "relu_backward", infer_grad_pair,
                         [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {ops::relu_backward(in[0], in[1], c.attrs.get_double("slope"))};
+                          return {kernels::relu_backward(in[0], in[1], c.attrs.get_double("slope"))};
                         },
                         {},
                         {}}));

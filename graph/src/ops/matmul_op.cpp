@@ -30,10 +30,10 @@ std::vector<Tensor> compute_matmul(const std::vector<Tensor>& in, const ComputeC
   // x[..., k] @ w[k, n] is one GEMM over all rows, not one per batch index.
   if (!ta && b.dim() == 2 && a.dim() > 2 && a.is_contiguous()) {
     const std::int64_t k = a.shape().back();
-    Tensor y = ops::matmul(a.view({a.numel() / k, k}), b, false, tb);
+    Tensor y = kernels::matmul(a.view({a.numel() / k, k}), b, false, tb);
     return {y.view(c.output_shapes[0])};
   }
-  return {ops::matmul(a, b, ta, tb)};
+  return {kernels::matmul(a, b, ta, tb)};
 }
 
 // The gradient of a 2-D weight shared across batch dims: one GEMM over the flattened rows.

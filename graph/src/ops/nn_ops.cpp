@@ -36,13 +36,13 @@ GradFn axis_grad(const char* backward) {
   };
 }
 
-TROUPE_DEFINE_OP((OpDef{"softmax", "softmax", infer_softmax, compute_axis<ops::softmax>, axis_grad("softmax_backward"), {}}));
-TROUPE_DEFINE_OP((OpDef{"log_softmax", "log_softmax", infer_softmax, compute_axis<ops::log_softmax>,
+TROUPE_DEFINE_OP((OpDef{"softmax", "softmax", infer_softmax, compute_axis<kernels::softmax>, axis_grad("softmax_backward"), {}}));
+TROUPE_DEFINE_OP((OpDef{"log_softmax", "log_softmax", infer_softmax, compute_axis<kernels::log_softmax>,
                         axis_grad("log_softmax_backward"), {}}));
 TROUPE_DEFINE_OP((OpDef{"softmax_backward", "softmax_backward", infer_grad_pair,
-                        compute_axis_backward<ops::softmax_backward>, {}, {}}));
+                        compute_axis_backward<kernels::softmax_backward>, {}, {}}));
 TROUPE_DEFINE_OP((OpDef{"log_softmax_backward", "log_softmax_backward", infer_grad_pair,
-                        compute_axis_backward<ops::log_softmax_backward>, {}, {}}));
+                        compute_axis_backward<kernels::log_softmax_backward>, {}, {}}));
 
 // layer_norm(x, gamma, beta) -> (y, mean, rstd); mean and rstd are saved for the backward.
 std::vector<ValueInfo> infer_layer_norm(const InferContext& c) {
@@ -59,7 +59,7 @@ std::vector<ValueInfo> infer_layer_norm(const InferContext& c) {
   return {ValueInfo{c.inputs[0].dtype, x}, ValueInfo{c.inputs[0].dtype, rows}, ValueInfo{c.inputs[0].dtype, rows}};
 }
 std::vector<Tensor> compute_layer_norm(const std::vector<Tensor>& in, const ComputeContext& c) {
-  auto r = ops::layernorm(in[0], in[1], in[2], c.attrs.get_double("eps"));
+  auto r = kernels::layernorm(in[0], in[1], in[2], c.attrs.get_double("eps"));
   return {r.y, r.mean, r.rstd};
 }
 std::vector<Var> grad_layer_norm(const GradContext& c) {
@@ -72,7 +72,7 @@ std::vector<ValueInfo> infer_layer_norm_backward(const InferContext& c) {
   return {c.inputs[1], c.inputs[2], c.inputs[2]};
 }
 std::vector<Tensor> compute_layer_norm_backward(const std::vector<Tensor>& in, const ComputeContext&) {
-  auto g = ops::layernorm_backward(in[0], in[1], in[2], in[3], in[4]);
+  auto g = kernels::layernorm_backward(in[0], in[1], in[2], in[3], in[4]);
   return {g.dx, g.dgamma, g.dbeta};
 }
 TROUPE_DEFINE_OP((OpDef{"layer_norm", "layernorm", infer_layer_norm, compute_layer_norm, grad_layer_norm, {}}));
@@ -90,7 +90,7 @@ std::vector<ValueInfo> infer_embedding(const InferContext& c) {
 }
 TROUPE_DEFINE_OP((OpDef{"embedding", "embedding", infer_embedding,
                         [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
-                          return {ops::embedding(in[0], in[1])};
+                          return {kernels::embedding(in[0], in[1])};
                         },
                         [](const GradContext& c) -> std::vector<Var> {
                           const Attrs a = Attrs().set("num", c.inputs[0].size(0).size());
@@ -104,7 +104,7 @@ std::vector<ValueInfo> infer_embedding_backward(const InferContext& c) {
 }
 TROUPE_DEFINE_OP((OpDef{"embedding_backward", "embedding_backward", infer_embedding_backward,
                         [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {ops::embedding_backward(in[0], in[1], c.attrs.get_int("num"))};
+                          return {kernels::embedding_backward(in[0], in[1], c.attrs.get_int("num"))};
                         },
                         {},
                         {1}}));
@@ -122,7 +122,7 @@ std::vector<ValueInfo> infer_cross_entropy(const InferContext& c) {
 Tensor rows_of(const Tensor& logits) { return logits.reshape({logits.numel() / logits.shape().back(), logits.shape().back()}); }
 TROUPE_DEFINE_OP((OpDef{"cross_entropy", "cross_entropy", infer_cross_entropy,
                         [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
-                          return {ops::cross_entropy(rows_of(in[0]), in[1].reshape({in[1].numel()}))};
+                          return {kernels::cross_entropy(rows_of(in[0]), in[1].reshape({in[1].numel()}))};
                         },
                         [](const GradContext& c) -> std::vector<Var> {
                           return {apply1("cross_entropy_backward", {c.grad_output(0), c.inputs[0], c.inputs[1]}),
@@ -135,15 +135,15 @@ std::vector<ValueInfo> infer_cross_entropy_backward(const InferContext& c) {
 }
 TROUPE_DEFINE_OP((OpDef{"cross_entropy_backward", "cross_entropy_backward", infer_cross_entropy_backward,
                         [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
-                          const Tensor g = ops::cross_entropy_backward(in[0], rows_of(in[1]), in[2].reshape({in[2].numel()}));
+                          const Tensor g = kernels::cross_entropy_backward(in[0], rows_of(in[1]), in[2].reshape({in[2].numel()}));
                           return {g.view(in[1].shape())};
                         },
                         {},
                         {2}}));
 
-ops::Conv2dParams conv_params(const Attrs& a) {
+kernels::Conv2dParams conv_params(const Attrs& a) {
   const auto s = a.get_int("stride"), p = a.get_int("padding");
-  return ops::Conv2dParams{s, s, p, p};
+  return kernels::Conv2dParams{s, s, p, p};
 }
 // Output size of one spatial dim; symbolic sizes are allowed only where the output equals the input.
 SymDim conv_out(const InferContext& c, const SymDim& in, const SymDim& k, std::int64_t stride, std::int64_t pad) {
@@ -182,7 +182,7 @@ std::vector<Var> grad_conv2d(const GradContext& c) {
 }
 TROUPE_DEFINE_OP((OpDef{"conv2d", "conv2d", infer_conv2d,
                         [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {ops::conv2d(in[0], in[1], in.size() == 3 ? in[2] : Tensor(), conv_params(c.attrs))};
+                          return {kernels::conv2d(in[0], in[1], in.size() == 3 ? in[2] : Tensor(), conv_params(c.attrs))};
                         },
                         grad_conv2d,
                         {}}));
@@ -193,13 +193,13 @@ std::vector<ValueInfo> infer_conv_backward(const InferContext& c) {
 }
 TROUPE_DEFINE_OP((OpDef{"conv2d_backward_data", "conv2d_backward_data", infer_conv_backward,
                         [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {ops::conv2d_backward_data(in[0], in[1], c.output_shapes[0], conv_params(c.attrs))};
+                          return {kernels::conv2d_backward_data(in[0], in[1], c.output_shapes[0], conv_params(c.attrs))};
                         },
                         {},
                         {2}}));
 TROUPE_DEFINE_OP((OpDef{"conv2d_backward_weight", "conv2d_backward_weight", infer_conv_backward,
                         [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {ops::conv2d_backward_weight(in[0], in[1], c.output_shapes[0], conv_params(c.attrs))};
+                          return {kernels::conv2d_backward_weight(in[0], in[1], c.output_shapes[0], conv_params(c.attrs))};
                         },
                         {},
                         {2}}));
@@ -210,7 +210,7 @@ TROUPE_DEFINE_OP((OpDef{"conv2d_backward_bias", "conv2d_backward_bias",
                           return one(c.inputs[0].dtype, {c.inputs[0].shape[1]});
                         },
                         [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
-                          return {ops::conv2d_backward_bias(in[0])};
+                          return {kernels::conv2d_backward_bias(in[0])};
                         },
                         {},
                         {}}));
@@ -225,7 +225,7 @@ std::vector<ValueInfo> infer_causal_mask(const InferContext& c) {
 }
 TROUPE_DEFINE_OP((OpDef{"causal_mask", "causal_mask", infer_causal_mask,
                         [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {ops::causal_mask(in[0], c.attrs.get_double("fill"))};
+                          return {kernels::causal_mask(in[0], c.attrs.get_double("fill"))};
                         },
                         [](const GradContext& c) -> std::vector<Var> {
                           return {apply1("causal_mask", {c.grad_output(0)}, Attrs().set("fill", 0.0))};

@@ -61,16 +61,16 @@ std::vector<ValueInfo> infer_squared_norm(const InferContext& c) {
 }
 TROUPE_DEFINE_OP((OpDef{"squared_norm", "squared_norm", infer_squared_norm,
                         [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
-                          return {Tensor::scalar(ops::squared_norm(in[0]), in[0].dtype())};
+                          return {Tensor::scalar(kernels::squared_norm(in[0]), in[0].dtype())};
                         },
                         [](const GradContext& c) -> std::vector<Var> {
                           return {broadcast_to(c.grad_output(0), c.inputs[0]) * c.inputs[0] * 2.0};
                         },
                         {}}));
 
-TROUPE_DEFINE_OP((OpDef{"sum", "reduce", infer_reduce, compute_reduce<ops::sum>, grad_sum, {}}));
-TROUPE_DEFINE_OP((OpDef{"mean", "reduce", infer_reduce, compute_reduce<ops::mean>, grad_mean, {}}));
-TROUPE_DEFINE_OP((OpDef{"max", "reduce", infer_reduce, compute_reduce<ops::max>, grad_max, {}}));
+TROUPE_DEFINE_OP((OpDef{"sum", "reduce", infer_reduce, compute_reduce<kernels::sum>, grad_sum, {}}));
+TROUPE_DEFINE_OP((OpDef{"mean", "reduce", infer_reduce, compute_reduce<kernels::mean>, grad_mean, {}}));
+TROUPE_DEFINE_OP((OpDef{"max", "reduce", infer_reduce, compute_reduce<kernels::max>, grad_max, {}}));
 
 // Inputs (x, like): the output has like's shape; `like` contributes only its shape.
 std::vector<ValueInfo> infer_like(const InferContext& c) {
@@ -101,12 +101,12 @@ std::vector<ValueInfo> infer_mean_backward(const InferContext& c) {
 std::vector<Tensor> compute_mean_backward(const std::vector<Tensor>& in, const ComputeContext& c) {
   const Shape& x = c.output_shapes[0];
   const double count = static_cast<double>(shape_numel(x)) / static_cast<double>(in[0].numel());
-  return {ops::mul(in[0].expand(x), 1.0 / count)};
+  return {kernels::mul(in[0].expand(x), 1.0 / count)};
 }
 
 TROUPE_DEFINE_OP((OpDef{"sum_to", "reduce", infer_sum_to,
                         [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {ops::sum_to_shape(in[0], c.output_shapes[0])};
+                          return {kernels::sum_to_shape(in[0], c.output_shapes[0])};
                         },
                         [](const GradContext& c) -> std::vector<Var> {
                           return {broadcast_to(c.grad_output(0), c.inputs[0]), Var()};
@@ -131,7 +131,7 @@ std::vector<ValueInfo> infer_max_backward(const InferContext& c) {
 }
 TROUPE_DEFINE_OP((OpDef{"max_backward", "max_backward", infer_max_backward,
                         [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
-                          return {ops::max_backward(in[0], in[1], in[2])};
+                          return {kernels::max_backward(in[0], in[1], in[2])};
                         },
                         {},
                         {}}));

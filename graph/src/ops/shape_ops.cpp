@@ -109,7 +109,7 @@ std::vector<Var> grad_concat(const GradContext& c) {
 
 TROUPE_DEFINE_OP((OpDef{"concat", "copy", infer_concat,
                         [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {ops::concat(in, c.attrs.get_int("axis"))};
+                          return {kernels::concat(in, c.attrs.get_int("axis"))};
                         },
                         grad_concat,
                         {}}));
@@ -141,7 +141,7 @@ std::vector<Var> grad_split(const GradContext& c) {
 
 TROUPE_DEFINE_OP((OpDef{"split", "-", infer_split,
                         [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return ops::split(in[0], c.attrs.get_ints("sizes"), c.attrs.get_int("axis"));
+                          return kernels::split(in[0], c.attrs.get_ints("sizes"), c.attrs.get_int("axis"));
                         },
                         grad_split,
                         {}}));
@@ -167,7 +167,7 @@ std::vector<ValueInfo> infer_pixel_shuffle(const InferContext& c) {
 
 TROUPE_DEFINE_OP((OpDef{"pixel_shuffle", "copy", infer_pixel_shuffle<true>,
                         [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {ops::pixel_shuffle(in[0], c.attrs.get_int("r"))};
+                          return {kernels::pixel_shuffle(in[0], c.attrs.get_int("r"))};
                         },
                         [](const GradContext& c) -> std::vector<Var> {
                           return {pixel_unshuffle(c.grad_output(0), c.attrs.get_int("r"))};
@@ -175,7 +175,7 @@ TROUPE_DEFINE_OP((OpDef{"pixel_shuffle", "copy", infer_pixel_shuffle<true>,
                         {}}));
 TROUPE_DEFINE_OP((OpDef{"pixel_unshuffle", "copy", infer_pixel_shuffle<false>,
                         [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {ops::pixel_unshuffle(in[0], c.attrs.get_int("r"))};
+                          return {kernels::pixel_unshuffle(in[0], c.attrs.get_int("r"))};
                         },
                         [](const GradContext& c) -> std::vector<Var> {
                           return {pixel_shuffle(c.grad_output(0), c.attrs.get_int("r"))};

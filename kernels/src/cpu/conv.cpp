@@ -9,7 +9,7 @@
 #include "cpu/float_kernels.hpp"
 #include "troupe/kernels/reduce.hpp"
 
-namespace troupe::ops {
+namespace troupe::kernels {
 
 namespace {
 
@@ -195,4 +195,4 @@ TROUPE_REGISTER_FLOAT_KERNELS("conv2d", forward_kernel);
 TROUPE_REGISTER_FLOAT_KERNELS("conv2d_backward_data", backward_data_kernel);
 TROUPE_REGISTER_FLOAT_KERNELS("conv2d_backward_weight", backward_weight_kernel);
 
-}  // namespace troupe::ops
+}  // namespace troupe::kernels

@@ -7,7 +7,7 @@
 #include "cpu/float_kernels.hpp"
 #include "cpu/strided_loop.hpp"
 
-namespace troupe::ops {
+namespace troupe::kernels {
 
 const char* to_string(BinaryOp op) {
   switch (op) {
@@ -249,4 +249,4 @@ TROUPE_UNARY(rsqrt);
 TROUPE_UNARY(neg);
 #undef TROUPE_UNARY
 
-}  // namespace troupe::ops
+}  // namespace troupe::kernels

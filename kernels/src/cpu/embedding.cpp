@@ -56,7 +56,7 @@ Tensor checked_ids(const char* op, const Tensor& ids, std::int64_t v) {
 
 }  // namespace
 
-namespace ops {
+namespace kernels {
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   cpu::check_float("embedding", "weight", weight);
@@ -86,5 +86,5 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& ids, std::int64_t nu
   return dw;
 }
 
-}  // namespace ops
+}  // namespace kernels
 }  // namespace troupe

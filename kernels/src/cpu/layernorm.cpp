@@ -83,7 +83,7 @@ Shape row_shape(const Shape& s) { return Shape(s.begin(), s.end() - 1); }
 
 }  // namespace
 
-namespace ops {
+namespace kernels {
 
 LayerNormOutput layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
   cpu::check_float("layernorm", "x", x);
@@ -135,5 +135,5 @@ LayerNormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tenso
   return g;
 }
 
-}  // namespace ops
+}  // namespace kernels
 }  // namespace troupe

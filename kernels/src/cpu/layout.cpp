@@ -2,7 +2,7 @@
 // every dtype and layout without kernels of their own.
 #include "troupe/kernels/layout.hpp"
 
-namespace troupe::ops {
+namespace troupe::kernels {
 
 Tensor concat(const std::vector<Tensor>& xs, std::int64_t axis) {
   TROUPE_CHECK(!xs.empty(), invalid_argument, "concat: needs at least one tensor");
@@ -78,4 +78,4 @@ Tensor pixel_unshuffle(const Tensor& x, std::int64_t r) {
   return v.contiguous().view({s[0], s[1] * r * r, h, w});
 }
 
-}  // namespace troupe::ops
+}  // namespace troupe::kernels

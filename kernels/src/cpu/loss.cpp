@@ -65,7 +65,7 @@ Tensor check(const char* op, const Tensor& logits, const Tensor& targets) {
 
 }  // namespace
 
-namespace ops {
+namespace kernels {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   Tensor t = check("cross_entropy", logits, targets);
@@ -86,5 +86,5 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
   return dx;
 }
 
-}  // namespace ops
+}  // namespace kernels
 }  // namespace troupe

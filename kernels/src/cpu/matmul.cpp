@@ -5,7 +5,7 @@
 #include "cpu/blas.hpp"
 #include "cpu/float_kernels.hpp"
 
-namespace troupe::ops {
+namespace troupe::kernels {
 
 namespace {
 
@@ -131,4 +131,4 @@ void matmul_bf16(const std::vector<Tensor>& in, std::vector<Tensor>& out, const 
 TROUPE_REGISTER_FLOAT_KERNELS("matmul", matmul_blas);
 TROUPE_REGISTER_KERNEL("matmul", cpu, bf16, matmul_bf16);
 
-}  // namespace troupe::ops
+}  // namespace troupe::kernels

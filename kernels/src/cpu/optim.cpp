@@ -5,7 +5,7 @@
 #include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
 
-namespace troupe::ops {
+namespace troupe::kernels {
 
 namespace {
 
@@ -157,4 +157,4 @@ TROUPE_REGISTER_FLOAT_KERNELS("scale_", scale_kernel);
 TROUPE_REGISTER_FLOAT_KERNELS("sgd_update_", sgd_kernel);
 TROUPE_REGISTER_FLOAT_KERNELS("adamw_update_", adamw_kernel);
 
-}  // namespace troupe::ops
+}  // namespace troupe::kernels

@@ -119,7 +119,7 @@ Tensor reduce_impl(const char* op, const Tensor& x, std::vector<std::int64_t> ax
 
 }  // namespace
 
-namespace ops {
+namespace kernels {
 
 Tensor sum(const Tensor& x, std::vector<std::int64_t> axes, bool keepdim) {
   return reduce_impl("sum", x, std::move(axes), keepdim, 0);
@@ -156,5 +156,5 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
   return r.reshape(shape);
 }
 
-}  // namespace ops
+}  // namespace kernels
 }  // namespace troupe

@@ -4,7 +4,7 @@
 #include "troupe/kernels/error.hpp"
 #include "troupe/kernels/registry.hpp"
 
-namespace troupe::ops {
+namespace troupe::kernels {
 
 namespace {
 void check_float(const char* op, const Tensor& t) {
@@ -84,4 +84,4 @@ Tensor max_backward(const Tensor& grad, const Tensor& x, const Tensor& y) {
   return out[0];
 }
 
-}  // namespace troupe::ops
+}  // namespace troupe::kernels

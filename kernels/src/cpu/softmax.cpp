@@ -147,7 +147,7 @@ Tensor backward(const char* op, const Tensor& grad, const Tensor& y, std::int64_
 
 }  // namespace
 
-namespace ops {
+namespace kernels {
 
 Tensor softmax(const Tensor& x, std::int64_t axis) { return forward("softmax", x, axis, false); }
 
@@ -161,5 +161,5 @@ Tensor log_softmax_backward(const Tensor& grad, const Tensor& y, std::int64_t ax
   return backward("log_softmax_backward", grad, y, axis, true);
 }
 
-}  // namespace ops
+}  // namespace kernels
 }  // namespace troupe

@@ -21,12 +21,12 @@ __global__ void add_f32(const float* a, const float* b, float* c, long long n) {
 
 constexpr int kThreads = 256;
 
-// One block per chunk of ops::kNormChunk elements: a tree reduction in shared memory writes the
+// One block per chunk of kernels::kNormChunk elements: a tree reduction in shared memory writes the
 // chunk's sum of squares; the host adds the chunk sums in double.
 __global__ void chunk_squares_f32(const float* x, long long n, double* partial) {
   __shared__ float sums[kThreads];
-  const long long begin = blockIdx.x * static_cast<long long>(ops::kNormChunk);
-  const long long end = min(n, begin + static_cast<long long>(ops::kNormChunk));
+  const long long begin = blockIdx.x * static_cast<long long>(kernels::kNormChunk);
+  const long long end = min(n, begin + static_cast<long long>(kernels::kNormChunk));
   float s = 0.f;
   for (long long i = begin + threadIdx.x; i < end; i += kThreads) s += x[i] * x[i];
   sums[threadIdx.x] = s;
@@ -58,7 +58,7 @@ void add_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const A
 void squared_norm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
   require_dense_equal("squared_norm", in);
   const long long n = in[0].numel();
-  const long long chunks = (n + ops::kNormChunk - 1) / ops::kNormChunk;
+  const long long chunks = (n + kernels::kNormChunk - 1) / kernels::kNormChunk;
   std::vector<double> host(static_cast<std::size_t>(chunks));
   if (chunks > 0) {
     double* partial = nullptr;

@@ -86,10 +86,10 @@ class GroupedOptimizer : public Optimizer {
 };
 
 /// Stochastic gradient descent with momentum, dampening, Nesterov and L2 weight decay.
-class SGD : public GroupedOptimizer<ops::SgdParams> {
+class SGD : public GroupedOptimizer<kernels::SgdParams> {
  public:
-  explicit SGD(std::vector<ParamGroup<ops::SgdParams>> groups) : GroupedOptimizer(std::move(groups), "SGD") {}
-  SGD(const std::vector<Var>& params, const ops::SgdParams& options) : SGD({{params, options}}) {}
+  explicit SGD(std::vector<ParamGroup<kernels::SgdParams>> groups) : GroupedOptimizer(std::move(groups), "SGD") {}
+  SGD(const std::vector<Var>& params, const kernels::SgdParams& options) : SGD({{params, options}}) {}
   void step() override;
 
  private:
@@ -97,10 +97,10 @@ class SGD : public GroupedOptimizer<ops::SgdParams> {
 };
 
 /// Adam with decoupled weight decay (Loshchilov & Hutter), bias-corrected per parameter step.
-class AdamW : public GroupedOptimizer<ops::AdamWParams> {
+class AdamW : public GroupedOptimizer<kernels::AdamWParams> {
  public:
-  explicit AdamW(std::vector<ParamGroup<ops::AdamWParams>> groups) : GroupedOptimizer(std::move(groups), "AdamW") {}
-  AdamW(const std::vector<Var>& params, const ops::AdamWParams& options) : AdamW({{params, options}}) {}
+  explicit AdamW(std::vector<ParamGroup<kernels::AdamWParams>> groups) : GroupedOptimizer(std::move(groups), "AdamW") {}
+  AdamW(const std::vector<Var>& params, const kernels::AdamWParams& options) : AdamW({{params, options}}) {}
   void step() override;
 
  private:

@@ -5,7 +5,7 @@
 
 #include "troupe/kernels/tensor.hpp"
 
-namespace troupe::ops {
+namespace troupe::kernels {
 
 /// Stride and padding of a convolution.
 struct Conv2dParams {
@@ -21,4 +21,4 @@ Tensor conv2d_backward_weight(const Tensor& grad, const Tensor& x, const Shape& 
 /// d loss / d bias: grad summed over N, Ho and Wo.
 Tensor conv2d_backward_bias(const Tensor& grad);
 
-}  // namespace troupe::ops
+}  // namespace troupe::kernels

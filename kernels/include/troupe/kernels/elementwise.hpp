@@ -4,7 +4,7 @@
 
 #include "troupe/kernels/tensor.hpp"
 
-namespace troupe::ops {
+namespace troupe::kernels {
 
 /// The binary arithmetic ops.
 enum class BinaryOp { add, sub, mul, div };
@@ -64,4 +64,4 @@ inline Tensor rsqrt(const Tensor& x) { return unary(UnaryOp::rsqrt, x); }
 /// -x.
 inline Tensor neg(const Tensor& x) { return unary(UnaryOp::neg, x); }
 
-}  // namespace troupe::ops
+}  // namespace troupe::kernels

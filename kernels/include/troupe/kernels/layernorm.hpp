@@ -3,7 +3,7 @@
 
 #include "troupe/kernels/tensor.hpp"
 
-namespace troupe::ops {
+namespace troupe::kernels {
 
 /// Outputs of layernorm: y, and the per-row mean and 1/sqrt(var + eps) (shape = x without last dim).
 struct LayerNormOutput {
@@ -20,4 +20,4 @@ struct LayerNormGrads {
 LayerNormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                   const Tensor& rstd);
 
-}  // namespace troupe::ops
+}  // namespace troupe::kernels

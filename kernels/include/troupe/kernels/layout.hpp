@@ -5,7 +5,7 @@
 
 #include "troupe/kernels/tensor.hpp"
 
-namespace troupe::ops {
+namespace troupe::kernels {
 
 /// Joins tensors of equal shape except along `axis` into a new tensor (same dtype for all).
 Tensor concat(const std::vector<Tensor>& xs, std::int64_t axis);
@@ -16,4 +16,4 @@ Tensor pixel_shuffle(const Tensor& x, std::int64_t r);
 /// [N, C, H*r, W*r] -> [N, C*r*r, H, W]: the inverse of pixel_shuffle, and its backward.
 Tensor pixel_unshuffle(const Tensor& x, std::int64_t r);
 
-}  // namespace troupe::ops
+}  // namespace troupe::kernels

@@ -3,7 +3,7 @@
 
 #include "troupe/kernels/tensor.hpp"
 
-namespace troupe::ops {
+namespace troupe::kernels {
 
 /// Mean over N of -log_softmax(logits)[n, targets[n]]; logits [N, C] f32 or f64, targets [N] i32/i64; 0-d
 /// result in the dtype of logits.
@@ -11,4 +11,4 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 /// dlogits = (softmax(logits) - onehot(targets)) * grad_loss / N; grad_loss is 0-d, in the dtype of logits.
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets);
 
-}  // namespace troupe::ops
+}  // namespace troupe::kernels

@@ -3,7 +3,7 @@
 
 #include "troupe/kernels/tensor.hpp"
 
-namespace troupe::ops {
+namespace troupe::kernels {
 
 /// op(a) @ op(b), where op transposes the last two dims when asked.
 /// a: [..., M, K] (or [..., K, M] with trans_a), b: [..., K, N] (or [..., N, K] with trans_b).
@@ -11,4 +11,4 @@ namespace troupe::ops {
 /// same); the result has the input dtype. Transposed views are passed to BLAS without copies.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 
-}  // namespace troupe::ops
+}  // namespace troupe::kernels

@@ -6,7 +6,7 @@
 
 #include "troupe/kernels/tensor.hpp"
 
-namespace troupe::ops {
+namespace troupe::kernels {
 
 /// Elements per chunk of squared_norm: each chunk is summed in float lanes, chunk sums in double.
 constexpr std::int64_t kNormChunk = 4096;
@@ -37,4 +37,4 @@ struct AdamWParams {
 void adamw_update_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p,
                    std::int64_t step);
 
-}  // namespace troupe::ops
+}  // namespace troupe::kernels

@@ -6,7 +6,7 @@
 
 #include "troupe/kernels/tensor.hpp"
 
-namespace troupe::ops {
+namespace troupe::kernels {
 
 /// Sum over `axes` (empty = all axes); keepdim keeps reduced dims as size 1.
 Tensor sum(const Tensor& x, std::vector<std::int64_t> axes, bool keepdim = false);
@@ -17,4 +17,4 @@ Tensor max(const Tensor& x, std::vector<std::int64_t> axes, bool keepdim = false
 /// Sums a broadcast result `x` back down to `shape` (which must broadcast to x.shape()).
 Tensor sum_to_shape(const Tensor& x, const Shape& shape);
 
-}  // namespace troupe::ops
+}  // namespace troupe::kernels

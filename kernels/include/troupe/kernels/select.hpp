@@ -4,7 +4,7 @@
 
 #include "troupe/kernels/tensor.hpp"
 
-namespace troupe::ops {
+namespace troupe::kernels {
 
 /// x[..., i, j] for j <= i, `fill` above the diagonal (the last two dims must be square).
 Tensor causal_mask(const Tensor& x, double fill);
@@ -12,4 +12,4 @@ Tensor causal_mask(const Tensor& x, double fill);
 /// max), split evenly between ties; result has x's shape.
 Tensor max_backward(const Tensor& grad, const Tensor& x, const Tensor& y);
 
-}  // namespace troupe::ops
+}  // namespace troupe::kernels

@@ -5,7 +5,7 @@
 
 #include "troupe/kernels/tensor.hpp"
 
-namespace troupe::ops {
+namespace troupe::kernels {
 
 /// Numerically stable softmax of `x` along `axis`.
 Tensor softmax(const Tensor& x, std::int64_t axis = -1);
@@ -16,4 +16,4 @@ Tensor softmax_backward(const Tensor& grad, const Tensor& y, std::int64_t axis =
 /// Gradient wrt the input of log_softmax, given the output gradient and y = log_softmax(x).
 Tensor log_softmax_backward(const Tensor& grad, const Tensor& y, std::int64_t axis = -1);
 
-}  // namespace troupe::ops
+}  // namespace troupe::kernels
