@@ -13,7 +13,9 @@ class OpKind : public NodeKind {
   OpKind(std::shared_ptr<const graph::Graph> graph, const ActorSpec& spec)
       : graph_(std::move(graph)),
         node_(&graph_->node(spec.node)),
-        def_(&graph::OpRegistry::instance().get(node_->op)) {}
+        def_(&graph::OpRegistry::instance().get(node_->op)) {
+    for (graph::ValueId o : node_->outputs) dtypes_.push_back(graph_->value(o).info.dtype);
+  }
 
   Values act(Node& node, int mb) override {
     HandlerTrace trace(node.track(), "compute", 0, node.step(), mb);
@@ -28,7 +30,7 @@ class OpKind : public NodeKind {
       const graph::SymBindings& bindings = node.ctx().bindings[static_cast<std::size_t>(mb)];
       for (graph::ValueId o : node_->outputs) shapes.push_back(graph::bind(graph_->value(o).info.shape, bindings));
       auto outputs = std::make_shared<const std::vector<Tensor>>(
-          def_->compute(in, graph::ComputeContext{node_->attrs, shapes, node_->label}));
+          def_->run(in, graph::ComputeContext{node_->attrs, shapes, dtypes_, node_->label}));
       TROUPE_CHECK(outputs->size() == node_->outputs.size(), runtime, "computed ", outputs->size(),
                    " outputs, expected ", node_->outputs.size());
       return outputs;
@@ -43,6 +45,7 @@ class OpKind : public NodeKind {
   std::shared_ptr<const graph::Graph> graph_;
   const graph::Node* node_;
   const graph::OpDef* def_;
+  std::vector<DType> dtypes_;  // the outputs' dtypes, fixed by the graph
 };
 
 }  // namespace

@@ -26,14 +26,13 @@ std::vector<ValueInfo> infer_debug_print(const InferContext& c) {
   detail::expect_arity(c, 1, 1);
   return detail::one(c.inputs[0].dtype, c.inputs[0].shape);
 }
+std::vector<Tensor> compute_debug_print(const std::vector<Tensor>& in, const ComputeContext& c) {
+  std::cerr << tensor_stats(c.label, in[0]) << '\n';
+  return {in[0]};
+}
 // Prints at run time whatever the switch says then: a graph traced with DEBUG on keeps its prints.
-TROUPE_DEFINE_OP((OpDef{"debug_print", "-", infer_debug_print,
-                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          std::cerr << tensor_stats(c.label, in[0]) << '\n';
-                          return {in[0]};
-                        },
-                        [](const GradContext& c) -> std::vector<Var> { return {c.grad_output(0)}; },
-                        {}}));
+TROUPE_DEFINE_OP({.name = "debug_print", .infer = infer_debug_print, .compute = compute_debug_print,
+                  .grad = [](const GradContext& c) -> std::vector<Var> { return {c.grad_output(0)}; }});
 }  // namespace
 
 bool debug_enabled() { return debug_flag(); }

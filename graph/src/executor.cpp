@@ -73,13 +73,18 @@ std::vector<Tensor> execute(const Graph& g, const std::vector<Tensor>& inputs, c
 
   std::vector<Tensor> in;
   std::vector<Shape> shapes;
+  std::vector<DType> dtypes;
   for (const Node& n : g.nodes()) {
     const OpDef& def = OpRegistry::instance().get(n.op);
     in.clear();
     shapes.clear();
+    dtypes.clear();
     for (ValueId v : n.inputs) in.push_back(values[static_cast<std::size_t>(v)]);
-    for (ValueId o : n.outputs) shapes.push_back(bind(g.value(o).info.shape, bindings));
-    std::vector<Tensor> out = def.compute(in, ComputeContext{n.attrs, shapes, n.label});
+    for (ValueId o : n.outputs) {
+      shapes.push_back(bind(g.value(o).info.shape, bindings));
+      dtypes.push_back(g.value(o).info.dtype);
+    }
+    std::vector<Tensor> out = def.run(in, ComputeContext{n.attrs, shapes, dtypes, n.label});
     TROUPE_CHECK(out.size() == n.outputs.size(), runtime, n.op, " (node %", n.id, "): computed ", out.size(),
                  " outputs, the graph has ", n.outputs.size());
     for (std::size_t i = 0; i < out.size(); ++i) {

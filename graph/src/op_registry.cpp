@@ -3,11 +3,24 @@
 
 #include "troupe/graph/op_def.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/kernels/registry.hpp"
 
 namespace troupe::graph {
 
 bool OpDef::differentiable(std::size_t i) const {
-  return std::find(nondiff_inputs.begin(), nondiff_inputs.end(), static_cast<int>(i)) == nondiff_inputs.end();
+  return std::find(no_grad_inputs.begin(), no_grad_inputs.end(), static_cast<int>(i)) == no_grad_inputs.end();
+}
+
+std::vector<Tensor> OpDef::run(const std::vector<Tensor>& inputs, const ComputeContext& ctx) const {
+  if (compute) return compute(inputs, ctx);
+  const auto first = std::find_if(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined(); });
+  TROUPE_CHECK(first != inputs.end(), invalid_argument, name, ": called without a defined input tensor");
+  std::vector<Tensor> outputs;
+  outputs.reserve(ctx.output_shapes.size());
+  for (std::size_t i = 0; i < ctx.output_shapes.size(); ++i)
+    outputs.push_back(Tensor::empty(ctx.output_shapes[i], ctx.output_dtypes[i], first->device()));
+  dispatch(kernel, inputs, outputs, ctx.attrs);
+  return outputs;
 }
 
 GradFn missing_gradient(const std::string& op) {
@@ -23,8 +36,13 @@ OpRegistry& OpRegistry::instance() {
 }
 
 void OpRegistry::add(OpDef def) {
-  TROUPE_CHECK(def.infer && def.compute, invalid_argument, "op '", def.name, "' needs inference and compute");
+  TROUPE_CHECK(def.name && def.infer, invalid_argument, "an op definition needs .name and .infer");
   const std::string name = def.name;
+  TROUPE_CHECK((def.kernel == nullptr) != (def.compute == nullptr), invalid_argument, "op '", name,
+               "' needs exactly one of .kernel and .compute");
+  // A kernel name is a dispatch key, so a misspelt one fails here, at load time, not in the first step.
+  TROUPE_CHECK(!def.kernel || KernelRegistry::instance().contains(def.kernel, DeviceKind::cpu, DType::f32),
+               invalid_argument, "op '", name, "' runs kernel '", def.kernel, "', which has no CPU f32 kernel");
   TROUPE_CHECK(ops_.emplace(name, std::move(def)).second, invalid_argument, "op '", name, "' is defined twice");
 }
 

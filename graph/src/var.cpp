@@ -130,8 +130,12 @@ std::vector<Var> apply(const std::string& op, const std::vector<Var>& inputs, co
   }
   const std::vector<ValueInfo> out_infos = def.infer(InferContext{op, in_infos, attrs, target});
   std::vector<Shape> out_shapes;
-  for (const auto& info : out_infos) out_shapes.push_back(to_static(info.shape, op));
-  std::vector<Tensor> results = def.compute(tensors, ComputeContext{attrs, out_shapes, label});
+  std::vector<DType> out_dtypes;
+  for (const auto& info : out_infos) {
+    out_shapes.push_back(to_static(info.shape, op));
+    out_dtypes.push_back(info.dtype);
+  }
+  std::vector<Tensor> results = def.run(tensors, ComputeContext{attrs, out_shapes, out_dtypes, label});
   TROUPE_CHECK(results.size() == out_infos.size(), runtime, op, ": computed ", results.size(), " outputs, inferred ",
                out_infos.size());
   for (std::size_t i = 0; i < results.size(); ++i)

@@ -64,14 +64,13 @@ void expect_actor_steps_match_eager(Layer& model, const Tensor& x, const Tensor&
 
 // Registered once: an op that fails on negative input, to inject kernel failures mid-step.
 std::vector<ValueInfo> infer_same(const InferContext& c) { return {c.inputs[0]}; }
-const OpRegistrar fail_op(OpDef{"test_fail_if_negative", "-", infer_same,
-                                [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
-                                  for (double v : test::values(in[0]))
-                                    if (v < 0) fail(ErrorKind::out_of_range, "test kernel saw a negative value");
-                                  return {in[0]};
-                                },
-                                [](const GradContext& c) -> std::vector<Var> { return {c.grad_output(0)}; },
-                                {}});
+std::vector<Tensor> fail_if_negative(const std::vector<Tensor>& in, const ComputeContext&) {
+  for (double v : test::values(in[0]))
+    if (v < 0) fail(ErrorKind::out_of_range, "test kernel saw a negative value");
+  return {in[0]};
+}
+TROUPE_DEFINE_OP({.name = "test_fail_if_negative", .infer = infer_same, .compute = fail_if_negative,
+                  .grad = [](const GradContext& c) -> std::vector<Var> { return {c.grad_output(0)}; }});
 }  // namespace
 
 TEST(Runtime, GptBlockStepsEqualEager) {

@@ -1,6 +1,6 @@
 #pragma once
 // Checks and small pieces shared by the op definitions: arity and dtype checks that produce
-// errors naming the op and its input shapes, and the registration shorthand.
+// errors naming the op and its input shapes, and small pieces of gradient rules.
 
 #include <string>
 #include <vector>
@@ -39,7 +39,3 @@ inline bool get_flag(const Attrs& a, const char* name) { return a.has(name) && a
 Var unbroadcast(const Var& g, const Var& like);
 
 }  // namespace troupe::graph::detail
-
-/// Registers an OpDef built by the expression at load time (one line per op).
-#define TROUPE_DEFINE_OP(def) \
-  static const ::troupe::graph::OpRegistrar TROUPE_CONCAT(troupe_op_registrar_, __COUNTER__)(def)

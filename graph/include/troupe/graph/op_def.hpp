@@ -1,9 +1,10 @@
 #pragma once
 // One definition per op (the discipline of ATen's native_functions): symbolic shape/dtype
-// inference, the computation on tensors (the kernel it lowers to), and the gradient rule written
-// as more ops. Eager mode, tracing, autodiff and the runtime all read the same OpDef.
+// inference, the kernel it runs, and the gradient rule written as more ops. Eager mode, tracing,
+// autodiff and the runtime all read the same OpDef.
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,30 +22,40 @@ struct InferContext {
 };
 
 /// What the computation of a node gets besides its input tensors: the attributes and the concrete
-/// output shapes (inferred, then bound), so reshape-like ops need no symbolic logic at run time.
+/// output shapes (inferred, then bound) and dtypes, so reshape-like ops need no symbolic logic at
+/// run time and kernel calls can allocate their outputs.
 struct ComputeContext {
   const Attrs& attrs;
   const std::vector<Shape>& output_shapes;
+  const std::vector<DType>& output_dtypes;
   const std::string& label;
 };
 
 /// Shape/dtype inference: the outputs' infos, or a troupe::Error naming op, inputs and the rule.
 using InferFn = std::vector<ValueInfo> (*)(const InferContext& ctx);
-/// The computation: output tensors from input tensors.
+/// A computation written by hand: output tensors from input tensors (views, and kernel calls that
+/// need their inputs reshaped or their attributes translated).
 using ComputeFn = std::vector<Tensor> (*)(const std::vector<Tensor>& inputs, const ComputeContext& ctx);
 /// A gradient rule: one Var per input (undefined where no gradient flows), built from ops.
 using GradFn = std::function<std::vector<Var>(const GradContext& ctx)>;
 
-/// The definition of an op.
+/// The definition of an op, written with designated initialisers in the op's family file
+/// (graph/src/ops/), next to its builder:
+///   TROUPE_DEFINE_OP({.name = "gelu", .infer = same_as_input, .kernel = "gelu", .grad = grad_gelu});
+/// An op runs either `kernel`, the name of a kernel in the kernel registry (dispatched on the inputs'
+/// device and dtype, with the node's attributes, into outputs allocated from the inferred shapes and
+/// dtypes), or `compute`; exactly one is set.
 struct OpDef {
-  std::string name;
-  std::string kernel;  // registry kernel(s) it lowers to, for dumps and docs ("matmul", "-" if a view)
-  InferFn infer = nullptr;
-  ComputeFn compute = nullptr;
-  GradFn grad;  // empty: the op is not differentiable (autodiff says so if a gradient must pass)
-  std::vector<int> nondiff_inputs;  // inputs that never get a gradient (ids, targets, shape sources)
+  const char* name = nullptr;        // the op's one name, as builders and graphs spell it
+  InferFn infer = nullptr;           // shape and dtype rule, run when a node is built
+  const char* kernel = nullptr;      // the registry kernel this op is, or null when `compute` is set
+  ComputeFn compute = nullptr;       // hand-written computation, or null when `kernel` is set
+  GradFn grad;                       // empty: not differentiable (autodiff says so if a gradient must pass)
+  std::vector<int> no_grad_inputs;   // inputs that never get a gradient (ids, targets, shape sources)
   /// True when a gradient can flow into input `i`.
   bool differentiable(std::size_t i) const;
+  /// Runs the op on tensors: its kernel or its compute function.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const ComputeContext& ctx) const;
 };
 
 /// A gradient rule that fails with an error naming `op`: for ops without a rule of their own that
@@ -77,6 +88,12 @@ class OpRegistry {
 struct OpRegistrar {
   explicit OpRegistrar(OpDef def) { OpRegistry::instance().add(std::move(def)); }
 };
+
+/// Registers the OpDef whose fields follow (designated initialisers) at load time: the one way an op
+/// is defined.
+#define TROUPE_DEFINE_OP(...)                                                                    \
+  static const ::troupe::graph::OpRegistrar TROUPE_CONCAT(troupe_op_registrar_, __COUNTER__)( \
+      ::troupe::graph::OpDef __VA_ARGS__)
 
 /// Registers a named gradient rule at load time.
 struct GradientRegistrar {

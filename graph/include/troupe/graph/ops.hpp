@@ -1,7 +1,9 @@
 #pragma once
 // The builder API: one function per op, reading like the math (`gelu(matmul(x, w) + b)`). Each
 // runs eagerly on tensors or appends a node while tracing; see var.hpp. Shapes and dtypes are
-// checked when the op is built, with errors naming the op and the shapes involved.
+// checked when the op is built, with errors naming the op and the shapes involved. Each builder is
+// defined next to its op's definition and gradient, in its family's file: graph/src/ops/
+// elementwise.cpp, matmul.cpp, reduce.cpp, shape.cpp, nn.cpp.
 
 #include <cstdint>
 #include <vector>
@@ -10,7 +12,7 @@
 
 namespace troupe::graph {
 
-/// Elementwise a + b, a - b, a * b, a / b with NumPy broadcasting.
+/// Elementwise a + b, a - b, a * b, a / b with NumPy broadcasting (ops/elementwise.cpp).
 Var add(const Var& a, const Var& b);
 Var sub(const Var& a, const Var& b);
 Var mul(const Var& a, const Var& b);
@@ -42,10 +44,11 @@ Var silu(const Var& x);
 /// The gradient of (leaky) relu: grad where x > 0, negative_slope * grad elsewhere.
 Var relu_backward(const Var& grad, const Var& x, double negative_slope = 0.0);
 
-/// Matrix product over the last two dims, batch dims broadcast; optional transposes of a and b.
+/// Matrix product over the last two dims, batch dims broadcast; optional transposes of a and b
+/// (ops/matmul.cpp).
 Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
 
-/// Reductions over `axes` (empty = all).
+/// Reductions over `axes` (empty = all) (ops/reduce.cpp).
 Var sum(const Var& x, const std::vector<std::int64_t>& axes = {}, bool keepdim = false);
 Var mean(const Var& x, const std::vector<std::int64_t>& axes = {}, bool keepdim = false);
 Var max(const Var& x, const std::vector<std::int64_t>& axes = {}, bool keepdim = false);
@@ -56,7 +59,7 @@ Var sum_to(const Var& x, const Var& like);
 /// Broadcasts x to the shape of `like` (a view).
 Var broadcast_to(const Var& x, const Var& like);
 
-/// Reshape (one dim may be -1), transpose, permute; views when the layout allows.
+/// Reshape (one dim may be -1), transpose, permute; views when the layout allows (ops/shape.cpp).
 Var reshape(const Var& x, const SymShape& shape);
 Var transpose(const Var& x, std::int64_t a, std::int64_t b);
 Var permute(const Var& x, const std::vector<std::int64_t>& dims);
@@ -73,7 +76,7 @@ Var stop_gradient(const Var& x);
 /// Zeros of x's shape and dtype.
 Var zeros_like(const Var& x);
 
-/// Softmax / log-softmax along `axis`.
+/// Softmax / log-softmax along `axis` (ops/nn.cpp, like the rest of this list).
 Var softmax(const Var& x, std::int64_t axis = -1);
 Var log_softmax(const Var& x, std::int64_t axis = -1);
 /// Layer normalisation over the last dim with gain and bias of shape [D].

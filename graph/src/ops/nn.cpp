@@ -36,13 +36,6 @@ GradFn axis_grad(const char* backward) {
   };
 }
 
-TROUPE_DEFINE_OP((OpDef{"softmax", "softmax", infer_softmax, compute_axis<kernels::softmax>, axis_grad("softmax_backward"), {}}));
-TROUPE_DEFINE_OP((OpDef{"log_softmax", "log_softmax", infer_softmax, compute_axis<kernels::log_softmax>,
-                        axis_grad("log_softmax_backward"), {}}));
-TROUPE_DEFINE_OP((OpDef{"softmax_backward", "softmax_backward", infer_grad_pair,
-                        compute_axis_backward<kernels::softmax_backward>, {}, {}}));
-TROUPE_DEFINE_OP((OpDef{"log_softmax_backward", "log_softmax_backward", infer_grad_pair,
-                        compute_axis_backward<kernels::log_softmax_backward>, {}, {}}));
 
 // layer_norm(x, gamma, beta) -> (y, mean, rstd); mean and rstd are saved for the backward.
 std::vector<ValueInfo> infer_layer_norm(const InferContext& c) {
@@ -75,9 +68,6 @@ std::vector<Tensor> compute_layer_norm_backward(const std::vector<Tensor>& in, c
   auto g = kernels::layernorm_backward(in[0], in[1], in[2], in[3], in[4]);
   return {g.dx, g.dgamma, g.dbeta};
 }
-TROUPE_DEFINE_OP((OpDef{"layer_norm", "layernorm", infer_layer_norm, compute_layer_norm, grad_layer_norm, {}}));
-TROUPE_DEFINE_OP((OpDef{"layer_norm_backward", "layernorm_backward", infer_layer_norm_backward,
-                        compute_layer_norm_backward, {}, {}}));
 
 std::vector<ValueInfo> infer_embedding(const InferContext& c) {
   expect_arity(c, 2, 2);
@@ -88,26 +78,21 @@ std::vector<ValueInfo> infer_embedding(const InferContext& c) {
   out.push_back(c.inputs[0].shape[1]);
   return one(c.inputs[0].dtype, out);
 }
-TROUPE_DEFINE_OP((OpDef{"embedding", "embedding", infer_embedding,
-                        [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
-                          return {kernels::embedding(in[0], in[1])};
-                        },
-                        [](const GradContext& c) -> std::vector<Var> {
-                          const Attrs a = Attrs().set("num", c.inputs[0].size(0).size());
-                          return {apply1("embedding_backward", {c.grad_output(0), c.inputs[1]}, a), Var()};
-                        },
-                        {1}}));
+std::vector<Tensor> compute_embedding(const std::vector<Tensor>& in, const ComputeContext&) {
+  return {kernels::embedding(in[0], in[1])};
+}
+std::vector<Var> grad_embedding(const GradContext& c) {
+  const Attrs a = Attrs().set("num", c.inputs[0].size(0).size());
+  return {apply1("embedding_backward", {c.grad_output(0), c.inputs[1]}, a), Var()};
+}
 std::vector<ValueInfo> infer_embedding_backward(const InferContext& c) {
   expect_arity(c, 2, 2);
   expect_integer(c, 1);
   return one(c.inputs[0].dtype, {c.attrs.get_int("num"), c.inputs[0].shape.back()});
 }
-TROUPE_DEFINE_OP((OpDef{"embedding_backward", "embedding_backward", infer_embedding_backward,
-                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {kernels::embedding_backward(in[0], in[1], c.attrs.get_int("num"))};
-                        },
-                        {},
-                        {1}}));
+std::vector<Tensor> compute_embedding_backward(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return {kernels::embedding_backward(in[0], in[1], c.attrs.get_int("num"))};
+}
 
 // cross_entropy(logits[..., C], targets[...]): the kernels take rows, so leading dims are flattened.
 std::vector<ValueInfo> infer_cross_entropy(const InferContext& c) {
@@ -120,26 +105,20 @@ std::vector<ValueInfo> infer_cross_entropy(const InferContext& c) {
   return one(c.inputs[0].dtype, {});
 }
 Tensor rows_of(const Tensor& logits) { return logits.reshape({logits.numel() / logits.shape().back(), logits.shape().back()}); }
-TROUPE_DEFINE_OP((OpDef{"cross_entropy", "cross_entropy", infer_cross_entropy,
-                        [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
-                          return {kernels::cross_entropy(rows_of(in[0]), in[1].reshape({in[1].numel()}))};
-                        },
-                        [](const GradContext& c) -> std::vector<Var> {
-                          return {apply1("cross_entropy_backward", {c.grad_output(0), c.inputs[0], c.inputs[1]}),
-                                  Var()};
-                        },
-                        {1}}));
+std::vector<Tensor> compute_cross_entropy(const std::vector<Tensor>& in, const ComputeContext&) {
+  return {kernels::cross_entropy(rows_of(in[0]), in[1].reshape({in[1].numel()}))};
+}
+std::vector<Var> grad_cross_entropy(const GradContext& c) {
+  return {apply1("cross_entropy_backward", {c.grad_output(0), c.inputs[0], c.inputs[1]}), Var()};
+}
 std::vector<ValueInfo> infer_cross_entropy_backward(const InferContext& c) {
   expect_arity(c, 3, 3);
   return one(c.inputs[1].dtype, c.inputs[1].shape);
 }
-TROUPE_DEFINE_OP((OpDef{"cross_entropy_backward", "cross_entropy_backward", infer_cross_entropy_backward,
-                        [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
-                          const Tensor g = kernels::cross_entropy_backward(in[0], rows_of(in[1]), in[2].reshape({in[2].numel()}));
-                          return {g.view(in[1].shape())};
-                        },
-                        {},
-                        {2}}));
+std::vector<Tensor> compute_cross_entropy_backward(const std::vector<Tensor>& in, const ComputeContext&) {
+  const Tensor g = kernels::cross_entropy_backward(in[0], rows_of(in[1]), in[2].reshape({in[2].numel()}));
+  return {g.view(in[1].shape())};
+}
 
 kernels::Conv2dParams conv_params(const Attrs& a) {
   const auto s = a.get_int("stride"), p = a.get_int("padding");
@@ -180,40 +159,28 @@ std::vector<Var> grad_conv2d(const GradContext& c) {
   if (c.inputs.size() == 3 && c.needs_grad[2]) g[2] = apply1("conv2d_backward_bias", {dy});
   return g;
 }
-TROUPE_DEFINE_OP((OpDef{"conv2d", "conv2d", infer_conv2d,
-                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {kernels::conv2d(in[0], in[1], in.size() == 3 ? in[2] : Tensor(), conv_params(c.attrs))};
-                        },
-                        grad_conv2d,
-                        {}}));
+std::vector<Tensor> compute_conv2d(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return {kernels::conv2d(in[0], in[1], in.size() == 3 ? in[2] : Tensor(), conv_params(c.attrs))};
+}
 // (grad, other operand, like): the result has the shape of `like`, the operand being differentiated.
 std::vector<ValueInfo> infer_conv_backward(const InferContext& c) {
   expect_arity(c, 3, 3);
   return one(c.inputs[0].dtype, c.inputs[2].shape);
 }
-TROUPE_DEFINE_OP((OpDef{"conv2d_backward_data", "conv2d_backward_data", infer_conv_backward,
-                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {kernels::conv2d_backward_data(in[0], in[1], c.output_shapes[0], conv_params(c.attrs))};
-                        },
-                        {},
-                        {2}}));
-TROUPE_DEFINE_OP((OpDef{"conv2d_backward_weight", "conv2d_backward_weight", infer_conv_backward,
-                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {kernels::conv2d_backward_weight(in[0], in[1], c.output_shapes[0], conv_params(c.attrs))};
-                        },
-                        {},
-                        {2}}));
-TROUPE_DEFINE_OP((OpDef{"conv2d_backward_bias", "conv2d_backward_bias",
-                        [](const InferContext& c) -> std::vector<ValueInfo> {
-                          expect_arity(c, 1, 1);
-                          expect_rank(c, 0, 4, "grad [N, O, H, W]");
-                          return one(c.inputs[0].dtype, {c.inputs[0].shape[1]});
-                        },
-                        [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
-                          return {kernels::conv2d_backward_bias(in[0])};
-                        },
-                        {},
-                        {}}));
+std::vector<Tensor> compute_conv2d_backward_data(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return {kernels::conv2d_backward_data(in[0], in[1], c.output_shapes[0], conv_params(c.attrs))};
+}
+std::vector<Tensor> compute_conv2d_backward_weight(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return {kernels::conv2d_backward_weight(in[0], in[1], c.output_shapes[0], conv_params(c.attrs))};
+}
+std::vector<ValueInfo> infer_conv2d_backward_bias(const InferContext& c) {
+  expect_arity(c, 1, 1);
+  expect_rank(c, 0, 4, "grad [N, O, H, W]");
+  return one(c.inputs[0].dtype, {c.inputs[0].shape[1]});
+}
+std::vector<Tensor> compute_conv2d_backward_bias(const std::vector<Tensor>& in, const ComputeContext&) {
+  return {kernels::conv2d_backward_bias(in[0])};
+}
 
 std::vector<ValueInfo> infer_causal_mask(const InferContext& c) {
   expect_arity(c, 1, 1);
@@ -223,14 +190,72 @@ std::vector<ValueInfo> infer_causal_mask(const InferContext& c) {
     shape_error(c, "the last two dims must be square (queries x keys)");
   return one(c.inputs[0].dtype, s);
 }
-TROUPE_DEFINE_OP((OpDef{"causal_mask", "causal_mask", infer_causal_mask,
-                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {kernels::causal_mask(in[0], c.attrs.get_double("fill"))};
-                        },
-                        [](const GradContext& c) -> std::vector<Var> {
-                          return {apply1("causal_mask", {c.grad_output(0)}, Attrs().set("fill", 0.0))};
-                        },
-                        {}}));
-
 }  // namespace
+
+// compute: kernels::softmax / log_softmax; the backward ops read (dy, y).
+Var softmax(const Var& x, std::int64_t axis) { return apply1("softmax", {x}, Attrs().set("axis", axis)); }
+TROUPE_DEFINE_OP({.name = "softmax", .infer = infer_softmax, .compute = compute_axis<kernels::softmax>,
+                  .grad = axis_grad("softmax_backward")});
+TROUPE_DEFINE_OP({.name = "softmax_backward", .infer = infer_grad_pair,
+                  .compute = compute_axis_backward<kernels::softmax_backward>});
+Var log_softmax(const Var& x, std::int64_t axis) { return apply1("log_softmax", {x}, Attrs().set("axis", axis)); }
+TROUPE_DEFINE_OP({.name = "log_softmax", .infer = infer_softmax, .compute = compute_axis<kernels::log_softmax>,
+                  .grad = axis_grad("log_softmax_backward")});
+TROUPE_DEFINE_OP({.name = "log_softmax_backward", .infer = infer_grad_pair,
+                  .compute = compute_axis_backward<kernels::log_softmax_backward>});
+
+// layer_norm(x, gamma, beta) -> (y, mean, rstd): compute kernels::layernorm; mean and rstd are
+// saved for layer_norm_backward (kernels::layernorm_backward), which gives dx, dgamma, dbeta.
+Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
+  return apply("layer_norm", {x, gamma, beta}, Attrs().set("eps", eps))[0];
+}
+TROUPE_DEFINE_OP({.name = "layer_norm", .infer = infer_layer_norm, .compute = compute_layer_norm, .grad = grad_layer_norm});
+TROUPE_DEFINE_OP({.name = "layer_norm_backward", .infer = infer_layer_norm_backward,
+                  .compute = compute_layer_norm_backward});
+
+// compute: kernels::embedding; the ids (input 1) take no gradient.
+Var embedding(const Var& weight, const Var& ids) { return apply1("embedding", {weight, ids}); }
+TROUPE_DEFINE_OP({.name = "embedding", .infer = infer_embedding, .compute = compute_embedding, .grad = grad_embedding,
+                  .no_grad_inputs = {1}});
+TROUPE_DEFINE_OP({.name = "embedding_backward", .infer = infer_embedding_backward, .compute = compute_embedding_backward,
+                  .no_grad_inputs = {1}});
+
+// compute: kernels::cross_entropy over the rows of the flattened logits; targets take no gradient.
+Var cross_entropy(const Var& logits, const Var& targets) { return apply1("cross_entropy", {logits, targets}); }
+TROUPE_DEFINE_OP({.name = "cross_entropy", .infer = infer_cross_entropy, .compute = compute_cross_entropy,
+                  .grad = grad_cross_entropy, .no_grad_inputs = {1}});
+TROUPE_DEFINE_OP({.name = "cross_entropy_backward", .infer = infer_cross_entropy_backward,
+                  .compute = compute_cross_entropy_backward, .no_grad_inputs = {2}});
+
+// Built from other ops: mean((y - target)^2).
+Var mse_loss(const Var& y, const Var& target) {
+  const Var d = y - target;
+  return mean(d * d);
+}
+
+// compute: kernels::conv2d (oneDNN or im2col + GEMM); each backward op's input 2 gives only a shape.
+Var conv2d(const Var& x, const Var& w, const Var& bias, std::int64_t stride, std::int64_t padding) {
+  return apply1("conv2d", {x, w, bias}, Attrs().set("stride", stride).set("padding", padding));
+}
+Var conv2d(const Var& x, const Var& w, std::int64_t stride, std::int64_t padding) {
+  return apply1("conv2d", {x, w}, Attrs().set("stride", stride).set("padding", padding));
+}
+TROUPE_DEFINE_OP({.name = "conv2d", .infer = infer_conv2d, .compute = compute_conv2d, .grad = grad_conv2d});
+TROUPE_DEFINE_OP({.name = "conv2d_backward_data", .infer = infer_conv_backward, .compute = compute_conv2d_backward_data,
+                  .no_grad_inputs = {2}});
+TROUPE_DEFINE_OP({.name = "conv2d_backward_weight", .infer = infer_conv_backward,
+                  .compute = compute_conv2d_backward_weight, .no_grad_inputs = {2}});
+TROUPE_DEFINE_OP({.name = "conv2d_backward_bias", .infer = infer_conv2d_backward_bias,
+                  .compute = compute_conv2d_backward_bias});
+
+// Keeps x[..., i, j] for j <= i and fills above the diagonal (attribute "fill"): -inf for scores,
+// 0 for their gradient.
+Var causal_mask(const Var& x) {
+  return apply1("causal_mask", {x}, Attrs().set("fill", -std::numeric_limits<double>::infinity()));
+}
+TROUPE_DEFINE_OP({.name = "causal_mask", .infer = infer_causal_mask, .kernel = "causal_mask",
+                  .grad = [](const GradContext& c) -> std::vector<Var> {
+                    return {apply1("causal_mask", {c.grad_output(0)}, Attrs().set("fill", 0.0))};
+                  }});
+
 }  // namespace troupe::graph

@@ -60,22 +60,12 @@ std::vector<std::int64_t> inverse_permutation(const std::vector<std::int64_t>& d
   return inv;
 }
 
-TROUPE_DEFINE_OP((OpDef{"reshape", "-", infer_reshape,
-                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {in[0].reshape(c.output_shapes[0])};
-                        },
-                        [](const GradContext& c) -> std::vector<Var> {
-                          return {reshape(c.grad_output(0), c.inputs[0].shape())};
-                        },
-                        {}}));
-TROUPE_DEFINE_OP((OpDef{"permute", "-", infer_permute,
-                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {in[0].permute(c.attrs.get_ints("dims"))};
-                        },
-                        [](const GradContext& c) -> std::vector<Var> {
-                          return {permute(c.grad_output(0), inverse_permutation(c.attrs.get_ints("dims")))};
-                        },
-                        {}}));
+std::vector<Tensor> compute_reshape(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return {in[0].reshape(c.output_shapes[0])};
+}
+std::vector<Tensor> compute_permute(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return {in[0].permute(c.attrs.get_ints("dims"))};
+}
 
 std::vector<ValueInfo> infer_concat(const InferContext& c) {
   expect_arity(c, 1, 1024);
@@ -107,12 +97,9 @@ std::vector<Var> grad_concat(const GradContext& c) {
   return split(c.grad_output(0), sizes, axis);
 }
 
-TROUPE_DEFINE_OP((OpDef{"concat", "copy", infer_concat,
-                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {kernels::concat(in, c.attrs.get_int("axis"))};
-                        },
-                        grad_concat,
-                        {}}));
+std::vector<Tensor> compute_concat(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return {kernels::concat(in, c.attrs.get_int("axis"))};
+}
 
 std::vector<ValueInfo> infer_split(const InferContext& c) {
   expect_arity(c, 1, 1);
@@ -139,12 +126,9 @@ std::vector<Var> grad_split(const GradContext& c) {
   return {concat(parts, c.attrs.get_int("axis"))};
 }
 
-TROUPE_DEFINE_OP((OpDef{"split", "-", infer_split,
-                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return kernels::split(in[0], c.attrs.get_ints("sizes"), c.attrs.get_int("axis"));
-                        },
-                        grad_split,
-                        {}}));
+std::vector<Tensor> compute_split(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return kernels::split(in[0], c.attrs.get_ints("sizes"), c.attrs.get_int("axis"));
+}
 
 template <bool Shuffle>
 std::vector<ValueInfo> infer_pixel_shuffle(const InferContext& c) {
@@ -165,54 +149,94 @@ std::vector<ValueInfo> infer_pixel_shuffle(const InferContext& c) {
   return one(c.inputs[0].dtype, s);
 }
 
-TROUPE_DEFINE_OP((OpDef{"pixel_shuffle", "copy", infer_pixel_shuffle<true>,
-                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {kernels::pixel_shuffle(in[0], c.attrs.get_int("r"))};
-                        },
-                        [](const GradContext& c) -> std::vector<Var> {
-                          return {pixel_unshuffle(c.grad_output(0), c.attrs.get_int("r"))};
-                        },
-                        {}}));
-TROUPE_DEFINE_OP((OpDef{"pixel_unshuffle", "copy", infer_pixel_shuffle<false>,
-                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {kernels::pixel_unshuffle(in[0], c.attrs.get_int("r"))};
-                        },
-                        [](const GradContext& c) -> std::vector<Var> {
-                          return {pixel_shuffle(c.grad_output(0), c.attrs.get_int("r"))};
-                        },
-                        {}}));
+std::vector<Tensor> compute_pixel_shuffle(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return {kernels::pixel_shuffle(in[0], c.attrs.get_int("r"))};
+}
+std::vector<Tensor> compute_pixel_unshuffle(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return {kernels::pixel_unshuffle(in[0], c.attrs.get_int("r"))};
+}
 
 std::vector<ValueInfo> infer_cast(const InferContext& c) {
   expect_arity(c, 1, 1);
   return one(static_cast<DType>(c.attrs.get_int("dtype")), c.inputs[0].shape);
 }
-TROUPE_DEFINE_OP((OpDef{"cast", "copy", infer_cast,
-                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {in[0].to(static_cast<DType>(c.attrs.get_int("dtype")))};
-                        },
-                        [](const GradContext& c) -> std::vector<Var> {
-                          if (!is_floating(c.inputs[0].dtype())) return {Var()};
-                          return {cast(c.grad_output(0), c.inputs[0].dtype())};
-                        },
-                        {}}));
+std::vector<Tensor> compute_cast(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return {in[0].to(static_cast<DType>(c.attrs.get_int("dtype")))};
+}
 
 std::vector<ValueInfo> infer_identity(const InferContext& c) {
   expect_arity(c, 1, 1);
   return one(c.inputs[0].dtype, c.inputs[0].shape);
 }
 std::vector<Tensor> compute_identity(const std::vector<Tensor>& in, const ComputeContext&) { return {in[0]}; }
-
-TROUPE_DEFINE_OP((OpDef{"identity", "-", infer_identity, compute_identity,
-                        [](const GradContext& c) -> std::vector<Var> { return {c.grad_output(0)}; },
-                        {}}));
-// stop_gradient: input 0 is non-differentiable, so neither the tape nor autodiff go through it.
-TROUPE_DEFINE_OP((OpDef{"stop_gradient", "-", infer_identity, compute_identity, {}, {0}}));
-TROUPE_DEFINE_OP((OpDef{"zeros_like", "fill", infer_identity,
-                        [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
-                          return {Tensor::zeros(in[0].shape(), in[0].dtype(), in[0].device())};
-                        },
-                        {},
-                        {0}}));
+std::vector<Tensor> compute_zeros_like(const std::vector<Tensor>& in, const ComputeContext&) {
+  return {Tensor::zeros(in[0].shape(), in[0].dtype(), in[0].device())};
+}
 
 }  // namespace
+
+// reshape, transpose and permute are views when the layout allows.
+Var reshape(const Var& x, const SymShape& shape) { return apply1("reshape", {x}, {}, shape); }
+TROUPE_DEFINE_OP({.name = "reshape", .infer = infer_reshape, .compute = compute_reshape,
+                  .grad = [](const GradContext& c) -> std::vector<Var> {
+                    return {reshape(c.grad_output(0), c.inputs[0].shape())};
+                  }});
+
+Var permute(const Var& x, const std::vector<std::int64_t>& dims) {
+  return apply1("permute", {x}, Attrs().set("dims", dims));
+}
+TROUPE_DEFINE_OP({.name = "permute", .infer = infer_permute, .compute = compute_permute,
+                  .grad = [](const GradContext& c) -> std::vector<Var> {
+                    return {permute(c.grad_output(0), inverse_permutation(c.attrs.get_ints("dims")))};
+                  }});
+Var transpose(const Var& x, std::int64_t a, std::int64_t b) {
+  const auto rank = static_cast<std::size_t>(x.dim());
+  std::vector<std::int64_t> dims(rank);
+  for (std::size_t i = 0; i < rank; ++i) dims[i] = static_cast<std::int64_t>(i);
+  std::swap(dims.at(static_cast<std::size_t>(normalize_axis(a, rank, "transpose"))),
+            dims.at(static_cast<std::size_t>(normalize_axis(b, rank, "transpose"))));
+  return permute(x, dims);
+}
+
+// compute: kernels::concat (a copy); its gradient is a split.
+Var concat(const std::vector<Var>& xs, std::int64_t axis) { return apply1("concat", xs, Attrs().set("axis", axis)); }
+TROUPE_DEFINE_OP({.name = "concat", .infer = infer_concat, .compute = compute_concat, .grad = grad_concat});
+
+// compute: kernels::split (views); its gradient is a concat.
+std::vector<Var> split(const Var& x, const std::vector<std::int64_t>& sizes, std::int64_t axis) {
+  return apply("split", {x}, Attrs().set("sizes", sizes).set("axis", axis));
+}
+TROUPE_DEFINE_OP({.name = "split", .infer = infer_split, .compute = compute_split, .grad = grad_split});
+
+// compute: kernels::pixel_shuffle / pixel_unshuffle (copies); each is the other's gradient.
+Var pixel_shuffle(const Var& x, std::int64_t r) { return apply1("pixel_shuffle", {x}, Attrs().set("r", r)); }
+TROUPE_DEFINE_OP({.name = "pixel_shuffle", .infer = infer_pixel_shuffle<true>, .compute = compute_pixel_shuffle,
+                  .grad = [](const GradContext& c) -> std::vector<Var> {
+                    return {pixel_unshuffle(c.grad_output(0), c.attrs.get_int("r"))};
+                  }});
+Var pixel_unshuffle(const Var& x, std::int64_t r) { return apply1("pixel_unshuffle", {x}, Attrs().set("r", r)); }
+TROUPE_DEFINE_OP({.name = "pixel_unshuffle", .infer = infer_pixel_shuffle<false>, .compute = compute_pixel_unshuffle,
+                  .grad = [](const GradContext& c) -> std::vector<Var> {
+                    return {pixel_shuffle(c.grad_output(0), c.attrs.get_int("r"))};
+                  }});
+
+// compute: Tensor::to (a converting copy).
+Var cast(const Var& x, DType dtype) {
+  return apply1("cast", {x}, Attrs().set("dtype", static_cast<std::int64_t>(dtype)));
+}
+TROUPE_DEFINE_OP({.name = "cast", .infer = infer_cast, .compute = compute_cast,
+                  .grad = [](const GradContext& c) -> std::vector<Var> {
+                    if (!is_floating(c.inputs[0].dtype())) return {Var()};
+                    return {cast(c.grad_output(0), c.inputs[0].dtype())};
+                  }});
+
+// identity has no builder of its own: the runtime's benchmarks and tests use it as an empty op.
+TROUPE_DEFINE_OP({.name = "identity", .infer = infer_identity, .compute = compute_identity,
+                  .grad = [](const GradContext& c) -> std::vector<Var> { return {c.grad_output(0)}; }});
+// Input 0 takes no gradient, so neither the tape nor autodiff go through stop_gradient.
+Var stop_gradient(const Var& x) { return apply1("stop_gradient", {x}); }
+TROUPE_DEFINE_OP({.name = "stop_gradient", .infer = infer_identity, .compute = compute_identity, .no_grad_inputs = {0}});
+Var zeros_like(const Var& x) { return apply1("zeros_like", {x}); }
+TROUPE_DEFINE_OP({.name = "zeros_like", .infer = infer_identity, .compute = compute_zeros_like, .no_grad_inputs = {0}});
+
 }  // namespace troupe::graph

@@ -62,7 +62,13 @@ std::vector<Var> grad_matmul(const GradContext& c) {
   return {da, db};
 }
 
-TROUPE_DEFINE_OP((OpDef{"matmul", "matmul", infer_matmul, compute_matmul, grad_matmul, {}}));
-
 }  // namespace
+
+Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
+  return apply1("matmul", {a, b},
+                Attrs().set("trans_a", std::int64_t{trans_a}).set("trans_b", std::int64_t{trans_b}));
+}
+// compute: kernels::matmul, with x[..., k] @ w[k, n] flattened to one GEMM.
+TROUPE_DEFINE_OP({.name = "matmul", .infer = infer_matmul, .compute = compute_matmul, .grad = grad_matmul});
+
 }  // namespace troupe::graph

@@ -59,18 +59,16 @@ std::vector<ValueInfo> infer_squared_norm(const InferContext& c) {
   expect_floating(c, 0);
   return one(c.inputs[0].dtype, {});
 }
-TROUPE_DEFINE_OP((OpDef{"squared_norm", "squared_norm", infer_squared_norm,
-                        [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
-                          return {Tensor::scalar(kernels::squared_norm(in[0]), in[0].dtype())};
-                        },
-                        [](const GradContext& c) -> std::vector<Var> {
-                          return {broadcast_to(c.grad_output(0), c.inputs[0]) * c.inputs[0] * 2.0};
-                        },
-                        {}}));
+std::vector<Tensor> compute_squared_norm(const std::vector<Tensor>& in, const ComputeContext&) {
+  return {Tensor::scalar(kernels::squared_norm(in[0]), in[0].dtype())};
+}
+std::vector<Var> grad_squared_norm(const GradContext& c) {
+  return {broadcast_to(c.grad_output(0), c.inputs[0]) * c.inputs[0] * 2.0};
+}
 
-TROUPE_DEFINE_OP((OpDef{"sum", "reduce", infer_reduce, compute_reduce<kernels::sum>, grad_sum, {}}));
-TROUPE_DEFINE_OP((OpDef{"mean", "reduce", infer_reduce, compute_reduce<kernels::mean>, grad_mean, {}}));
-TROUPE_DEFINE_OP((OpDef{"max", "reduce", infer_reduce, compute_reduce<kernels::max>, grad_max, {}}));
+Attrs axes_attrs(const std::vector<std::int64_t>& axes, bool keepdim) {
+  return Attrs().set("axes", axes).set("keepdim", std::int64_t{keepdim});
+}
 
 // Inputs (x, like): the output has like's shape; `like` contributes only its shape.
 std::vector<ValueInfo> infer_like(const InferContext& c) {
@@ -92,7 +90,6 @@ std::vector<ValueInfo> infer_broadcast_to(const InferContext& c) {
   return out;
 }
 
-// mean's gradient: dy broadcast to x's shape, divided by the number of elements averaged.
 std::vector<ValueInfo> infer_mean_backward(const InferContext& c) {
   auto out = infer_broadcast_to(c);
   expect_same_dtype(c, 0, 1);
@@ -104,23 +101,12 @@ std::vector<Tensor> compute_mean_backward(const std::vector<Tensor>& in, const C
   return {kernels::mul(in[0].expand(x), 1.0 / count)};
 }
 
-TROUPE_DEFINE_OP((OpDef{"sum_to", "reduce", infer_sum_to,
-                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {kernels::sum_to_shape(in[0], c.output_shapes[0])};
-                        },
-                        [](const GradContext& c) -> std::vector<Var> {
-                          return {broadcast_to(c.grad_output(0), c.inputs[0]), Var()};
-                        },
-                        {1}}));
-TROUPE_DEFINE_OP((OpDef{"broadcast_to", "-", infer_broadcast_to,
-                        [](const std::vector<Tensor>& in, const ComputeContext& c) -> std::vector<Tensor> {
-                          return {in[0].expand(c.output_shapes[0])};
-                        },
-                        [](const GradContext& c) -> std::vector<Var> {
-                          return {sum_to(c.grad_output(0), c.inputs[0]), Var()};
-                        },
-                        {1}}));
-TROUPE_DEFINE_OP((OpDef{"mean_backward", "mul_scalar", infer_mean_backward, compute_mean_backward, {}, {1}}));
+std::vector<Tensor> compute_sum_to(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return {kernels::sum_to_shape(in[0], c.output_shapes[0])};
+}
+std::vector<Tensor> compute_broadcast_to(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return {in[0].expand(c.output_shapes[0])};
+}
 
 std::vector<ValueInfo> infer_max_backward(const InferContext& c) {
   expect_arity(c, 3, 3);
@@ -129,12 +115,46 @@ std::vector<ValueInfo> infer_max_backward(const InferContext& c) {
   expect_same_dtype(c, 2, 1);
   return one(c.inputs[1].dtype, c.inputs[1].shape);
 }
-TROUPE_DEFINE_OP((OpDef{"max_backward", "max_backward", infer_max_backward,
-                        [](const std::vector<Tensor>& in, const ComputeContext&) -> std::vector<Tensor> {
-                          return {kernels::max_backward(in[0], in[1], in[2])};
-                        },
-                        {},
-                        {}}));
-
 }  // namespace
+
+Var sum(const Var& x, const std::vector<std::int64_t>& axes, bool keepdim) {
+  return apply1("sum", {x}, axes_attrs(axes, keepdim));
+}
+// compute: kernels::sum (the "reduce" kernel); likewise mean and max.
+TROUPE_DEFINE_OP({.name = "sum", .infer = infer_reduce, .compute = compute_reduce<kernels::sum>, .grad = grad_sum});
+
+Var mean(const Var& x, const std::vector<std::int64_t>& axes, bool keepdim) {
+  return apply1("mean", {x}, axes_attrs(axes, keepdim));
+}
+TROUPE_DEFINE_OP({.name = "mean", .infer = infer_reduce, .compute = compute_reduce<kernels::mean>, .grad = grad_mean});
+// mean's gradient: dy broadcast to x's shape, divided by the number of elements averaged.
+TROUPE_DEFINE_OP({.name = "mean_backward", .infer = infer_mean_backward, .compute = compute_mean_backward,
+                  .no_grad_inputs = {1}});
+
+Var max(const Var& x, const std::vector<std::int64_t>& axes, bool keepdim) {
+  return apply1("max", {x}, axes_attrs(axes, keepdim));
+}
+TROUPE_DEFINE_OP({.name = "max", .infer = infer_reduce, .compute = compute_reduce<kernels::max>, .grad = grad_max});
+// max's gradient (dy, x, y): dy where x equals the maximum y.
+TROUPE_DEFINE_OP({.name = "max_backward", .infer = infer_max_backward, .kernel = "max_backward"});
+
+Var squared_norm(const Var& x) { return apply1("squared_norm", {x}); }
+// compute: kernels::squared_norm, accumulated in double, returned as a 0-d value of x's dtype.
+TROUPE_DEFINE_OP({.name = "squared_norm", .infer = infer_squared_norm, .compute = compute_squared_norm,
+                  .grad = grad_squared_norm});
+
+// sum_to and broadcast_to are each other's gradient; `like` (input 1) gives only its shape.
+Var sum_to(const Var& x, const Var& like) { return apply1("sum_to", {x, like}); }
+TROUPE_DEFINE_OP({.name = "sum_to", .infer = infer_sum_to, .compute = compute_sum_to,
+                  .grad = [](const GradContext& c) -> std::vector<Var> {
+                    return {broadcast_to(c.grad_output(0), c.inputs[0]), Var()};
+                  },
+                  .no_grad_inputs = {1}});
+Var broadcast_to(const Var& x, const Var& like) { return apply1("broadcast_to", {x, like}); }
+TROUPE_DEFINE_OP({.name = "broadcast_to", .infer = infer_broadcast_to, .compute = compute_broadcast_to,
+                  .grad = [](const GradContext& c) -> std::vector<Var> {
+                    return {sum_to(c.grad_output(0), c.inputs[0]), Var()};
+                  },
+                  .no_grad_inputs = {1}});
+
 }  // namespace troupe::graph

@@ -1,0 +1,133 @@
+// The elementwise family: binary ops with broadcasting, their scalar forms and operators, and the
+// unary functions with their backward ops. Each op: builder, definition, gradient rule.
+#include "op_helpers.hpp"
+
+namespace troupe::graph {
+namespace {
+using namespace detail;
+
+std::vector<ValueInfo> infer_binary(const InferContext& c) {
+  expect_arity(c, 2, 2);
+  expect_floating(c, 0);
+  expect_same_dtype(c, 0, 1);
+  return one(c.inputs[0].dtype, broadcast(c.inputs[0].shape, c.inputs[1].shape, c.op));
+}
+
+std::vector<ValueInfo> infer_same_as_input(const InferContext& c) {
+  expect_arity(c, 1, 1);
+  expect_floating(c, 0);
+  return one(c.inputs[0].dtype, c.inputs[0].shape);
+}
+
+}  // namespace
+
+Var add(const Var& a, const Var& b) { return apply1("add", {a, b}); }
+TROUPE_DEFINE_OP({.name = "add", .infer = infer_binary, .kernel = "add",
+                  .grad = [](const GradContext& c) -> std::vector<Var> {
+                    const Var dy = c.grad_output(0);
+                    return {c.needs_grad[0] ? unbroadcast(dy, c.inputs[0]) : Var(),
+                            c.needs_grad[1] ? unbroadcast(dy, c.inputs[1]) : Var()};
+                  }});
+
+Var sub(const Var& a, const Var& b) { return apply1("sub", {a, b}); }
+TROUPE_DEFINE_OP({.name = "sub", .infer = infer_binary, .kernel = "sub",
+                  .grad = [](const GradContext& c) -> std::vector<Var> {
+                    const Var dy = c.grad_output(0);
+                    return {c.needs_grad[0] ? unbroadcast(dy, c.inputs[0]) : Var(),
+                            c.needs_grad[1] ? unbroadcast(-dy, c.inputs[1]) : Var()};
+                  }});
+
+Var mul(const Var& a, const Var& b) { return apply1("mul", {a, b}); }
+TROUPE_DEFINE_OP({.name = "mul", .infer = infer_binary, .kernel = "mul",
+                  .grad = [](const GradContext& c) -> std::vector<Var> {
+                    const Var dy = c.grad_output(0);
+                    const Var &a = c.inputs[0], &b = c.inputs[1];
+                    return {c.needs_grad[0] ? unbroadcast(dy * b, a) : Var(),
+                            c.needs_grad[1] ? unbroadcast(dy * a, b) : Var()};
+                  }});
+
+Var div(const Var& a, const Var& b) { return apply1("div", {a, b}); }
+TROUPE_DEFINE_OP({.name = "div", .infer = infer_binary, .kernel = "div",
+                  .grad = [](const GradContext& c) -> std::vector<Var> {
+                    const Var dy = c.grad_output(0);
+                    const Var &a = c.inputs[0], &b = c.inputs[1];
+                    return {c.needs_grad[0] ? unbroadcast(dy / b, a) : Var(),
+                            c.needs_grad[1] ? unbroadcast(-(dy * c.outputs[0]) / b, b) : Var()};
+                  }});
+
+Var operator+(const Var& a, const Var& b) { return add(a, b); }
+Var operator-(const Var& a, const Var& b) { return sub(a, b); }
+Var operator*(const Var& a, const Var& b) { return mul(a, b); }
+Var operator/(const Var& a, const Var& b) { return div(a, b); }
+
+// x + s and x * s with a scalar s (attribute "value").
+Var operator+(const Var& a, double s) { return apply1("add_scalar", {a}, Attrs().set("value", s)); }
+TROUPE_DEFINE_OP({.name = "add_scalar", .infer = infer_same_as_input, .kernel = "add_scalar",
+                  .grad = [](const GradContext& c) -> std::vector<Var> { return {c.grad_output(0)}; }});
+Var operator*(const Var& a, double s) { return apply1("mul_scalar", {a}, Attrs().set("value", s)); }
+TROUPE_DEFINE_OP({.name = "mul_scalar", .infer = infer_same_as_input, .kernel = "mul_scalar",
+                  .grad = [](const GradContext& c) -> std::vector<Var> {
+                    return {c.grad_output(0) * c.attrs.get_double("value")};
+                  }});
+Var operator-(const Var& a, double s) { return a + (-s); }
+Var operator/(const Var& a, double s) { return a * (1.0 / s); }
+Var operator+(double s, const Var& a) { return a + s; }
+Var operator-(double s, const Var& a) { return neg(a) + s; }
+Var operator*(double s, const Var& a) { return a * s; }
+Var operator-(const Var& a) { return neg(a); }
+
+// Unary functions. Each gradient is the op's backward op applied to (dy, x), a kernel of its own
+// ("<op>_backward") that computes dy * f'(x) in one pass.
+namespace {
+GradFn backward_of_input(const char* backward) {
+  return [backward](const GradContext& c) -> std::vector<Var> {
+    return {apply1(backward, {c.grad_output(0), c.inputs[0]})};
+  };
+}
+}  // namespace
+
+Var neg(const Var& x) { return apply1("neg", {x}); }
+TROUPE_DEFINE_OP({.name = "neg", .infer = infer_same_as_input, .kernel = "neg", .grad = backward_of_input("neg_backward")});
+TROUPE_DEFINE_OP({.name = "neg_backward", .infer = infer_grad_pair, .kernel = "neg_backward"});
+
+Var exp(const Var& x) { return apply1("exp", {x}); }
+TROUPE_DEFINE_OP({.name = "exp", .infer = infer_same_as_input, .kernel = "exp", .grad = backward_of_input("exp_backward")});
+TROUPE_DEFINE_OP({.name = "exp_backward", .infer = infer_grad_pair, .kernel = "exp_backward"});
+
+Var log(const Var& x) { return apply1("log", {x}); }
+TROUPE_DEFINE_OP({.name = "log", .infer = infer_same_as_input, .kernel = "log", .grad = backward_of_input("log_backward")});
+TROUPE_DEFINE_OP({.name = "log_backward", .infer = infer_grad_pair, .kernel = "log_backward"});
+
+Var tanh(const Var& x) { return apply1("tanh", {x}); }
+TROUPE_DEFINE_OP({.name = "tanh", .infer = infer_same_as_input, .kernel = "tanh", .grad = backward_of_input("tanh_backward")});
+TROUPE_DEFINE_OP({.name = "tanh_backward", .infer = infer_grad_pair, .kernel = "tanh_backward"});
+
+Var sqrt(const Var& x) { return apply1("sqrt", {x}); }
+TROUPE_DEFINE_OP({.name = "sqrt", .infer = infer_same_as_input, .kernel = "sqrt", .grad = backward_of_input("sqrt_backward")});
+TROUPE_DEFINE_OP({.name = "sqrt_backward", .infer = infer_grad_pair, .kernel = "sqrt_backward"});
+
+Var rsqrt(const Var& x) { return apply1("rsqrt", {x}); }
+TROUPE_DEFINE_OP({.name = "rsqrt", .infer = infer_same_as_input, .kernel = "rsqrt", .grad = backward_of_input("rsqrt_backward")});
+TROUPE_DEFINE_OP({.name = "rsqrt_backward", .infer = infer_grad_pair, .kernel = "rsqrt_backward"});
+
+// gelu, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+Var gelu(const Var& x) { return apply1("gelu", {x}); }
+TROUPE_DEFINE_OP({.name = "gelu", .infer = infer_same_as_input, .kernel = "gelu", .grad = backward_of_input("gelu_backward")});
+TROUPE_DEFINE_OP({.name = "gelu_backward", .infer = infer_grad_pair, .kernel = "gelu_backward"});
+
+Var silu(const Var& x) { return apply1("silu", {x}); }
+TROUPE_DEFINE_OP({.name = "silu", .infer = infer_same_as_input, .kernel = "silu", .grad = backward_of_input("silu_backward")});
+TROUPE_DEFINE_OP({.name = "silu_backward", .infer = infer_grad_pair, .kernel = "silu_backward"});
+
+// relu's backward is the leaky form, so custom gradients can reuse it with a slope.
+Var relu(const Var& x) { return apply1("relu", {x}); }
+TROUPE_DEFINE_OP({.name = "relu", .infer = infer_same_as_input, .kernel = "relu",
+                  .grad = [](const GradContext& c) -> std::vector<Var> {
+                    return {relu_backward(c.grad_output(0), c.inputs[0], 0.0)};
+                  }});
+Var relu_backward(const Var& grad, const Var& x, double negative_slope) {
+  return apply1("relu_backward", {grad, x}, Attrs().set("negative_slope", negative_slope));
+}
+TROUPE_DEFINE_OP({.name = "relu_backward", .infer = infer_grad_pair, .kernel = "relu_backward"});
+
+}  // namespace troupe::graph

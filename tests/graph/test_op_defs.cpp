@@ -1,0 +1,73 @@
+// The op definitions: every op runs either a registry kernel or a compute function, a kernel name
+// is checked when the op registers, and a kernel op dispatches the kernel it names, with the
+// node's attributes, in eager, traced and executed graphs alike.
+#include <gtest/gtest.h>
+
+#include "kernels/reference.hpp"
+#include "troupe/graph/executor.hpp"
+#include "troupe/graph/op_def.hpp"
+#include "troupe/graph/ops.hpp"
+#include "troupe/graph/trace.hpp"
+#include "troupe/kernels/elementwise.hpp"
+#include "troupe/kernels/error.hpp"
+
+using namespace troupe;
+using namespace troupe::graph;
+
+namespace {
+
+std::vector<ValueInfo> infer_first(const InferContext& c) { return {c.inputs[0]}; }
+std::vector<Tensor> pass_through(const std::vector<Tensor>& in, const ComputeContext&) { return {in[0]}; }
+
+std::string add_error(OpDef def) {
+  try {
+    OpRegistry::instance().add(std::move(def));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(OpDefs, EveryOpRunsExactlyOneOfKernelAndCompute) {
+  for (const std::string& name : OpRegistry::instance().names()) {
+    const OpDef& def = OpRegistry::instance().get(name);
+    EXPECT_EQ(name, def.name);
+    EXPECT_NE(def.kernel == nullptr, def.compute == nullptr) << name;
+    if (def.kernel) {
+      EXPECT_TRUE(KernelRegistry::instance().contains(def.kernel, DeviceKind::cpu, DType::f32)) << name;
+    }
+  }
+}
+
+TEST(OpDefs, BadDefinitionsAreRefusedNamingTheOp) {
+  EXPECT_NE(add_error({.name = "test_both", .infer = infer_first, .kernel = "gelu", .compute = pass_through})
+                .find("'test_both' needs exactly one of .kernel and .compute"),
+            std::string::npos);
+  EXPECT_NE(add_error({.name = "test_neither", .infer = infer_first}).find("'test_neither' needs exactly one"),
+            std::string::npos);
+  EXPECT_NE(add_error({.name = "test_typo", .infer = infer_first, .kernel = "gleu"})
+                .find("op 'test_typo' runs kernel 'gleu', which has no CPU f32 kernel"),
+            std::string::npos);
+  EXPECT_NE(add_error({.name = "gelu", .infer = infer_first, .kernel = "gelu"}).find("'gelu' is defined twice"),
+            std::string::npos);
+  EXPECT_NE(add_error({.infer = infer_first, .kernel = "gelu"}).find("needs .name and .infer"), std::string::npos);
+  for (const char* refused : {"test_both", "test_neither", "test_typo"})
+    EXPECT_THROW(OpRegistry::instance().get(refused), Error) << refused;
+}
+
+TEST(OpDefs, KernelOpsDispatchTheirKernelWithTheNodesAttributes) {
+  const Tensor x = test::random_tensor({3, 5}, 7), g = test::random_tensor({3, 5}, 8);
+  EXPECT_EQ(test::values(gelu(Var(x)).tensor()), test::values(kernels::unary(kernels::UnaryOp::gelu, x)));
+  EXPECT_EQ(test::values((Var(x) * 2.5).tensor()), test::values(kernels::mul(x, 2.5)));
+  EXPECT_EQ(test::values(relu_backward(Var(g), Var(x), 0.25).tensor()), test::values(kernels::relu_backward(g, x, 0.25)));
+
+  // The same ops traced and run by the executor: one kernel call each, the same values.
+  Graph graph;
+  const Var in = Var::symbolic(&graph, graph.add_input("x", ValueInfo{DType::f32, {3, 5}}));
+  const Var y = relu_backward(gelu(in) * 2.5, in, 0.25);
+  const std::vector<Tensor> out = execute(graph, {x}, {}, {y.id()});
+  const Tensor expected = kernels::relu_backward(kernels::mul(kernels::unary(kernels::UnaryOp::gelu, x), 2.5), x, 0.25);
+  EXPECT_EQ(test::values(out[0]), test::values(expected));
+}
