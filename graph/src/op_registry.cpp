@@ -11,15 +11,37 @@ bool OpDef::differentiable(std::size_t i) const {
   return std::find(no_grad_inputs.begin(), no_grad_inputs.end(), static_cast<int>(i)) == no_grad_inputs.end();
 }
 
-std::vector<Tensor> OpDef::run(const std::vector<Tensor>& inputs, const ComputeContext& ctx) const {
-  if (compute) return compute(inputs, ctx);
+namespace {
+
+// A kernel op's outputs, allocated from the inferred shapes and dtypes on the inputs' device.
+std::vector<Tensor> allocate_outputs(const char* op, const std::vector<Tensor>& inputs, const ComputeContext& ctx) {
   const auto first = std::find_if(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined(); });
-  TROUPE_CHECK(first != inputs.end(), invalid_argument, name, ": called without a defined input tensor");
+  TROUPE_CHECK(first != inputs.end(), invalid_argument, op, ": called without a defined input tensor");
   std::vector<Tensor> outputs;
   outputs.reserve(ctx.output_shapes.size());
   for (std::size_t i = 0; i < ctx.output_shapes.size(); ++i)
     outputs.push_back(Tensor::empty(ctx.output_shapes[i], ctx.output_dtypes[i], first->device()));
-  dispatch(kernel, inputs, outputs, ctx.attrs);
+  return outputs;
+}
+
+}  // namespace
+
+std::vector<Tensor> OpDef::run(const std::vector<Tensor>& inputs, const ComputeContext& ctx) const {
+  std::vector<Tensor> outputs;
+  if (compute) {
+    outputs = compute(inputs, ctx);
+  } else {
+    outputs = allocate_outputs(name, inputs, ctx);
+    dispatch(kernel, inputs, outputs, ctx.attrs);
+  }
+  // A compute function that disagrees with its op's inference is a bug in the op; caught here, it
+  // cannot reach the next op as a wrongly shaped tensor.
+  TROUPE_CHECK(outputs.size() == ctx.output_shapes.size(), runtime, name, ": computed ", outputs.size(),
+               " outputs, inference gave ", ctx.output_shapes.size());
+  for (std::size_t i = 0; i < outputs.size(); ++i)
+    TROUPE_CHECK(outputs[i].shape() == ctx.output_shapes[i] && outputs[i].dtype() == ctx.output_dtypes[i], runtime,
+                 name, ": output ", i, " is ", dtype_name(outputs[i].dtype()), " ", shape_str(outputs[i].shape()),
+                 " but inference gave ", dtype_name(ctx.output_dtypes[i]), " ", shape_str(ctx.output_shapes[i]));
   return outputs;
 }
 

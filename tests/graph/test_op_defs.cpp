@@ -71,3 +71,29 @@ TEST(OpDefs, KernelOpsDispatchTheirKernelWithTheNodesAttributes) {
   const Tensor expected = kernels::relu_backward(kernels::mul(kernels::unary(kernels::UnaryOp::gelu, x), 2.5), x, 0.25);
   EXPECT_EQ(test::values(out[0]), test::values(expected));
 }
+
+namespace {
+std::vector<Tensor> one_row_too_many(const std::vector<Tensor>& in, const ComputeContext&) {
+  return {Tensor::zeros({in[0].shape()[0] + 1, in[0].shape()[1]})};
+}
+TROUPE_DEFINE_OP({.name = "test_disagrees_with_inference", .infer = infer_first, .compute = one_row_too_many});
+}  // namespace
+
+TEST(OpDefs, OutputsThatDisagreeWithInferenceAreCaughtWhereverTheOpRuns) {
+  const std::string expected = "test_disagrees_with_inference: output 0 is f32 [3, 5] but inference gave f32 [2, 5]";
+  try {
+    apply1("test_disagrees_with_inference", {Var(Tensor::zeros({2, 5}))});
+    ADD_FAILURE() << "eager mode let the wrong shape through";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+  Graph graph;
+  const Var in = Var::symbolic(&graph, graph.add_input("x", ValueInfo{DType::f32, {2, 5}}));
+  const Var y = apply1("test_disagrees_with_inference", {in});
+  try {
+    execute(graph, {Tensor::zeros({2, 5})}, {}, {y.id()});
+    ADD_FAILURE() << "the executor let the wrong shape through";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+}

@@ -54,7 +54,8 @@ struct OpDef {
   std::vector<int> no_grad_inputs;   // inputs that never get a gradient (ids, targets, shape sources)
   /// True when a gradient can flow into input `i`.
   bool differentiable(std::size_t i) const;
-  /// Runs the op on tensors: its kernel or its compute function.
+  /// Runs the op on tensors, its kernel or its compute function, and checks the outputs against
+  /// the context's shapes and dtypes: the one way eager mode, the executor and op actors run an op.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, const ComputeContext& ctx) const;
 };
 
