@@ -4,6 +4,8 @@
 #include "kernels/reference.hpp"
 #include "troupe/kernels/cuda.hpp"
 #include "troupe/kernels/elementwise.hpp"
+#include "troupe/kernels/embedding.hpp"
+#include "troupe/kernels/loss.hpp"
 #include "troupe/kernels/optim.hpp"
 
 using namespace troupe;
@@ -34,6 +36,28 @@ TEST(Cuda, SquaredNormMatchesDoubleReference) {
   double ref = 0;
   for (double v : values(x)) ref += v * v;
   EXPECT_NEAR(kernels::squared_norm(x.to(Device::cuda(0))), ref, 1e-6 * ref);
+}
+
+// embedding and cross_entropy have no CUDA kernels yet; their front ends must still put the outputs
+// and the converted ids on the GPU, so the call fails as a missing kernel rather than a device mismatch,
+// while ids out of range are still refused first.
+TEST(Cuda, FrontEndsKeepEveryTensorOnTheInputsDevice) {
+  REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  Tensor ids = Tensor::from_vector<std::int32_t>({1, 0, 2}, {3}).to(gpu);
+  auto kind_of = [](auto call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return e.kind();
+    }
+    ADD_FAILURE() << "expected an error";
+    return ErrorKind::runtime;
+  };
+  EXPECT_EQ(kind_of([&] { kernels::embedding(random_tensor({4, 3}, 1).to(gpu), ids); }), ErrorKind::missing_kernel);
+  EXPECT_EQ(kind_of([&] { kernels::cross_entropy(random_tensor({3, 4}, 2).to(gpu), ids); }),
+            ErrorKind::missing_kernel);
+  EXPECT_EQ(kind_of([&] { kernels::embedding(random_tensor({2, 3}, 1).to(gpu), ids); }), ErrorKind::out_of_range);
 }
 
 TEST(Cuda, MissingDeviceIsAClearError) {

@@ -31,7 +31,7 @@ struct Descs {
   memory::dims strides, pad_l, pad_r;
 };
 
-Descs descs(const ConvShape& s) {
+Descs descs(const kernels::ConvGeometry& s) {
   Descs d;
   const memory::dims src{s.n, s.c, s.h, s.w}, wei{s.o, s.c, s.kh, s.kw}, dst{s.n, s.o, s.ho, s.wo};
   d.src = memory::desc(src, dt::f32, tag::nchw);
@@ -82,7 +82,7 @@ Output output_in(const memory::desc& user_md, void* data, const memory::desc& wa
 
 }  // namespace
 
-void dnnl_conv_forward(const ConvShape& s, const float* x, const float* w, const float* b, float* y) {
+void dnnl_conv_forward(const kernels::ConvGeometry& s, const float* x, const float* w, const float* b, float* y) {
   limit_threads_here();
   const Descs d = descs(s);
   const auto pd = forward_pd(d, b != nullptr);
@@ -97,7 +97,7 @@ void dnnl_conv_forward(const ConvShape& s, const float* x, const float* w, const
   stream.wait();
 }
 
-void dnnl_conv_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx) {
+void dnnl_conv_backward_data(const kernels::ConvGeometry& s, const float* dy, const float* w, float* dx) {
   limit_threads_here();
   const Descs d = descs(s);
   const auto hint = forward_pd(d, false);
@@ -115,7 +115,7 @@ void dnnl_conv_backward_data(const ConvShape& s, const float* dy, const float* w
   stream.wait();
 }
 
-void dnnl_conv_backward_weights(const ConvShape& s, const float* dy, const float* x, float* dw) {
+void dnnl_conv_backward_weights(const kernels::ConvGeometry& s, const float* dy, const float* x, float* dw) {
   limit_threads_here();
   const Descs d = descs(s);
   const auto hint = forward_pd(d, false);

@@ -3,20 +3,15 @@
 // AVX-512 kernels) run 2-3x faster than im2col + GEMM at the channel counts of vision models.
 // Tensors stay NCHW / OIHW; oneDNN's reorders to and from its own layouts happen inside each call.
 
-#include <cstdint>
+#include "conv_geometry.hpp"
 
 namespace troupe::cpu {
 
-/// One convolution's geometry, in oneDNN's terms.
-struct ConvShape {
-  std::int64_t n, c, h, w, o, kh, kw, ho, wo, sh, sw, ph, pw;
-};
-
 /// y = conv(x, w) + b (b may be null).
-void dnnl_conv_forward(const ConvShape& s, const float* x, const float* w, const float* b, float* y);
+void dnnl_conv_forward(const kernels::ConvGeometry& s, const float* x, const float* w, const float* b, float* y);
 /// dx = the gradient of the input from dy.
-void dnnl_conv_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx);
+void dnnl_conv_backward_data(const kernels::ConvGeometry& s, const float* dy, const float* w, float* dx);
 /// dw = the gradient of the weights from dy and x.
-void dnnl_conv_backward_weights(const ConvShape& s, const float* dy, const float* x, float* dw);
+void dnnl_conv_backward_weights(const kernels::ConvGeometry& s, const float* dy, const float* x, float* dw);
 
 }  // namespace troupe::cpu

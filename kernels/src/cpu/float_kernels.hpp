@@ -1,30 +1,9 @@
 #pragma once
-// What the floating-point CPU kernels share. Each kernel is one template over its element type,
-// registered for f32 (float, the training dtype) and f64 (double, for gradient checks by finite
-// differences); the op front ends accept those two dtypes and refuse to mix them, since a silent
-// conversion would hide the precision a caller asked for.
+// Registration of the floating-point CPU kernels: each is one template over its element type,
+// registered for f32 (float) and f64 (double), the two dtypes the front ends accept
+// (float_checks.hpp).
 
 #include "troupe/kernels/registry.hpp"
-
-namespace troupe::cpu {
-
-/// Checks that `t` is defined and f32 or f64; `op` and `role` name it in the error.
-inline void check_float(const char* op, const char* role, const Tensor& t) {
-  TROUPE_CHECK(t.defined(), invalid_argument, op, ": ", role, " is undefined");
-  TROUPE_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, dtype_mismatch, op, ": ", role, " ", t.str(),
-               " must be f32 or f64");
-}
-
-/// check_float, and `t` must have the dtype of `like`, the operand named `like_role`.
-inline void check_float_like(const char* op, const char* role, const Tensor& t, const char* like_role,
-                             const Tensor& like) {
-  check_float(op, role, t);
-  TROUPE_CHECK(t.dtype() == like.dtype(), dtype_mismatch, op, ": ", role, " ", t.str(), " is ", dtype_name(t.dtype()),
-               " but ", like_role, " ", like.str(), " is ", dtype_name(like.dtype()),
-               "; convert one of them with .to(DType) first");
-}
-
-}  // namespace troupe::cpu
 
 /// Registers fn<float> as the kernel for (op, cpu, f32) and fn<double> for (op, cpu, f64).
 #define TROUPE_REGISTER_FLOAT_KERNELS(op, fn)     \

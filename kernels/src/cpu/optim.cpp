@@ -1,5 +1,8 @@
+// CPU gradient-path kernels: the chunked squared norm, in-place scaling and the optimizer updates,
+// each writing its tensors in place.
 #include "troupe/kernels/optim.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "cpu/fast_math.hpp"
@@ -8,15 +11,6 @@
 namespace troupe::kernels {
 
 namespace {
-
-// The kernels update in place, so every operand must be dense and in the parameter's dtype.
-void check_dense(const char* op, const char* role, const Tensor& t, const Tensor& param) {
-  cpu::check_float_like(op, role, t, "parameter", param);
-  TROUPE_CHECK(t.is_contiguous(), invalid_argument, op, ": ", role, " ", t.str(),
-               " must be dense; call contiguous() first");
-  TROUPE_CHECK(t.shape() == param.shape(), shape_mismatch, op, ": ", role, " ", shape_str(t.shape()),
-               " must match the parameter ", shape_str(param.shape()));
-}
 
 template <class T>
 void squared_norm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
@@ -92,65 +86,6 @@ void adamw_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Att
 }
 
 }  // namespace
-
-double squared_norm(const Tensor& x) {
-  cpu::check_float("squared_norm", "input", x);
-  std::vector<Tensor> out{Tensor::empty({2}, x.dtype(), x.device())};
-  dispatch("squared_norm", {x.contiguous()}, out);
-  const auto hl = out[0].to(Device::cpu()).to(DType::f64).to_vector<double>();
-  return hl[0] + hl[1];
-}
-
-void scale_(const Tensor& x, double s) {
-  check_dense("scale_", "tensor", x, x);
-  std::vector<Tensor> none;
-  dispatch("scale_", {x}, none, Attrs().set("scale", s));
-}
-
-double clip_coefficient(double total_norm, double max_norm) {
-  TROUPE_CHECK(max_norm > 0, invalid_argument, "clip_coefficient: max_norm must be positive, got ", max_norm);
-  const double c = max_norm / (total_norm + 1e-6);
-  return c < 1.0 || !std::isfinite(c) ? c : 1.0;
-}
-
-void sgd_update_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p,
-                 bool first_step) {
-  check_dense("sgd_update_", "param", param, param);
-  check_dense("sgd_update_", "grad", grad, param);
-  if (p.momentum != 0) check_dense("sgd_update_", "momentum buffer", momentum_buf, param);
-  TROUPE_CHECK(p.lr >= 0 && p.momentum >= 0, invalid_argument, "sgd_update_: lr and momentum must be >= 0");
-  TROUPE_CHECK(!p.nesterov || (p.momentum > 0 && p.dampening == 0), invalid_argument,
-               "sgd_update_: nesterov needs momentum > 0 and dampening 0");
-  std::vector<Tensor> none;
-  dispatch("sgd_update_", {param, grad, p.momentum != 0 ? momentum_buf : Tensor()}, none,
-           Attrs()
-               .set("lr", p.lr)
-               .set("momentum", p.momentum)
-               .set("weight_decay", p.weight_decay)
-               .set("dampening", p.dampening)
-               .set("nesterov", std::int64_t{p.nesterov})
-               .set("first_step", std::int64_t{first_step}));
-}
-
-void adamw_update_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p,
-                   std::int64_t step) {
-  check_dense("adamw_update_", "param", param, param);
-  check_dense("adamw_update_", "grad", grad, param);
-  check_dense("adamw_update_", "first moment", m, param);
-  check_dense("adamw_update_", "second moment", v, param);
-  TROUPE_CHECK(step >= 1, invalid_argument, "adamw_update_: step counts from 1, got ", step);
-  TROUPE_CHECK(p.beta1 >= 0 && p.beta1 < 1 && p.beta2 >= 0 && p.beta2 < 1, invalid_argument,
-               "adamw_update_: betas must be in [0, 1), got ", p.beta1, ", ", p.beta2);
-  std::vector<Tensor> none;
-  dispatch("adamw_update_", {param, grad, m, v}, none,
-           Attrs()
-               .set("lr", p.lr)
-               .set("beta1", p.beta1)
-               .set("beta2", p.beta2)
-               .set("eps", p.eps)
-               .set("weight_decay", p.weight_decay)
-               .set("step", step));
-}
 
 TROUPE_REGISTER_FLOAT_KERNELS("squared_norm", squared_norm_kernel);
 TROUPE_REGISTER_FLOAT_KERNELS("scale_", scale_kernel);

@@ -1,21 +1,15 @@
-#include "troupe/kernels/select.hpp"
-
+// CPU kernels of the select ops: the causal mask on a dense input, and the max gradient on
+// operands of any strides.
+#include "cpu/float_kernels.hpp"
 #include "cpu/strided_loop.hpp"
-#include "troupe/kernels/error.hpp"
-#include "troupe/kernels/registry.hpp"
 
 namespace troupe::kernels {
 
 namespace {
-void check_float(const char* op, const Tensor& t) {
-  TROUPE_CHECK(t.defined(), invalid_argument, op, ": undefined input");
-  TROUPE_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, dtype_mismatch, op, ": expects f32 or f64, got ",
-               t.str());
-}
 
 template <class T>
 void causal_mask_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
-  const Tensor x = in[0].contiguous();
+  const Tensor& x = in[0];
   const T fill = static_cast<T>(attrs.get_double("fill"));
   const std::int64_t n = x.shape().back();
   const std::int64_t mats = x.numel() / (n * n);
@@ -56,32 +50,9 @@ void max_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out
   });
 }
 
-TROUPE_REGISTER_KERNEL("causal_mask", cpu, f32, causal_mask_kernel<float>);
-TROUPE_REGISTER_KERNEL("causal_mask", cpu, f64, causal_mask_kernel<double>);
-TROUPE_REGISTER_KERNEL("max_backward", cpu, f32, max_backward_kernel<float>);
-TROUPE_REGISTER_KERNEL("max_backward", cpu, f64, max_backward_kernel<double>);
 }  // namespace
 
-Tensor causal_mask(const Tensor& x, double fill) {
-  check_float("causal_mask", x);
-  TROUPE_CHECK(x.dim() >= 2 && x.shape()[x.dim() - 1] == x.shape()[x.dim() - 2], shape_mismatch,
-               "causal_mask: the last two dims must be square (queries x keys), got ", shape_str(x.shape()));
-  std::vector<Tensor> out{Tensor::empty(x.shape(), x.dtype(), x.device())};
-  dispatch("causal_mask", {x}, out, Attrs().set("fill", fill));
-  return out[0];
-}
-
-Tensor max_backward(const Tensor& grad, const Tensor& x, const Tensor& y) {
-  for (const Tensor* t : {&grad, &x, &y}) check_float("max_backward", *t);
-  TROUPE_CHECK(grad.dtype() == x.dtype() && y.dtype() == x.dtype(), dtype_mismatch,
-               "max_backward: grad, x and max must share a dtype, got ", grad.str(), ", ", x.str(), ", ", y.str());
-  TROUPE_CHECK(y.dim() == x.dim() && grad.shape() == y.shape(), shape_mismatch,
-               "max_backward: grad ", shape_str(grad.shape()), " and max ", shape_str(y.shape()),
-               " must have x's rank with reduced dims kept as 1; x is ", shape_str(x.shape()));
-  broadcast_shapes(y.shape(), x.shape(), "max_backward");
-  std::vector<Tensor> out{Tensor::empty(x.shape(), x.dtype(), x.device())};
-  dispatch("max_backward", {grad, x, y}, out);
-  return out[0];
-}
+TROUPE_REGISTER_FLOAT_KERNELS("causal_mask", causal_mask_kernel);
+TROUPE_REGISTER_FLOAT_KERNELS("max_backward", max_backward_kernel);
 
 }  // namespace troupe::kernels

@@ -1,8 +1,6 @@
 // CPU softmax / log-softmax. Inputs are made dense by the front end; the kernels walk the tensor
 // as [outer, n, inner] with the softmax axis of length n and element stride inner.
 
-#include "troupe/kernels/softmax.hpp"
-
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -119,47 +117,5 @@ void softmax_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&
 }
 TROUPE_REGISTER_FLOAT_KERNELS("softmax_backward", softmax_backward_kernel);
 
-Tensor forward(const char* op, const Tensor& x, std::int64_t axis, bool log) {
-  cpu::check_float(op, "x", x);
-  TROUPE_CHECK(x.dim() > 0, invalid_argument, op, ": needs at least one dimension, got ", x.str());
-  const int ax = normalize_axis(axis, x.shape().size(), op);
-  Tensor xd = x.contiguous();
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  std::vector<Tensor> outs{y};
-  dispatch("softmax", {xd}, outs, Attrs().set("axis", std::int64_t{ax}).set("log", std::int64_t{log ? 1 : 0}));
-  return y;
-}
-
-Tensor backward(const char* op, const Tensor& grad, const Tensor& y, std::int64_t axis, bool log) {
-  cpu::check_float(op, "grad", grad);
-  cpu::check_float_like(op, "y", y, "grad", grad);
-  TROUPE_CHECK(grad.shape() == y.shape(), shape_mismatch, op, ": grad shape ", shape_str(grad.shape()),
-               " does not match y shape ", shape_str(y.shape()));
-  TROUPE_CHECK(y.dim() > 0, invalid_argument, op, ": needs at least one dimension, got ", y.str());
-  const int ax = normalize_axis(axis, y.shape().size(), op);
-  Tensor gd = grad.contiguous(), yd = y.contiguous();
-  Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
-  std::vector<Tensor> outs{dx};
-  dispatch("softmax_backward", {gd, yd}, outs,
-           Attrs().set("axis", std::int64_t{ax}).set("log", std::int64_t{log ? 1 : 0}));
-  return dx;
-}
-
 }  // namespace
-
-namespace kernels {
-
-Tensor softmax(const Tensor& x, std::int64_t axis) { return forward("softmax", x, axis, false); }
-
-Tensor log_softmax(const Tensor& x, std::int64_t axis) { return forward("log_softmax", x, axis, true); }
-
-Tensor softmax_backward(const Tensor& grad, const Tensor& y, std::int64_t axis) {
-  return backward("softmax_backward", grad, y, axis, false);
-}
-
-Tensor log_softmax_backward(const Tensor& grad, const Tensor& y, std::int64_t axis) {
-  return backward("log_softmax_backward", grad, y, axis, true);
-}
-
-}  // namespace kernels
 }  // namespace troupe

@@ -1,3 +1,5 @@
+// The thread count of the CPU BLAS libraries (OpenBLAS, and oneDNN through OpenMP): CPU-only, so
+// it has no front end and no registry entry.
 #include "troupe/kernels/threading.hpp"
 
 #include <cblas.h>

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cuda/common.hpp"
 #include "device_backend.hpp"
 #include "troupe/kernels/cuda.hpp"
 #include "troupe/kernels/error.hpp"
@@ -14,9 +15,7 @@ namespace troupe {
 
 namespace {
 
-void check_cuda(cudaError_t rc, const char* call) {
-  TROUPE_CHECK(rc == cudaSuccess, runtime, call, " failed: ", cudaGetErrorString(rc));
-}
+using cuda::check_cuda;
 
 // Caches freed device blocks by exact size, like the host allocator, so steps stop calling cudaMalloc.
 class CudaAllocator final : public Allocator {

@@ -1,0 +1,57 @@
+// The convolution front ends: dtype and geometry checks, dense operands, dispatch. The bias
+// gradient is a sum, so it has no kernel of its own.
+#include "troupe/kernels/conv.hpp"
+
+#include "conv_geometry.hpp"
+#include "float_checks.hpp"
+#include "troupe/kernels/reduce.hpp"
+
+namespace troupe::kernels {
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
+  check_float("conv2d", "input", x);
+  check_float_like("conv2d", "weight", w, "input", x);
+  const ConvGeometry g = conv_geometry("conv2d", x.shape(), w.shape(), p);
+  if (bias.defined()) {
+    check_float_like("conv2d", "bias", bias, "input", x);
+    TROUPE_CHECK(bias.shape() == Shape{g.o}, shape_mismatch, "conv2d: bias ", shape_str(bias.shape()), " must be [",
+                 g.o, "]");
+  }
+  std::vector<Tensor> out{Tensor::empty(g.output_shape(), x.dtype(), x.device())};
+  std::vector<Tensor> in{x.contiguous(), w.contiguous()};
+  if (bias.defined()) in.push_back(bias.contiguous());
+  dispatch("conv2d", in, out, conv_geometry_attrs(x.shape(), w.shape(), p));
+  return out[0];
+}
+
+Tensor conv2d_backward_data(const Tensor& grad, const Tensor& w, const Shape& input_shape, const Conv2dParams& p) {
+  check_float("conv2d_backward_data", "grad", grad);
+  check_float_like("conv2d_backward_data", "weight", w, "grad", grad);
+  const ConvGeometry g = conv_geometry("conv2d_backward_data", input_shape, w.shape(), p);
+  TROUPE_CHECK(grad.shape() == g.output_shape(), shape_mismatch, "conv2d_backward_data: grad ",
+               shape_str(grad.shape()), " must be ", shape_str(g.output_shape()));
+  std::vector<Tensor> out{Tensor::empty(input_shape, grad.dtype(), grad.device())};
+  dispatch("conv2d_backward_data", {grad.contiguous(), w.contiguous()}, out,
+           conv_geometry_attrs(input_shape, w.shape(), p));
+  return out[0];
+}
+
+Tensor conv2d_backward_weight(const Tensor& grad, const Tensor& x, const Shape& weight_shape, const Conv2dParams& p) {
+  check_float("conv2d_backward_weight", "grad", grad);
+  check_float_like("conv2d_backward_weight", "input", x, "grad", grad);
+  const ConvGeometry g = conv_geometry("conv2d_backward_weight", x.shape(), weight_shape, p);
+  TROUPE_CHECK(grad.shape() == g.output_shape(), shape_mismatch, "conv2d_backward_weight: grad ",
+               shape_str(grad.shape()), " must be ", shape_str(g.output_shape()));
+  std::vector<Tensor> out{Tensor::empty(weight_shape, grad.dtype(), grad.device())};
+  dispatch("conv2d_backward_weight", {grad.contiguous(), x.contiguous()}, out,
+           conv_geometry_attrs(x.shape(), weight_shape, p));
+  return out[0];
+}
+
+Tensor conv2d_backward_bias(const Tensor& grad) {
+  TROUPE_CHECK(grad.defined() && grad.dim() == 4, shape_mismatch, "conv2d_backward_bias: grad must be NCHW, got ",
+               grad.str());
+  return sum(grad, {0, 2, 3});
+}
+
+}  // namespace troupe::kernels

@@ -1,0 +1,89 @@
+// The elementwise front ends: dtype and shape checks, the broadcast output, dispatch by op name.
+#include "troupe/kernels/elementwise.hpp"
+
+#include <string>
+
+#include "float_checks.hpp"
+#include "troupe/kernels/registry.hpp"
+
+namespace troupe::kernels {
+
+const char* to_string(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::add: return "add";
+    case BinaryOp::sub: return "sub";
+    case BinaryOp::mul: return "mul";
+    case BinaryOp::div: return "div";
+  }
+  return "?";
+}
+
+const char* to_string(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::relu: return "relu";
+    case UnaryOp::gelu: return "gelu";
+    case UnaryOp::silu: return "silu";
+    case UnaryOp::exp: return "exp";
+    case UnaryOp::log: return "log";
+    case UnaryOp::tanh: return "tanh";
+    case UnaryOp::sqrt: return "sqrt";
+    case UnaryOp::rsqrt: return "rsqrt";
+    case UnaryOp::neg: return "neg";
+  }
+  return "?";
+}
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = to_string(op);
+  check_float(name, "input a", a);
+  check_float_like(name, "input b", b, "input a", a);
+  const Shape out_shape = broadcast_shapes(a.shape(), b.shape(), name);
+  std::vector<Tensor> out{Tensor::empty(out_shape, a.dtype(), a.device())};
+  dispatch(name, {a, b}, out);
+  return out[0];
+}
+
+Tensor binary(BinaryOp op, const Tensor& a, double s) {
+  const std::string name = std::string(to_string(op)) + "_scalar";
+  check_float(name.c_str(), "input", a);
+  std::vector<Tensor> out{Tensor::empty(a.shape(), a.dtype(), a.device())};
+  dispatch(name, {a}, out, Attrs().set("value", s));
+  return out[0];
+}
+
+Tensor unary(UnaryOp op, const Tensor& x) {
+  const char* name = to_string(op);
+  check_float(name, "input", x);
+  std::vector<Tensor> out{Tensor::empty(x.shape(), x.dtype(), x.device())};
+  dispatch(name, {x}, out);
+  return out[0];
+}
+
+namespace {
+
+// The output of a backward op, after checking grad against x.
+Tensor grad_like(const char* op, const Tensor& grad, const Tensor& x) {
+  check_float(op, "x", x);
+  check_float_like(op, "grad", grad, "x", x);
+  TROUPE_CHECK(grad.shape() == x.shape(), shape_mismatch, op, ": grad ", shape_str(grad.shape()),
+               " and x ", shape_str(x.shape()), " must have the same shape");
+  return Tensor::empty(x.shape(), x.dtype(), x.device());
+}
+
+}  // namespace
+
+Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x) {
+  if (op == UnaryOp::relu) return relu_backward(grad, x, 0.0);
+  const std::string name = std::string(to_string(op)) + "_backward";
+  std::vector<Tensor> out{grad_like(name.c_str(), grad, x)};
+  dispatch(name, {grad, x}, out);
+  return out[0];
+}
+
+Tensor relu_backward(const Tensor& grad, const Tensor& x, double negative_slope) {
+  std::vector<Tensor> out{grad_like("relu_backward", grad, x)};
+  dispatch("relu_backward", {grad, x}, out, Attrs().set("negative_slope", negative_slope));
+  return out[0];
+}
+
+}  // namespace troupe::kernels

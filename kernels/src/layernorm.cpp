@@ -1,0 +1,65 @@
+// The layer-norm front ends: dtype and shape checks, the output and statistics tensors, dispatch.
+#include "troupe/kernels/layernorm.hpp"
+
+#include "float_checks.hpp"
+#include "troupe/kernels/registry.hpp"
+
+namespace troupe::kernels {
+namespace {
+
+// The shape of the per-row statistics (mean, rstd): x's shape without the normalised last dim.
+Shape row_shape(const Shape& s) { return Shape(s.begin(), s.end() - 1); }
+
+}  // namespace
+
+LayerNormOutput layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+  check_float("layernorm", "x", x);
+  check_float_like("layernorm", "gamma", gamma, "x", x);
+  check_float_like("layernorm", "beta", beta, "x", x);
+  TROUPE_CHECK(x.dim() > 0, invalid_argument, "layernorm: x needs at least one dimension, got ", x.str());
+  const std::int64_t d = x.shape().back();
+  TROUPE_CHECK(d > 0, invalid_argument, "layernorm: the last dim of x is empty: ", x.str());
+  TROUPE_CHECK(gamma.shape() == Shape{d}, shape_mismatch, "layernorm: gamma has shape ", shape_str(gamma.shape()),
+               ", expected [", d, "] for x ", shape_str(x.shape()));
+  TROUPE_CHECK(beta.shape() == Shape{d}, shape_mismatch, "layernorm: beta has shape ", shape_str(beta.shape()),
+               ", expected [", d, "] for x ", shape_str(x.shape()));
+  TROUPE_CHECK(eps >= 0.0, invalid_argument, "layernorm: eps must be >= 0, got ", eps);
+  LayerNormOutput r;
+  r.y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  r.mean = Tensor::empty(row_shape(x.shape()), x.dtype(), x.device());
+  r.rstd = Tensor::empty(row_shape(x.shape()), x.dtype(), x.device());
+  std::vector<Tensor> outs{r.y, r.mean, r.rstd};
+  dispatch("layernorm", {x.contiguous(), gamma.contiguous(), beta.contiguous()}, outs, Attrs().set("eps", eps));
+  return r;
+}
+
+LayerNormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                  const Tensor& rstd) {
+  const char* op = "layernorm_backward";
+  check_float(op, "x", x);
+  check_float_like(op, "dy", dy, "x", x);
+  check_float_like(op, "gamma", gamma, "x", x);
+  check_float_like(op, "mean", mean, "x", x);
+  check_float_like(op, "rstd", rstd, "x", x);
+  TROUPE_CHECK(x.dim() > 0, invalid_argument, op, ": x needs at least one dimension, got ", x.str());
+  TROUPE_CHECK(dy.shape() == x.shape(), shape_mismatch, op, ": dy shape ", shape_str(dy.shape()),
+               " does not match x shape ", shape_str(x.shape()));
+  const std::int64_t d = x.shape().back();
+  TROUPE_CHECK(gamma.shape() == Shape{d}, shape_mismatch, op, ": gamma has shape ", shape_str(gamma.shape()),
+               ", expected [", d, "]");
+  const Shape rows = row_shape(x.shape());
+  TROUPE_CHECK(mean.shape() == rows, shape_mismatch, op, ": mean has shape ", shape_str(mean.shape()),
+               ", expected ", shape_str(rows));
+  TROUPE_CHECK(rstd.shape() == rows, shape_mismatch, op, ": rstd has shape ", shape_str(rstd.shape()),
+               ", expected ", shape_str(rows));
+  LayerNormGrads g;
+  g.dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  g.dgamma = Tensor::empty({d}, x.dtype(), x.device());
+  g.dbeta = Tensor::empty({d}, x.dtype(), x.device());
+  std::vector<Tensor> outs{g.dx, g.dgamma, g.dbeta};
+  dispatch("layernorm_backward",
+           {dy.contiguous(), x.contiguous(), gamma.contiguous(), mean.contiguous(), rstd.contiguous()}, outs);
+  return g;
+}
+
+}  // namespace troupe::kernels

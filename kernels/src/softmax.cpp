@@ -1,0 +1,52 @@
+// The softmax front ends: checks, the normalised axis, dense inputs, dispatch.
+#include "troupe/kernels/softmax.hpp"
+
+#include "float_checks.hpp"
+#include "troupe/kernels/registry.hpp"
+
+namespace troupe::kernels {
+namespace {
+
+// Softmax or, with `log`, log-softmax of x along `axis`; `op` names the caller in errors.
+Tensor forward(const char* op, const Tensor& x, std::int64_t axis, bool log) {
+  check_float(op, "x", x);
+  TROUPE_CHECK(x.dim() > 0, invalid_argument, op, ": needs at least one dimension, got ", x.str());
+  const int ax = normalize_axis(axis, x.shape().size(), op);
+  Tensor xd = x.contiguous();
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  std::vector<Tensor> outs{y};
+  dispatch("softmax", {xd}, outs, Attrs().set("axis", std::int64_t{ax}).set("log", std::int64_t{log ? 1 : 0}));
+  return y;
+}
+
+// The gradient of forward() from its output y; `op` names the caller in errors.
+Tensor backward(const char* op, const Tensor& grad, const Tensor& y, std::int64_t axis, bool log) {
+  check_float(op, "grad", grad);
+  check_float_like(op, "y", y, "grad", grad);
+  TROUPE_CHECK(grad.shape() == y.shape(), shape_mismatch, op, ": grad shape ", shape_str(grad.shape()),
+               " does not match y shape ", shape_str(y.shape()));
+  TROUPE_CHECK(y.dim() > 0, invalid_argument, op, ": needs at least one dimension, got ", y.str());
+  const int ax = normalize_axis(axis, y.shape().size(), op);
+  Tensor gd = grad.contiguous(), yd = y.contiguous();
+  Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
+  std::vector<Tensor> outs{dx};
+  dispatch("softmax_backward", {gd, yd}, outs,
+           Attrs().set("axis", std::int64_t{ax}).set("log", std::int64_t{log ? 1 : 0}));
+  return dx;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, std::int64_t axis) { return forward("softmax", x, axis, false); }
+
+Tensor log_softmax(const Tensor& x, std::int64_t axis) { return forward("log_softmax", x, axis, true); }
+
+Tensor softmax_backward(const Tensor& grad, const Tensor& y, std::int64_t axis) {
+  return backward("softmax_backward", grad, y, axis, false);
+}
+
+Tensor log_softmax_backward(const Tensor& grad, const Tensor& y, std::int64_t axis) {
+  return backward("log_softmax_backward", grad, y, axis, true);
+}
+
+}  // namespace troupe::kernels
