@@ -10,6 +10,8 @@
 #include "troupe/graph/trace.hpp"
 #include "troupe/kernels/elementwise.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/kernels/reduce.hpp"
+#include "troupe/kernels/select.hpp"
 
 using namespace troupe;
 using namespace troupe::graph;
@@ -96,4 +98,22 @@ TEST(OpDefs, OutputsThatDisagreeWithInferenceAreCaughtWhereverTheOpRuns) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
   }
+}
+
+TEST(OpDefs, KernelOpsTakeStridedAndBroadcastInputsAsTheyCome) {
+  const Tensor x = test::random_tensor({4, 3}, 9), row = test::random_tensor({4}, 10);
+  const Tensor xt = x.transpose(0, 1);  // [3, 4], not contiguous
+  ASSERT_FALSE(xt.is_contiguous());
+  // The strided loop of gelu is scalar and the dense one vectorised, hence a tolerance there.
+  EXPECT_EQ(test::values(gelu(Var(xt)).tensor()), test::values(kernels::gelu(xt)));
+  EXPECT_LE(test::scaled_max_error(gelu(Var(xt)).tensor(), kernels::gelu(xt.contiguous())), 1e-6);
+  EXPECT_EQ(test::values((Var(xt) + Var(row)).tensor()), test::values(kernels::add(xt.contiguous(), row)));
+  EXPECT_EQ(test::values(relu_backward(Var(xt), Var(xt), 0.5).tensor()),
+            test::values(kernels::relu_backward(xt.contiguous(), xt.contiguous(), 0.5)));
+  const Tensor square = test::random_tensor({2, 3, 3}, 11).transpose(1, 2);
+  EXPECT_EQ(test::values(causal_mask(Var(square)).tensor()),
+            test::values(causal_mask(Var(square.contiguous())).tensor()));
+  const Tensor y = kernels::max(xt, {1}, true), dy = test::random_tensor({3, 1}, 12);
+  EXPECT_EQ(test::values(apply1("max_backward", {Var(dy), Var(xt), Var(y)}).tensor()),
+            test::values(kernels::max_backward(dy, xt.contiguous(), y)));
 }

@@ -182,6 +182,9 @@ std::vector<Tensor> compute_conv2d_backward_bias(const std::vector<Tensor>& in, 
   return {kernels::conv2d_backward_bias(in[0])};
 }
 
+std::vector<Tensor> compute_causal_mask(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return {kernels::causal_mask(in[0], c.attrs.get_double("fill"))};
+}
 std::vector<ValueInfo> infer_causal_mask(const InferContext& c) {
   expect_arity(c, 1, 1);
   expect_floating(c, 0);
@@ -253,7 +256,8 @@ TROUPE_DEFINE_OP({.name = "conv2d_backward_bias", .infer = infer_conv2d_backward
 Var causal_mask(const Var& x) {
   return apply1("causal_mask", {x}, Attrs().set("fill", -std::numeric_limits<double>::infinity()));
 }
-TROUPE_DEFINE_OP({.name = "causal_mask", .infer = infer_causal_mask, .kernel = "causal_mask",
+// compute: kernels::causal_mask, which makes the input dense for the kernel.
+TROUPE_DEFINE_OP({.name = "causal_mask", .infer = infer_causal_mask, .compute = compute_causal_mask,
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     return {apply1("causal_mask", {c.grad_output(0)}, Attrs().set("fill", 0.0))};
                   }});

@@ -44,11 +44,13 @@ using GradFn = std::function<std::vector<Var>(const GradContext& ctx)>;
 ///   TROUPE_DEFINE_OP({.name = "gelu", .infer = same_as_input, .kernel = "gelu", .grad = grad_gelu});
 /// An op runs either `kernel`, the name of a kernel in the kernel registry (dispatched on the inputs'
 /// device and dtype, with the node's attributes, into outputs allocated from the inferred shapes and
-/// dtypes), or `compute`; exactly one is set.
+/// dtypes), or `compute`; exactly one is set. `kernel` is for kernels that take their inputs as they
+/// come (any strides, broadcast views) and the node's attributes unchanged; a kernel that wants
+/// dense inputs or other attributes is reached through its front end in a `compute`.
 struct OpDef {
   const char* name = nullptr;        // the op's one name, as builders and graphs spell it
   InferFn infer = nullptr;           // shape and dtype rule, run when a node is built
-  const char* kernel = nullptr;      // the registry kernel this op is, or null when `compute` is set
+  const char* kernel = nullptr;      // the registry kernel this op dispatches, or null when `compute` is set
   ComputeFn compute = nullptr;       // hand-written computation, or null when `kernel` is set
   GradFn grad;                       // empty: not differentiable (autodiff says so if a gradient must pass)
   std::vector<int> no_grad_inputs;   // inputs that never get a gradient (ids, targets, shape sources)
