@@ -77,7 +77,8 @@ struct TrainingParts {
 class TrainingRun {
  public:
   /// Reads GRAD_MODE and JIT_LEVEL, refuses --resume with --load-weights, and opens the
-  /// --resume checkpoint (written by `name`). `app` holds the parsed flags.
+  /// --resume checkpoint (written by `name`). `app` holds the parsed flags, --lr among them (a
+  /// resumed run keeps the checkpoint's learning rate unless --lr was given).
   TrainingRun(CLI::App& app, std::string name, RunFlags flags, std::string load_weights);
   TrainingRun(const TrainingRun&) = delete;  // settings_ refers to resumed_
   TrainingRun& operator=(const TrainingRun&) = delete;
