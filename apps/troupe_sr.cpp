@@ -161,7 +161,8 @@ apps::TrainingParts parts(const TrainFlags& f, const apps::SrConfig& config, std
   };
   p.summary_fields = [&](const apps::LoopSummary& s) {
     char buf[200];
-    std::snprintf(buf, sizeof buf, "\"train_loss\":%.6f,\"val_psnr\":%.3f,\"bicubic_psnr\":%.3f,\"ms_per_step\":%.2f,\"images_per_s\":%.2f",
+    std::snprintf(buf, sizeof buf,
+                  "\"train_loss\":%.6f,\"val_psnr\":%.3f,\"bicubic_psnr\":%.3f,\"ms_per_step\":%.2f,\"images_per_s\":%.2f",
                   s.train_loss, s.eval, data->bicubic_psnr(), s.ms_per_step, s.items_per_s);
     return std::string(buf);
   };
