@@ -8,25 +8,21 @@
 #include <cstdio>
 #include <functional>
 #include <map>
-#include <memory>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
-#include "troupe/actors/engine.hpp"
 #include "troupe/apps/checkpoint.hpp"
 #include "troupe/apps/cli.hpp"
 #include "troupe/apps/corpus.hpp"
-#include "troupe/apps/data_parallel.hpp"
 #include "troupe/apps/gpt_model.hpp"
-#include "troupe/apps/splitmix.hpp"
-#include "troupe/apps/grad_mode.hpp"
 #include "troupe/apps/memory_budget.hpp"
 #include "troupe/apps/resume.hpp"
-#include "troupe/apps/train_loop.hpp"
-#include "troupe/apps/train_step.hpp"
+#include "troupe/apps/splitmix.hpp"
+#include "troupe/apps/training_run.hpp"
 #include "troupe/apps/weights.hpp"
-#include "troupe/graph/optim.hpp"
 #include "troupe/graph/trace.hpp"
-#include "troupe/kernels/allocator.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/kernels/threading.hpp"
 
@@ -42,11 +38,12 @@ struct TrainFlags {
   double lr = 3e-4, weight_decay = 0.01, val_fraction = 0.1;
   std::uint64_t seed = 1;
   std::string data, load_weights;
-  int dp = 1;
-  double comm_fusion_mb = 64;
-  bool check_grads = false;
+  apps::DataParallelFlags dp;
   TrainFlags() { run.clip = 1.0; }
 };
+
+// What to do when a weights file does not fit the model the flags describe.
+constexpr const char* kWeightsAdvice = "give the model flags it was saved with (--d-model, --layers, --heads, --d-ff, --seq)";
 
 struct GenerateFlags {
   std::string checkpoint, weights, prompt = "\n";
@@ -93,152 +90,113 @@ void validate(const apps::GptConfig& m, const std::string& state_file) {
   });
 }
 
-int train(TrainFlags f, CLI::App& app) {
-  const apps::GradMode mode = apps::grad_mode();
-  const int jit = graph::jit_level();
-  apps::LoopOptions lo = apps::loop_options(f.run);
-  TROUPE_CHECK(f.run.resume.empty() || f.load_weights.empty(), invalid_argument,
-               "--resume and --load-weights both give the starting weights; pass one of them");
-  std::optional<apps::Checkpoint> resumed;
-  std::optional<apps::ResumeSettings> settings;
-  if (!f.run.resume.empty()) {
-    // The checkpoint decides the model, the data and the batch; flags may only repeat them.
-    resumed = apps::load_checkpoint(f.run.resume, "troupe-gpt");
-    settings.emplace(app, resumed->state);
-    take_config(*settings, resumed->state, f.model);
-    settings->take("--batch", "batch", f.batch);
-    settings->take("--seed", "seed", f.seed);
-    settings->take("--data", "data", f.data, /*is_path=*/true);
+// What troupe-gpt trains and validates on: the corpus split into training and held-out bytes, and
+// a window sampler over each. The samplers refer to the bytes, so this never moves.
+struct GptData {
+  GptData(const TrainFlags& f, int ranks)
+      : corpus(apps::load_corpus(f.data)),
+        split(apps::split_corpus(corpus.bytes, f.val_fraction, f.model.seq, corpus.source)),
+        train(split.first, f.model.seq, f.batch * ranks, f.seed, "the training split"),
+        val(split.second, f.model.seq, f.batch, f.seed + 1, "the held-out split") {}
+  GptData(const GptData&) = delete;
+  GptData& operator=(const GptData&) = delete;
+  apps::Corpus corpus;
+  std::pair<std::string, std::string> split;  // training bytes, held-out bytes
+  apps::WindowSampler train, val;
+};
+
+// The checkpoint decides the model, the data and the batch; flags may only repeat them. Then the
+// model must make sense and fit in memory.
+void settle(apps::TrainingRun& run, TrainFlags& f) {
+  if (const apps::Checkpoint* c = run.resumed()) {
+    take_config(run.settings(), c->state, f.model);
+    run.settings().take("--batch", "batch", f.batch);
+    run.settings().take("--seed", "seed", f.seed);
+    run.settings().take("--data", "data", f.data, /*is_path=*/true);
   }
-  validate(f.model, resumed ? resumed->state.source : "");
+  validate(f.model, run.state_file());
   char sizes[160];
   std::snprintf(sizes, sizeof sizes, "--d-model %lld --layers %lld --d-ff %lld --seq %lld --batch %lld",
                 static_cast<long long>(f.model.d_model), static_cast<long long>(f.model.layers),
                 static_cast<long long>(f.model.d_ff), static_cast<long long>(f.model.seq), static_cast<long long>(f.batch));
   apps::require_memory(apps::gpt_training_bytes(f.model, f.batch), sizes,
                        "use a smaller --batch or --seq, or a smaller model");
+}
 
-  apps::DataParallelJob job(f.dp);
-  if (!f.run.save.empty() && job.rank() == 0) apps::prepare_save_folder(f.run.save, f.run.resume);
-  const apps::Corpus corpus = apps::load_corpus(f.data);
-  const auto [train_bytes, val_bytes] = apps::split_corpus(corpus.bytes, f.val_fraction, f.model.seq, corpus.source);
-  // Every rank draws the global batch and keeps its rows, so N ranks see what one process at N
-  // times the batch would.
-  apps::WindowSampler train_data(train_bytes, f.model.seq, f.batch * job.size(), f.seed, "the training split");
-  apps::WindowSampler val_data(val_bytes, f.model.seq, f.batch, f.seed + 1, "the held-out split");
+// The start-up lines about the model and the data.
+std::vector<std::string> start_lines(const TrainFlags& f, const GptData& data, const apps::Gpt& model) {
+  char line[256];
+  std::snprintf(line, sizeof line, "%lld parameters (d_model %lld, %lld layers, %lld heads, d_ff %lld, seq %lld), batch %lld",
+                static_cast<long long>(model.parameter_count()), static_cast<long long>(f.model.d_model),
+                static_cast<long long>(f.model.layers), static_cast<long long>(f.model.heads),
+                static_cast<long long>(f.model.d_ff), static_cast<long long>(f.model.seq), static_cast<long long>(f.batch));
+  return {line, "data: " + data.corpus.source + ", " + std::to_string(data.split.first.size()) + " training / " +
+                    std::to_string(data.split.second.size()) + " held-out bytes"};
+}
 
-  Generator gen(f.seed);
-  apps::Gpt model(f.model, gen);
-  kernels::AdamWParams hp;
-  hp.lr = f.lr;
-  hp.weight_decay = f.weight_decay;
-  auto optimizer = std::make_shared<graph::AdamW>(model.parameters(), hp);
-  std::int64_t start_step = 0;
-  if (resumed) {
-    apps::load_weights_into(model, resumed->model, resumed->folder + "/model.safetensors",
-                            "the checkpoint is damaged or from another model");
-    apps::load_optimizer_state(*optimizer, resumed->optimizer, resumed->folder + "/optimizer.safetensors");
-    settings->settle_lr(*optimizer, f.lr);
-    start_step = resumed->state.int_at("step");
-    train_data.set_position(static_cast<std::uint64_t>(resumed->state.int_at("data_position")));
-  } else if (!f.load_weights.empty()) {
-    apps::load_weights_into(model,
-                            apps::from_nanogpt_names(apps::read_weights(f.load_weights, "--load-weights takes a .safetensors file")),
-                            f.load_weights, "give the model flags it was saved with (--d-model, --layers, --heads, --d-ff, --seq)");
-  }
-
-  apps::TrainStepOptions step_setup = apps::step_options(f.run, f.batch);
-  step_setup.mode = mode;
-  step_setup.jit_level = jit;
-  const int threads = step_setup.threads, micro_batches = step_setup.micro_batches;
-  set_kernel_threads(1);  // parallelism comes from actors running concurrently, not from inside a GEMM
-  std::printf("troupe-gpt: %lld parameters (d_model %lld, %lld layers, %lld heads, d_ff %lld, seq %lld), batch %lld\n",
-              static_cast<long long>(model.parameter_count()), static_cast<long long>(f.model.d_model),
-              static_cast<long long>(f.model.layers), static_cast<long long>(f.model.heads),
-              static_cast<long long>(f.model.d_ff), static_cast<long long>(f.model.seq), static_cast<long long>(f.batch));
-  std::printf("troupe-gpt: data: %s, %zu training / %zu held-out bytes\n", corpus.source.c_str(), train_bytes.size(),
-              val_bytes.size());
-  std::printf("troupe-gpt: GRAD_MODE=%s, JIT_LEVEL=%d (%s), %d threads, %d micro-batches%s\n", apps::to_string(mode), jit,
-              jit == 0 ? "eager" : "actor graph", threads, jit == 0 ? 1 : micro_batches,
-              resumed ? (", resuming at step " + std::to_string(start_step)).c_str() : "");
-  if (resumed)
-    std::printf("troupe-gpt: resuming '%s'; %s\n", f.run.resume.c_str(), settings->summary().c_str());
-  if (job.size() > 1)
-    std::printf("troupe-gpt: data parallel: rank %d of %d (%s), per-rank batch %lld, global batch %lld, fusion %.0f MiB\n",
-                job.rank(), job.size(), job.source().c_str(), static_cast<long long>(f.batch),
-                static_cast<long long>(f.batch * job.size()), f.comm_fusion_mb);
-
-  auto loss_fn = [&](const std::vector<Var>& in) { return std::vector<Var>{model.loss(in[0], in[1])}; };
+// The run's settings: batch, AdamW, the step's inputs, data parallelism and the throughput unit.
+apps::TrainingSetup setup(const TrainFlags& f) {
+  apps::TrainingSetup s;
+  s.batch = f.batch;
+  s.lr = f.lr;
+  s.weight_decay = f.weight_decay;
   const graph::SymDim b = graph::SymDim::symbol("batch");
-  const std::vector<graph::InputSpec> signature = {{"ids", {b, f.model.seq}, DType::i64}, {"targets", {b, f.model.seq}, DType::i64}};
-  step_setup.data_parallel = job.options(f.comm_fusion_mb);
-  apps::TrainStep train_step(loss_fn, signature, model, optimizer, step_setup);
-  train_step.measure_gradients(!f.run.metrics.empty());
-  std::unique_ptr<actors::Program> eval_program;
-  if (train_step.engine()) {
-    actors::ProgramOptions eo;
-    eo.micro_batches = micro_batches;
-    eval_program = train_step.engine()->compile(graph::trace(loss_fn, signature), eo);
-  }
+  s.signature = {{"ids", {b, f.model.seq}, DType::i64}, {"targets", {b, f.model.seq}, DType::i64}};
+  s.data_parallel = f.dp;
+  s.weights_advice = kWeightsAdvice;
+  s.forward_program = true;  // the held-out loss runs as an actor program too
+  s.items_per_step = static_cast<double>(f.batch * f.model.seq);
+  s.unit = "tok/s";
+  return s;
+}
 
-  apps::LoopHooks hooks;
-  std::int64_t step_number = start_step;
-  hooks.step = [&] {
-    auto [ids, targets] = train_data.next();
-    const std::int64_t r = job.rank();
-    const apps::StepOutcome out = train_step({ids.slice(0, r * f.batch, (r + 1) * f.batch).contiguous(),
-                                              targets.slice(0, r * f.batch, (r + 1) * f.batch).contiguous()});
-    ++step_number;
-    if (f.check_grads)
-      for (const std::string& w : job.compare_bucket_norms(step_number, out.bucket_squared_norms))
-        std::fprintf(stderr, "troupe-gpt: %s\n", w.c_str());
-    return out;
+// troupe-gpt's parts of the run; `data` and `model` are built by the run and live in train().
+apps::TrainingParts parts(const TrainFlags& f, std::optional<GptData>& data, std::optional<apps::Gpt>& model) {
+  apps::TrainingParts p;
+  p.load_data = [&](int ranks) { data.emplace(f, ranks); };
+  p.build_model = [&]() -> graph::Module& {
+    Generator gen(f.seed);
+    return model.emplace(f.model, gen);
   };
-  hooks.evaluate = [&] {
-    val_data.set_position(0);  // the same held-out windows every time
+  p.weight_names = apps::from_nanogpt_names;
+  p.data_position = [&] { return data->train.position(); };
+  p.set_data_position = [&](std::uint64_t position) { data->train.set_position(position); };
+  p.describe = [&] { return start_lines(f, *data, *model); };
+  p.loss = [&](const std::vector<Var>& in) { return std::vector<Var>{model->loss(in[0], in[1])}; };
+  p.next_batch = [&] {
+    auto [ids, targets] = data->train.next();
+    return std::vector<Tensor>{ids, targets};
+  };
+  p.evaluate = [&](const apps::ForwardLoss& loss) {
+    data->val.set_position(0);  // the same held-out windows every time
     double total = 0;
     for (std::int64_t k = 0; k < f.val_batches; ++k) {
-      auto [ids, targets] = val_data.next();
-      if (eval_program) {
-        total += eval_program->run({ids, targets}).outputs[0].item();
-      } else {
-        graph::NoGradGuard no_grad;
-        total += model.loss(Var(ids), Var(targets)).tensor().item();
-      }
+      auto [ids, targets] = data->val.next();
+      total += loss({ids, targets});
     }
     return total / static_cast<double>(f.val_batches);
   };
-  if (!f.run.save.empty() && job.rank() == 0)  // the ranks hold the same model: rank 0 saves it
-    hooks.save = [&](std::int64_t step) {
-      apps::CheckpointState st;
-      store_config(f.model, st);
-      st.ints["step"] = step;
-      st.ints["batch"] = f.batch;
-      st.ints["seed"] = static_cast<std::int64_t>(f.seed);
-      st.ints["data_position"] = static_cast<std::int64_t>(train_data.position());
-      st.strings["app"] = "troupe-gpt";
-      st.strings["data"] = f.data;
-      apps::save_checkpoint(f.run.save, step, model.state_dict(), optimizer->state_dict(), st);
-    };
-
-  lo.start_step = start_step;
-  if (job.rank() > 0) lo.metrics_path = lo.trace_path = "";  // rank 0 writes the run's files
-  lo.items_per_step = static_cast<double>(f.batch * f.model.seq);
-  lo.unit = "tok/s";
-  const apps::LoopSummary s = apps::run_training_loop(lo, hooks);
-  std::string dp_fields;
-  if (job.size() > 1) {
+  p.store_settings = [&](apps::CheckpointState& st) {
+    store_config(f.model, st);
+    st.ints["batch"] = f.batch;
+    st.ints["seed"] = static_cast<std::int64_t>(f.seed);
+    st.strings["data"] = f.data;
+  };
+  p.summary_fields = [](const apps::LoopSummary& s) {
     char buf[160];
-    std::snprintf(buf, sizeof buf, ",\"dp\":%d,\"rank\":%d,\"comm_ms\":%.2f,\"exposed_comm_ms\":%.2f,\"hidden_fraction\":%.3f",
-                  job.size(), job.rank(), s.comm_ms, s.exposed_comm_ms,
-                  s.comm_ms > 0 ? std::max(0.0, 1.0 - s.exposed_comm_ms / s.comm_ms) : 0.0);
-    dp_fields = buf;
-  }
-  std::printf("{\"app\":\"troupe-gpt\",\"steps\":%lld,\"train_loss\":%.5f,\"val_loss\":%.5f,\"ms_per_step\":%.2f,"
-              "\"tokens_per_s\":%.1f,\"params\":%lld,\"peak_bytes\":%zu%s}\n",
-              static_cast<long long>(s.steps), s.train_loss, s.eval, s.ms_per_step, s.items_per_s,
-              static_cast<long long>(model.parameter_count()), cpu_allocator().stats().peak_bytes, dp_fields.c_str());
-  return 0;
+    std::snprintf(buf, sizeof buf, "\"train_loss\":%.5f,\"val_loss\":%.5f,\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f",
+                  s.train_loss, s.eval, s.ms_per_step, s.items_per_s);
+    return std::string(buf);
+  };
+  return p;
+}
+
+int train(TrainFlags f, CLI::App& app) {
+  apps::TrainingRun run(app, "troupe-gpt", f.run, f.load_weights);
+  settle(run, f);
+  std::optional<GptData> data;
+  std::optional<apps::Gpt> model;
+  return run.train(setup(f), parts(f, data, model));
 }
 
 int generate(GenerateFlags f, CLI::App& app) {
@@ -257,7 +215,7 @@ int generate(GenerateFlags f, CLI::App& app) {
   } else {
     weights = apps::from_nanogpt_names(apps::read_weights(f.weights, "--weights takes a .safetensors file"));
     file = f.weights;
-    advice = "give the model flags it was saved with (--d-model, --layers, --heads, --d-ff, --seq)";
+    advice = kWeightsAdvice;
   }
   Generator gen(0);
   apps::Gpt model(f.model, gen);
@@ -315,11 +273,11 @@ int main(int argc, char** argv) {
   app.add_option("--val-batches", tf.val_batches, "held-out batches per validation")
       ->capture_default_str()->check(apps::in_range(1, 1e6));
   app.add_option("--load-weights", tf.load_weights, "start from these weights (.safetensors, Troupe or nanoGPT names)");
-  app.add_option("--dp", tf.dp, "data-parallel ranks (run under troupe-launch -n N, mpirun or Slurm)")
+  app.add_option("--dp", tf.dp.ranks, "data-parallel ranks (run under troupe-launch -n N, mpirun or Slurm)")
       ->capture_default_str()->check(apps::in_range(1, 1024));
-  app.add_option("--comm-fusion-mb", tf.comm_fusion_mb, "AllReduce bucket size limit in MiB")
+  app.add_option("--comm-fusion-mb", tf.dp.comm_fusion_mb, "AllReduce bucket size limit in MiB")
       ->capture_default_str()->check(apps::open_range(0, 1 << 20, "MiB"));
-  app.add_flag("--check-grads", tf.check_grads, "compare the ranks' post-reduce gradient norms every step and warn when they differ");
+  app.add_flag("--check-grads", tf.dp.check_grads, "compare the ranks' post-reduce gradient norms every step and warn when they differ");
   apps::add_run_flags(app, tf.run);
   GenerateFlags gf;
   CLI::App* gen = app.add_subcommand("generate", "sample text from a checkpoint or a weights file");

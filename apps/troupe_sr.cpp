@@ -5,26 +5,22 @@
 // GRAD_MODE=standard trains custom-relu models with the plain relu gradient; JIT_LEVEL=0 runs eagerly.
 #include <cstdio>
 #include <filesystem>
-#include <memory>
+#include <map>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "troupe/apps/checkpoint.hpp"
 #include "troupe/apps/cli.hpp"
-#include "troupe/apps/grad_mode.hpp"
 #include "troupe/apps/image.hpp"
 #include "troupe/apps/memory_budget.hpp"
 #include "troupe/apps/resume.hpp"
 #include "troupe/apps/sr_data.hpp"
 #include "troupe/apps/sr_model.hpp"
-#include "troupe/apps/train_loop.hpp"
-#include "troupe/apps/train_step.hpp"
+#include "troupe/apps/training_run.hpp"
 #include "troupe/apps/weights.hpp"
 #include "troupe/graph/ops.hpp"
-#include "troupe/graph/optim.hpp"
 #include "troupe/graph/trace.hpp"
-#include "troupe/kernels/allocator.hpp"
-#include "troupe/kernels/error.hpp"
-#include "troupe/kernels/threading.hpp"
 
 using namespace troupe;
 using graph::Var;
@@ -39,6 +35,9 @@ struct TrainFlags {
   double lr = 1e-3;
   TrainFlags() { run.steps = 300; }
 };
+
+// What to do when a .safetensors file does not fit the model the flags describe.
+constexpr const char* kWeightsAdvice = "give the --channels and --blocks it was saved with";
 
 struct InferFlags {
   std::string weights, input, output;
@@ -62,10 +61,10 @@ WeightsSource load_weights(const std::string& path, apps::SrConfig& config, CLI:
     settings.take("--blocks", "blocks", config.blocks);
     return {std::move(c.model), c.folder + "/model.safetensors", "the checkpoint is damaged or from another model"};
   }
-  return {apps::read_weights(path, "--weights takes a checkpoint folder or a .safetensors file"), path,
-          "give the --channels and --blocks it was saved with"};
+  return {apps::read_weights(path, "--weights takes a checkpoint folder or a .safetensors file"), path, kWeightsAdvice};
 }
 
+// Mean held-out PSNR of the model's upscaling, on whole images, eagerly (any size).
 double evaluate(apps::SrLite& model, const apps::SrData& data) {
   graph::NoGradGuard no_grad;
   double total = 0;
@@ -73,117 +72,111 @@ double evaluate(apps::SrLite& model, const apps::SrData& data) {
   return total / static_cast<double>(data.held_out().size());
 }
 
-int train(TrainFlags f, CLI::App& app) {
-  const apps::GradMode mode = apps::grad_mode();
-  const int jit = graph::jit_level();
-  apps::LoopOptions lo = apps::loop_options(f.run);
-  TROUPE_CHECK(f.run.resume.empty() || f.load_weights.empty(), invalid_argument,
-               "--resume and --load-weights both give the starting weights; pass one of them");
-  std::optional<apps::Checkpoint> resumed;
-  std::optional<apps::ResumeSettings> settings;
-  if (!f.run.resume.empty()) {
-    // The checkpoint decides the model, the data and the batch; flags may only repeat them.
-    resumed = apps::load_checkpoint(f.run.resume, "troupe-sr");
-    settings.emplace(app, resumed->state);
-    settings->take("--channels", "channels", f.channels);
-    settings->take("--blocks", "blocks", f.blocks);
-    settings->take("--act", "act", f.act);
-    settings->take("--data", "data", f.data.folder, /*is_path=*/true);
-    settings->take("--seed", "seed", f.data.seed);
-    settings->take("--batch", "batch", f.data.batch);
-    settings->take("--patch", "patch", f.data.patch);
+// The checkpoint decides the model, the data and the batch; flags may only repeat them. Returns
+// the model they describe, once it is known to fit in memory.
+apps::SrConfig settle(apps::TrainingRun& run, TrainFlags& f) {
+  if (run.resumed()) {
+    apps::ResumeSettings& settings = run.settings();
+    settings.take("--channels", "channels", f.channels);
+    settings.take("--blocks", "blocks", f.blocks);
+    settings.take("--act", "act", f.act);
+    settings.take("--data", "data", f.data.folder, /*is_path=*/true);
+    settings.take("--seed", "seed", f.data.seed);
+    settings.take("--batch", "batch", f.data.batch);
+    settings.take("--patch", "patch", f.data.patch);
   }
   apps::SrConfig config;
   config.channels = f.channels;
   config.blocks = f.blocks;
-  if (resumed)
-    apps::naming_file(resumed->state.source, "holds an unknown activation", "the file is damaged or from another version",
+  if (run.resumed())
+    apps::naming_file(run.state_file(), "holds an unknown activation", "the file is damaged or from another version",
                       [&] { config.activation = apps::parse_activation(f.act); });
   else
     config.activation = apps::parse_activation(f.act);
-  const bool plain_gradient = mode == apps::GradMode::standard && config.activation == apps::Activation::custom_relu;
-  if (plain_gradient) config.activation = apps::Activation::relu;  // same forward, the plain gradient
   config.upscale = f.data.upscale;
   char sizes[160];
   std::snprintf(sizes, sizeof sizes, "--patch %lld --batch %lld --channels %lld --blocks %lld",
                 static_cast<long long>(f.data.patch), static_cast<long long>(f.data.batch),
                 static_cast<long long>(f.channels), static_cast<long long>(f.blocks));
   apps::require_memory(apps::sr_training_bytes(config, f.data), sizes, "use a smaller --patch or --batch, or a smaller model");
-  if (!f.run.save.empty()) apps::prepare_save_folder(f.run.save, f.run.resume);
-  apps::SrData data(f.data);
+  return config;
+}
 
-  Generator gen(f.data.seed);
-  apps::SrLite model(config, gen);
-  kernels::AdamWParams hp;  // Adam: AdamW without weight decay
-  hp.lr = f.lr;
-  hp.weight_decay = 0;
-  auto optimizer = std::make_shared<graph::AdamW>(model.parameters(), hp);
-  std::int64_t start_step = 0;
-  if (resumed) {
-    apps::load_weights_into(model, resumed->model, resumed->folder + "/model.safetensors",
-                            "the checkpoint is damaged or from another model");
-    apps::load_optimizer_state(*optimizer, resumed->optimizer, resumed->folder + "/optimizer.safetensors");
-    settings->settle_lr(*optimizer, f.lr);
-    start_step = resumed->state.int_at("step");
-    data.set_position(static_cast<std::uint64_t>(resumed->state.int_at("data_position")));
-  } else if (!f.load_weights.empty()) {
-    apps::load_weights_into(model, apps::read_weights(f.load_weights, "--load-weights takes a .safetensors file"),
-                            f.load_weights, "give the --channels and --blocks it was saved with");
-  }
-  apps::TrainStepOptions step_setup = apps::step_options(f.run, f.data.batch);
-  step_setup.mode = mode;
-  step_setup.jit_level = jit;
-  const int threads = step_setup.threads, micro_batches = step_setup.micro_batches;
-  set_kernel_threads(1);  // parallelism comes from actors running concurrently
-  std::printf("troupe-sr: sr-lite x%lld, %lld parameters (%lld channels, %lld residual blocks, --act %s), batch %lld of %lldx%lld patches\n",
-              static_cast<long long>(config.upscale), static_cast<long long>(model.parameter_count()),
-              static_cast<long long>(config.channels), static_cast<long long>(config.blocks), f.act.c_str(),
-              static_cast<long long>(f.data.batch), static_cast<long long>(f.data.patch), static_cast<long long>(f.data.patch));
-  std::printf("troupe-sr: data: %s; held-out bicubic PSNR %.2f dB\n", data.source().c_str(), data.bicubic_psnr());
-  std::printf("troupe-sr: GRAD_MODE=%s%s, JIT_LEVEL=%d (%s), %d threads, %d micro-batches%s\n", apps::to_string(mode),
-              plain_gradient ? " (custom-relu trains with the plain relu gradient)" : "", jit,
-              jit == 0 ? "eager" : "actor graph", threads, jit == 0 ? 1 : micro_batches,
-              resumed ? (", resuming at step " + std::to_string(start_step)).c_str() : "");
-  if (resumed)
-    std::printf("troupe-sr: resuming '%s'; %s\n", f.run.resume.c_str(), settings->summary().c_str());
+// The start-up lines about the model and the data (with the bicubic baseline).
+std::vector<std::string> start_lines(const TrainFlags& f, const apps::SrConfig& config, const apps::SrData& data,
+                                     const apps::SrLite& model) {
+  char line[256], psnr[32];
+  std::snprintf(line, sizeof line,
+                "sr-lite x%lld, %lld parameters (%lld channels, %lld residual blocks, --act %s), batch %lld of %lldx%lld patches",
+                static_cast<long long>(config.upscale), static_cast<long long>(model.parameter_count()),
+                static_cast<long long>(config.channels), static_cast<long long>(config.blocks), f.act.c_str(),
+                static_cast<long long>(f.data.batch), static_cast<long long>(f.data.patch), static_cast<long long>(f.data.patch));
+  std::snprintf(psnr, sizeof psnr, "%.2f", data.bicubic_psnr());
+  return {line, "data: " + data.source() + "; held-out bicubic PSNR " + psnr + " dB"};
+}
 
-  auto loss_fn = [&](const std::vector<Var>& in) { return std::vector<Var>{graph::mse_loss(model(in[0]), in[1])}; };
+// The run's settings: batch, Adam, the step's inputs, the GRAD_MODE note and the throughput unit.
+apps::TrainingSetup setup(const TrainFlags& f, bool plain_gradient) {
+  apps::TrainingSetup s;
+  s.batch = f.data.batch;
+  s.lr = f.lr;
+  s.weight_decay = 0;  // Adam: AdamW without weight decay
   const graph::SymDim b = graph::SymDim::symbol("batch");
   const std::int64_t lo_side = f.data.patch / f.data.upscale;
-  apps::TrainStep train_step(loss_fn, {{"input", {b, 3, lo_side, lo_side}}, {"target", {b, 3, f.data.patch, f.data.patch}}},
-                             model, optimizer, step_setup);
-  train_step.measure_gradients(!f.run.metrics.empty());
-  apps::LoopHooks hooks;
-  hooks.step = [&] {
-    auto [lr, hr] = data.next();
-    return train_step({lr, hr});
+  s.signature = {{"input", {b, 3, lo_side, lo_side}}, {"target", {b, 3, f.data.patch, f.data.patch}}};
+  if (plain_gradient) s.grad_mode_note = " (custom-relu trains with the plain relu gradient)";
+  s.weights_advice = kWeightsAdvice;
+  s.items_per_step = static_cast<double>(f.data.batch);
+  s.unit = "img/s";
+  s.eval_name = "val_psnr";
+  return s;
+}
+
+// troupe-sr's parts of the run; `data` and `model` are built by the run and live in train().
+apps::TrainingParts parts(const TrainFlags& f, const apps::SrConfig& config, std::optional<apps::SrData>& data,
+                          std::optional<apps::SrLite>& model) {
+  apps::TrainingParts p;
+  p.load_data = [&](int) { data.emplace(f.data); };
+  p.build_model = [&]() -> graph::Module& {
+    Generator gen(f.data.seed);
+    return model.emplace(config, gen);
   };
-  hooks.evaluate = [&] { return evaluate(model, data); };
-  if (!f.run.save.empty())
-    hooks.save = [&](std::int64_t step) {
-      apps::CheckpointState st;
-      st.ints["step"] = step;
-      st.ints["channels"] = f.channels;
-      st.ints["blocks"] = f.blocks;
-      st.ints["seed"] = static_cast<std::int64_t>(f.data.seed);
-      st.ints["batch"] = f.data.batch;
-      st.ints["patch"] = f.data.patch;
-      st.ints["data_position"] = static_cast<std::int64_t>(data.position());
-      st.strings["app"] = "troupe-sr";
-      st.strings["act"] = f.act;
-      st.strings["data"] = f.data.folder;
-      apps::save_checkpoint(f.run.save, step, model.state_dict(), optimizer->state_dict(), st);
-    };
-  lo.start_step = start_step;
-  lo.items_per_step = static_cast<double>(f.data.batch);
-  lo.unit = "img/s";
-  lo.eval_name = "val_psnr";
-  const apps::LoopSummary s = apps::run_training_loop(lo, hooks);
-  std::printf("{\"app\":\"troupe-sr\",\"steps\":%lld,\"train_loss\":%.6f,\"val_psnr\":%.3f,\"bicubic_psnr\":%.3f,"
-              "\"ms_per_step\":%.2f,\"images_per_s\":%.2f,\"params\":%lld,\"peak_bytes\":%zu}\n",
-              static_cast<long long>(s.steps), s.train_loss, s.eval, data.bicubic_psnr(), s.ms_per_step, s.items_per_s,
-              static_cast<long long>(model.parameter_count()), cpu_allocator().stats().peak_bytes);
-  return 0;
+  p.data_position = [&] { return data->position(); };
+  p.set_data_position = [&](std::uint64_t position) { data->set_position(position); };
+  p.describe = [&] { return start_lines(f, config, *data, *model); };
+  p.loss = [&](const std::vector<Var>& in) { return std::vector<Var>{graph::mse_loss((*model)(in[0]), in[1])}; };
+  p.next_batch = [&] {
+    auto [lr, hr] = data->next();
+    return std::vector<Tensor>{lr, hr};
+  };
+  p.evaluate = [&](const apps::ForwardLoss&) { return evaluate(*model, *data); };  // PSNR of whole images, eagerly
+  p.store_settings = [&](apps::CheckpointState& st) {
+    st.ints["channels"] = f.channels;
+    st.ints["blocks"] = f.blocks;
+    st.ints["seed"] = static_cast<std::int64_t>(f.data.seed);
+    st.ints["batch"] = f.data.batch;
+    st.ints["patch"] = f.data.patch;
+    st.strings["act"] = f.act;
+    st.strings["data"] = f.data.folder;
+  };
+  p.summary_fields = [&](const apps::LoopSummary& s) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "\"train_loss\":%.6f,\"val_psnr\":%.3f,\"bicubic_psnr\":%.3f,\"ms_per_step\":%.2f,\"images_per_s\":%.2f",
+                  s.train_loss, s.eval, data->bicubic_psnr(), s.ms_per_step, s.items_per_s);
+    return std::string(buf);
+  };
+  return p;
+}
+
+int train(TrainFlags f, CLI::App& app) {
+  apps::TrainingRun run(app, "troupe-sr", f.run, f.load_weights);
+  apps::SrConfig config = settle(run, f);
+  const bool plain_gradient = run.mode() == apps::GradMode::standard && config.activation == apps::Activation::custom_relu;
+  if (plain_gradient) config.activation = apps::Activation::relu;  // same forward, the plain gradient
+  std::optional<apps::SrData> data;
+  std::optional<apps::SrLite> model;
+  return run.train(setup(f, plain_gradient), parts(f, config, data, model));
 }
 
 int infer(const InferFlags& f, CLI::App& app) {

@@ -1,6 +1,7 @@
 // The pieces the applications share: corpus split and window sampling, checkpoints (round trip,
 // the "latest" pointer, pruning, damage), gradient statistics, progress output, GRAD_MODE, the
-// micro-batch count the flags resolve to, and the shapes and errors of the two models.
+// micro-batch count the flags resolve to, the shapes and errors of the two models, and the
+// training run both apps share (its parts called in order, saves, resume).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "apps/app_runner.hpp"
 #include "troupe/apps/checkpoint.hpp"
@@ -21,6 +26,8 @@
 #include "troupe/apps/sr_data.hpp"
 #include "troupe/apps/sr_model.hpp"
 #include "troupe/apps/train_step.hpp"
+#include "troupe/apps/training_run.hpp"
+#include "troupe/graph/nn.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/kernels/error.hpp"
 
@@ -353,4 +360,115 @@ TEST(SrData, PairsAreDownsampledAndResumable) {
   EXPECT_GT(a.bicubic_psnr(), 10);
   o.patch = 15;
   EXPECT_THROW(apps::SrData{o}, Error);
+}
+
+namespace {
+
+// A least-squares app on the shared training run: a linear model, batches that depend only on the
+// data position, and a log of the parts the run calls.
+struct ToyApp {
+  std::optional<graph::Linear> model;
+  std::uint64_t position = 0;
+  std::vector<std::string> calls;
+  std::vector<std::pair<double, double>> evaluations;  // (ForwardLoss, the eager loss) of one batch
+
+  static std::vector<Tensor> batch_at(std::uint64_t k) {
+    std::vector<float> x(8), y(2);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(k * 8 + i)));
+    for (std::size_t r = 0; r < y.size(); ++r) y[r] = 0.5f * (x[4 * r] - x[4 * r + 3]);
+    return {Tensor::from_vector(x, {2, 4}), Tensor::from_vector(y, {2, 1})};
+  }
+
+  static apps::TrainingSetup setup(double lr) {
+    apps::TrainingSetup s;
+    s.batch = 2;
+    s.lr = lr;
+    const graph::SymDim b = graph::SymDim::symbol("batch");
+    s.signature = {{"x", {b, 4}}, {"y", {b, 1}}};
+    s.forward_program = true;
+    s.items_per_step = 2;
+    return s;
+  }
+
+  apps::TrainingParts parts() {
+    apps::TrainingParts p;
+    p.load_data = [this](int ranks) { calls.push_back("load_data " + std::to_string(ranks)); };
+    p.build_model = [this]() -> graph::Module& {
+      calls.push_back("build_model");
+      Generator gen(5);
+      return model.emplace(4, 1, gen);
+    };
+    p.weight_names = [this](const std::map<std::string, Tensor>& w) {
+      calls.push_back("weight_names");
+      return w;
+    };
+    p.data_position = [this] { return position; };
+    p.set_data_position = [this](std::uint64_t k) {
+      calls.push_back("set_data_position " + std::to_string(k));
+      position = k;
+    };
+    p.describe = [this] {
+      calls.push_back("describe");
+      return std::vector<std::string>{"a linear model"};
+    };
+    p.loss = [this](const std::vector<graph::Var>& in) { return std::vector<graph::Var>{graph::mse_loss((*model)(in[0]), in[1])}; };
+    p.next_batch = [this] { return batch_at(position++); };
+    p.evaluate = [this](const apps::ForwardLoss& loss) {
+      calls.push_back("evaluate " + std::to_string(position));
+      const std::vector<Tensor> held_out = batch_at(1000);
+      graph::NoGradGuard no_grad;
+      evaluations.emplace_back(loss(held_out), graph::mse_loss((*model)(held_out[0]), held_out[1]).tensor().item());
+      return evaluations.back().first;
+    };
+    p.store_settings = [this](apps::CheckpointState& st) {
+      calls.push_back("store_settings");
+      st.ints["width"] = 4;
+    };
+    p.summary_fields = [](const apps::LoopSummary& s) { return "\"train_loss\":" + std::to_string(s.train_loss); };
+    return p;
+  }
+};
+
+// Runs a ToyApp with `args` (and `load_weights`); returns the calls it saw.
+std::vector<std::string> run_toy(const std::string& args, const std::string& load_weights = "") {
+  CLI::App cli;
+  apps::RunFlags flags;
+  std::int64_t width = 4;
+  double lr = 0.05;
+  apps::add_run_flags(cli, flags);
+  cli.add_option("--width", width);
+  cli.add_option("--lr", lr);
+  cli.parse(args, false);
+  apps::TrainingRun run(cli, "toy-app", flags, load_weights);
+  if (run.resumed()) run.settings().take("--width", "width", width);
+  ToyApp toy;
+  EXPECT_EQ(run.train(ToyApp::setup(lr), toy.parts()), 0);
+  for (const auto& [program, eager] : toy.evaluations) EXPECT_NEAR(program, eager, 1e-6 * std::abs(eager) + 1e-9);
+  return toy.calls;
+}
+
+}  // namespace
+
+// The shared run calls an app's parts in order, saves the app's settings with the step and data
+// position, and a resumed run restores the position before it prints or trains.
+TEST(TrainingRun, CallsThePartsInOrderSavesAndResumes) {
+  const std::string dir = test::fresh_dir("training_run"), ck = dir + "/ck";
+  using Calls = std::vector<std::string>;
+  EXPECT_EQ(run_toy("--steps 3 --eval-every 2 --threads 1 --save " + ck),
+            (Calls{"load_data 1", "build_model", "describe", "evaluate 2", "evaluate 3", "store_settings"}));
+  apps::Checkpoint saved = apps::load_checkpoint(ck, "toy-app");
+  EXPECT_EQ(saved.state.int_at("step"), 3);
+  EXPECT_EQ(saved.state.int_at("data_position"), 3);
+  EXPECT_EQ(saved.state.int_at("width"), 4);
+
+  EXPECT_EQ(run_toy("--steps 5 --eval-every 0 --threads 1 --resume " + ck + " --save " + ck),
+            (Calls{"load_data 1", "build_model", "set_data_position 3", "describe", "evaluate 5", "store_settings"}));
+  saved = apps::load_checkpoint(ck, "toy-app");
+  EXPECT_EQ(saved.state.int_at("step"), 5);
+  EXPECT_EQ(saved.state.int_at("data_position"), 5);
+
+  EXPECT_EQ(run_toy("--steps 1 --threads 1", saved.folder + "/model.safetensors"),
+            (Calls{"load_data 1", "build_model", "weight_names", "describe", "evaluate 1"}));
+  EXPECT_THROW(run_toy("--steps 6 --threads 1 --resume " + ck, saved.folder + "/model.safetensors"), Error);
+  EXPECT_THROW(run_toy("--steps 6 --threads 1 --width 3 --resume " + ck), Error);  // contradicts the checkpoint
 }

@@ -14,6 +14,13 @@
 
 namespace troupe::apps {
 
+/// The flags of an app that trains data-parallel (troupe-gpt's --dp, --comm-fusion-mb, --check-grads).
+struct DataParallelFlags {
+  int ranks = 1;
+  double comm_fusion_mb = 64;  // AllReduce bucket size limit
+  bool check_grads = false;    // compare the ranks' post-reduce gradient norms every step
+};
+
 /// This rank's place in a data-parallel job and its communicators.
 class DataParallelJob {
  public:
