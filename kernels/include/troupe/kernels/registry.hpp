@@ -1,6 +1,7 @@
 #pragma once
-// The kernel registry: one table keyed by (op, device kind, dtype). Op functions validate their
-// inputs, allocate outputs and dispatch here; a missing entry is an error naming all three keys.
+// The kernel registry: one table keyed by (name, device kind, dtype). The front ends in
+// troupe::kernels validate their inputs, allocate outputs and dispatch here, and so do graph ops
+// that name a kernel; a missing entry is an error naming all three keys.
 
 #include <cstdint>
 #include <map>
