@@ -18,7 +18,8 @@ namespace troupe::actors {
 #if defined(__SANITIZE_THREAD__)
 extern "C" void __tsan_acquire(void* addr);
 extern "C" void __tsan_release(void* addr);
-inline void mailbox_release(const caf::actor& to) { __tsan_release(caf::actor_cast<caf::abstract_actor*>(to)); }
+template <class Handle>
+void mailbox_release(const Handle& to) { __tsan_release(caf::actor_cast<caf::abstract_actor*>(to)); }
 inline void mailbox_acquire(caf::abstract_actor* self) { __tsan_acquire(self); }
 inline void handler_release(caf::abstract_actor* self) { __tsan_release(self); }
 /// The arguments of a spawn are written by the spawning thread and read by the actor's init on a
@@ -27,7 +28,8 @@ inline int spawn_sync_token = 0;
 inline void spawn_released() { __tsan_release(&spawn_sync_token); }
 inline void spawn_acquired() { __tsan_acquire(&spawn_sync_token); }
 #else
-inline void mailbox_release(const caf::actor&) {}
+template <class Handle>
+void mailbox_release(const Handle&) {}
 inline void mailbox_acquire(caf::abstract_actor*) {}
 inline void handler_release(caf::abstract_actor*) {}
 inline void spawn_released() {}
@@ -60,11 +62,15 @@ class Handling {
   HandlerTrace trace_;
 };
 
-/// Where a message goes: an actor and its track in traces.
-struct Address {
-  caf::actor actor;
+/// Where a message goes: an actor (a typed handle where the actor has a fixed interface, so a
+/// wrong message does not compile) and its track in traces.
+template <class Handle>
+struct AddressOf {
+  Handle actor;
   std::uint32_t track = 0;
 };
+/// The address of an actor without a typed interface (the nodes).
+using Address = AddressOf<caf::actor>;
 
 /// What a send records in the tracer besides its two ends.
 struct SendTag {
@@ -76,16 +82,16 @@ struct SendTag {
 
 /// Sends `xs..., flow` from the actor on track `from` to `to`, recording the send first; the
 /// receiver's handler passes `flow` to its Handling, so traces draw the arrow.
-template <class Self, class... Ts>
-void tell(Self* self, std::uint32_t from, const Address& to, const SendTag& tag, Ts&&... xs) {
+template <class Self, class Handle, class... Ts>
+void tell(Self* self, std::uint32_t from, const AddressOf<Handle>& to, const SendTag& tag, Ts&&... xs) {
   const std::uint64_t flow = trace_send(from, to.track, tag.kind, tag.step, tag.mb, tag.bytes);
   mailbox_release(to.actor);
   self->send(to.actor, std::forward<Ts>(xs)..., flow);
 }
 
 /// The same from a thread that is not an actor (a communicator's completion callback).
-template <class... Ts>
-void tell_from_outside(std::uint32_t from, const Address& to, const SendTag& tag, Ts&&... xs) {
+template <class Handle, class... Ts>
+void tell_from_outside(std::uint32_t from, const AddressOf<Handle>& to, const SendTag& tag, Ts&&... xs) {
   const std::uint64_t flow = trace_send(from, to.track, tag.kind, tag.step, tag.mb, tag.bytes);
   mailbox_release(to.actor);
   caf::anon_send(to.actor, std::forward<Ts>(xs)..., flow);

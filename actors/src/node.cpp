@@ -101,7 +101,7 @@ void Node::release_inputs() {
 
 void Node::report_failure(const std::string& what, ErrorKind kind) {
   failed_ = true;
-  tell_program("fail", 0, fail_atom::value, step_, static_cast<int>(kind), what);
+  tell_to(peers_->program, "fail", 0, fail_atom::value, step_, static_cast<int>(kind), what);
 }
 
 namespace {

@@ -32,12 +32,16 @@ class Node {
   const ActorSpec& spec() const { return *spec_; }
   /// The step in progress.
   const StepContext& ctx() const { return *ctx_; }
+  /// The same as a handle, for messages that carry it.
+  const StepContextPtr& ctx_ptr() const { return ctx_; }
+  /// Where the other actors of the program are.
+  const Peers& peers() const { return *peers_; }
   /// The value an input reference reads for the micro-batch being acted on.
   const Tensor& input(const InputRef& ref) const;
-  /// Sends `xs..., flow` to the program actor, traced as `kind`.
-  template <class... Ts>
-  void tell_program(const char* kind, std::uint64_t bytes, Ts&&... xs) {
-    tell(self_, track(), peers_->program, SendTag{kind, ctx_->step, -1, bytes}, std::forward<Ts>(xs)...);
+  /// Sends `xs..., flow` to `to`, traced as `kind` of this step carrying `bytes`.
+  template <class Handle, class... Ts>
+  void tell_to(const AddressOf<Handle>& to, const char* kind, std::uint64_t bytes, Ts&&... xs) {
+    tell(self_, track(), to, SendTag{kind, ctx_->step, -1, bytes}, std::forward<Ts>(xs)...);
   }
 
   /// The handlers: a new step, a ready input register, a released output register.
