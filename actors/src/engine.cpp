@@ -37,7 +37,7 @@ class ActorProgram : public Program {
       mailbox_release(a);
       caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     };
-    for (const Address& a : peers_->nodes) stop(a.actor);
+    for (const auto& a : peers_->nodes) stop(a.actor);
     for (const caf::actor& a : helpers_) stop(a);
     stop(peers_->program.actor);
   }
@@ -110,7 +110,7 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
   // The gradient path first: it checks the optimizers and data parallelism before anything is spawned.
   auto peers = std::make_shared<Peers>();
   GradientActors gradient_actors = spawn_gradient_path(sys, *traced, *plan, options, peers);
-  for (const ActorSpec& spec : plan->actors) peers->nodes.push_back({caf::actor(), tracer.register_actor(spec.name)});
+  for (const ActorSpec& spec : plan->actors) peers->nodes.push_back({NodeActor(), tracer.register_actor(spec.name)});
   peers->program.track = tracer.register_actor("program");
   for (std::size_t a = 0; a < plan->actors.size(); ++a)
     peers->nodes[a].actor =

@@ -62,15 +62,13 @@ class Handling {
   HandlerTrace trace_;
 };
 
-/// Where a message goes: an actor (a typed handle where the actor has a fixed interface, so a
-/// wrong message does not compile) and its track in traces.
+/// Where a message goes: an actor's typed handle (so a wrong message does not compile) and its
+/// track in traces.
 template <class Handle>
 struct AddressOf {
   Handle actor;
   std::uint32_t track = 0;
 };
-/// The address of an actor without a typed interface (the nodes).
-using Address = AddressOf<caf::actor>;
 
 /// What a send records in the tracer besides its two ends.
 struct SendTag {

@@ -48,6 +48,12 @@ using clipped_atom = caf::atom_constant<caf::atom("clipped")>;
 using update_atom = caf::atom_constant<caf::atom("update")>;
 using applied_atom = caf::atom_constant<caf::atom("applied")>;
 
+/// A node (node.hpp): the register protocol's messages.
+using NodeActor = caf::typed_actor<
+    caf::reacts_to<start_atom, StepContextPtr, std::uint64_t>,
+    caf::reacts_to<ready_atom, ReadyPtr, std::uint64_t>,
+    caf::reacts_to<release_atom, std::uint64_t /*step*/, int /*register*/, std::uint64_t>>;
+
 /// The program actor: steers steps (program_actor.cpp). It is spawned untyped because its phases
 /// are behaviors switched with become, which CAF 0.17 allows typed actors only between complete
 /// interfaces; every sender holds this typed handle, so a wrong message to it does not compile.
@@ -100,11 +106,11 @@ struct GradientPath {
 
 /// The addresses of all actors of a program, filled before the first message flows.
 struct Peers {
-  std::vector<Address> nodes;  // by actor index of the plan
+  std::vector<AddressOf<NodeActor>> nodes;  // by actor index of the plan
   AddressOf<ProgramActor> program;
   GradientPath gradients;
   /// Where node `index` of the plan is.
-  const Address& at(int index) const { return nodes[static_cast<std::size_t>(index)]; }
+  const AddressOf<NodeActor>& at(int index) const { return nodes[static_cast<std::size_t>(index)]; }
 };
 using PeersPtr = std::shared_ptr<Peers>;
 

@@ -26,7 +26,7 @@ class NodeKind {
 /// The protocol state of one node for the step in progress, and the sends every kind needs.
 class Node {
  public:
-  Node(caf::event_based_actor* self, std::shared_ptr<const ActorPlan> plan, int index, int registers, PeersPtr peers,
+  Node(NodeActor::pointer self, std::shared_ptr<const ActorPlan> plan, int index, int registers, PeersPtr peers,
        std::shared_ptr<NodeKind> kind);
   /// The plan entry of this node.
   const ActorSpec& spec() const { return *spec_; }
@@ -61,7 +61,7 @@ class Node {
   void release_inputs();
   void report_failure(const std::string& what, ErrorKind kind);
 
-  caf::event_based_actor* self_;
+  NodeActor::pointer self_;
   std::shared_ptr<const ActorPlan> plan_;
   const ActorSpec* spec_;
   int index_;
@@ -77,7 +77,7 @@ class Node {
 };
 
 /// Spawns node `index` of the plan as an actor running `kind`.
-caf::actor spawn_node(caf::actor_system& sys, std::shared_ptr<const ActorPlan> plan, int index, int registers,
+NodeActor spawn_node(caf::actor_system& sys, std::shared_ptr<const ActorPlan> plan, int index, int registers,
                       PeersPtr peers, std::shared_ptr<NodeKind> kind);
 
 }  // namespace troupe::actors

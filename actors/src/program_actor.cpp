@@ -2,8 +2,8 @@
 // the nodes' `done` and the outputs; reducing (data parallel) waits for the ranks' mean of the
 // loss; updating lets the optimizers update and collects what they applied. Failures of the step
 // in progress answer the caller from any phase.
+#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <deque>
 #include <limits>
 #include <utility>
@@ -17,6 +17,14 @@ namespace troupe::actors {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Calls the caller back. A throwing callback is the caller's bug; the program keeps serving.
+void answer(const RunRequestPtr& req, StepResult* result, std::exception_ptr error) {
+  try {
+    req->done(result, error);
+  } catch (...) {
+  }
+}
 
 struct ProgramState {
   std::shared_ptr<const ProgramSetup> setup;
@@ -37,8 +45,8 @@ struct ProgramState {
   ~ProgramState() {
     mailbox_acquire(self);
     auto error = std::make_exception_ptr(Error(ErrorKind::runtime, "the program was shut down before the step ran"));
-    if (current) current->done(nullptr, error);
-    for (auto& r : queue) r->done(nullptr, error);
+    if (current) answer(current, nullptr, error);
+    for (auto& r : queue) answer(r, nullptr, error);
   }
 };
 using Self = caf::stateful_actor<ProgramState>;
@@ -73,7 +81,7 @@ void start_next(Self* self) {
     try {
       ctx = make_step_context(*s.setup, s.step, s.current->inputs);
     } catch (...) {
-      std::exchange(s.current, nullptr)->done(nullptr, std::current_exception());
+      answer(std::exchange(s.current, nullptr), nullptr, std::current_exception());
       continue;
     }
     tell(self, me(s), s.setup->peers->at(0), SendTag{"start", s.step}, start_atom::value, ctx);
@@ -100,12 +108,7 @@ std::unique_ptr<StepResult> collect(ProgramState& s) {
 
 // Answers the caller and moves on to the next step.
 void finish(Self* self, std::unique_ptr<StepResult> result, std::exception_ptr error) {
-  RunRequestPtr req = std::exchange(self->state.current, nullptr);
-  try {
-    req->done(result.get(), error);
-  } catch (...) {
-    // A throwing callback is the caller's bug; the program keeps serving other steps.
-  }
+  answer(std::exchange(self->state.current, nullptr), result.get(), error);
   start_next(self);
 }
 
