@@ -7,7 +7,6 @@
 #include "actor_kinds.hpp"
 #include "program_actor.hpp"
 #include "troupe/kernels/error.hpp"
-#include "troupe/transport/process_group.hpp"
 
 namespace troupe::actors {
 

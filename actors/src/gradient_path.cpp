@@ -1,7 +1,6 @@
 // The gradient path of a program, wired at compile time: gradient stages -> (data parallel: bucket
 // actors -> communicator actor -> bucket actors) -> optimizer actors, with the clip actor beside
 // it taking the global norm. Everything is checked before the first actor is spawned.
-#include <algorithm>
 
 #include "actor_kinds.hpp"
 #include "troupe/actors/tracer.hpp"

@@ -19,7 +19,7 @@ class NodeKind {
   /// Makes micro-batch `mb`'s outputs from the node's readable inputs; null when it passes nothing
   /// on. A troupe::Error it throws fails the step with its message, so it names the actor and why.
   virtual Values act(Node& node, int mb) = 0;
-  /// Whether the program counts this node's end of step (sinks report a result instead).
+  /// Whether the program counts this node's end of step (sinks pass their value on instead).
   virtual bool reports_done() const { return true; }
 };
 

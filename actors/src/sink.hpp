@@ -15,7 +15,7 @@ class Sink : public NodeKind {
  protected:
   /// Where the combined value is written: a gradient's slice of its bucket (data parallel), or an
   /// undefined tensor for a new one.
-  virtual Tensor destination(Node& node) { return Tensor(); }
+  virtual Tensor destination(Node&) { return Tensor(); }
   /// Passes the step's combined value on.
   virtual void finish(Node& node, const Tensor& value) = 0;
 
