@@ -56,7 +56,8 @@ void tell_failure(std::uint32_t comm_track, const AddressOf<ProgramActor>& progr
 }
 
 // Queues `tensor`'s all-reduce on the communicator thread, traced as `kind` from this actor to the
-// thread's track; `reply(tensor)` runs there once it is reduced, `what` names it in a failure.
+// thread's track; `reply(tensor)` runs there once it is reduced and counted in the communicator's
+// busy time; `what` names the collective in a failure.
 template <class Reply>
 void issue(const CommunicatorState& s, const char* kind, const Tensor& tensor, transport::ReduceOp op,
            const std::string& what, Reply reply) {
