@@ -21,7 +21,8 @@ void check_optimizers(const ProgramOptions& options, const std::vector<std::stri
     bool covered = false;
     for (const auto& opt : options.optimizers)
       for (const graph::Var& p : opt->parameters()) covered = covered || p.name() == name;
-    TROUPE_CHECK(covered, invalid_argument, "compile: parameter '", name, "' has a gradient but belongs to none of the optimizers");
+    TROUPE_CHECK(covered, invalid_argument, "compile: parameter '", name,
+                 "' has a gradient but belongs to none of the optimizers");
   }
 }
 
@@ -111,8 +112,9 @@ GradientActors spawn_gradient_path(caf::actor_system& sys, const graph::TracedFu
       path.bucket_actors.push_back({spawn_bucket_actor(sys, static_cast<int>(b), track, peers), track});
       out.all.push_back(caf::actor_cast<caf::actor>(path.bucket_actors.back().actor));
     }
-    CommunicatorSetup comm{dp.communicator, dp.overlap, dp.gradients_mean, tracer.register_actor("collectives " + dp.communicator->name()),
-                           tracer.register_actor("communicator " + dp.communicator->name()), peers};
+    const std::string& name = dp.communicator->name();
+    CommunicatorSetup comm{dp.communicator, dp.overlap, dp.gradients_mean, tracer.register_actor("collectives " + name),
+                           tracer.register_actor("communicator " + name), peers};
     path.communicator = {spawn_communicator_actor(sys, comm), comm.track};
     out.all.push_back(caf::actor_cast<caf::actor>(path.communicator.actor));
     out.counts["bucket"] = static_cast<int>(path.bucket_actors.size());
