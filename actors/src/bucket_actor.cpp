@@ -19,7 +19,7 @@ struct BucketState {
   std::uint64_t step = 0;  // the step in progress
   std::size_t filled = 0;  // its gradients written so far
   caf::abstract_actor* self = nullptr;
-  ~BucketState() { mailbox_acquire(self); }
+  ~BucketState() { state_closing(&self); }
   static inline const char* name = "troupe.bucket";
 };
 using Self = BucketActor::stateful_pointer<BucketState>;
@@ -60,6 +60,7 @@ BucketActor::behavior_type bucket_actor(Self self, int index, std::uint32_t trac
   spawn_acquired();
   HandlerSync init_sync(self);  // what init writes is published like a handler's writes
   self->state.self = self;
+  init_published();
   self->state.index = index;
   self->state.track = track;
   self->state.peers = std::move(peers);

@@ -21,7 +21,7 @@ struct ClipState {
   std::vector<Tensor> gradients;
   int in = 0;
   caf::abstract_actor* self = nullptr;
-  ~ClipState() { mailbox_acquire(self); }
+  ~ClipState() { state_closing(&self); }
   static inline const char* name = "troupe.clip";
 };
 using Self = ClipActor::stateful_pointer<ClipState>;
@@ -72,6 +72,7 @@ ClipActor::behavior_type clip_actor(Self self, ClipSetup setup) {
   spawn_acquired();
   HandlerSync init_sync(self);  // what init writes is published like a handler's writes
   self->state.self = self;
+  init_published();
   self->state.setup = std::move(setup);
   const std::uint32_t track = self->state.setup.track;
   return {

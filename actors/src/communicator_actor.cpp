@@ -21,7 +21,7 @@ struct CommunicatorState {
   std::size_t full = 0, next = 0;
   Tensor outputs;
   caf::abstract_actor* self = nullptr;
-  ~CommunicatorState() { mailbox_acquire(self); }
+  ~CommunicatorState() { state_closing(&self); }
   static inline const char* name = "troupe.communicator";
 };
 using Self = CommunicatorActor::stateful_pointer<CommunicatorState>;
@@ -102,6 +102,7 @@ CommunicatorActor::behavior_type communicator_actor(Self self, CommunicatorSetup
   spawn_acquired();
   HandlerSync init_sync(self);  // what init writes is published like a handler's writes
   self->state.self = self;
+  init_published();
   self->state.setup = std::move(setup);
   const std::uint32_t track = self->state.setup.track;
   return {

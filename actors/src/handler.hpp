@@ -27,6 +27,15 @@ inline void handler_release(caf::abstract_actor* self) { __tsan_release(self); }
 inline int spawn_sync_token = 0;
 inline void spawn_released() { __tsan_release(&spawn_sync_token); }
 inline void spawn_acquired() { __tsan_acquire(&spawn_sync_token); }
+/// A state is destroyed on whichever thread handles the actor's exit, which may never have run one
+/// of its handlers: every init publishes its state (init_published, after setting the state's self
+/// pointer) and every state destructor acquires that before reading the pointer (state_closing).
+inline int state_sync_token = 0;
+inline void init_published() { __tsan_release(&state_sync_token); }
+inline void state_closing(caf::abstract_actor* const* self) {
+  __tsan_acquire(&state_sync_token);
+  if (*self) __tsan_acquire(*self);
+}
 #else
 template <class Handle>
 void mailbox_release(const Handle&) {}
@@ -34,10 +43,12 @@ inline void mailbox_acquire(caf::abstract_actor*) {}
 inline void handler_release(caf::abstract_actor*) {}
 inline void spawn_released() {}
 inline void spawn_acquired() {}
+inline void init_published() {}
+inline void state_closing(caf::abstract_actor* const*) {}
 #endif
 
 /// Orders the handler runs of one actor, which CAF may move between threads: acquire at the start,
-/// release at the end. States acquire once more in their destructors (run after the last handler).
+/// release at the end. State destructors acquire once more (state_closing).
 class HandlerSync {
  public:
   explicit HandlerSync(caf::abstract_actor* self) : self_(self) { mailbox_acquire(self_); }

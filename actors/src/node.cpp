@@ -109,7 +109,7 @@ namespace {
 struct NodeState {
   std::unique_ptr<Node> node;
   caf::abstract_actor* self = nullptr;
-  ~NodeState() { mailbox_acquire(self); }
+  ~NodeState() { state_closing(&self); }
   static inline const char* name = "troupe.node";
 };
 
@@ -118,6 +118,7 @@ NodeActor::behavior_type node_actor(NodeActor::stateful_pointer<NodeState> self,
   spawn_acquired();
   HandlerSync init_sync(self);  // what init writes is published like a handler's writes
   self->state.self = self;
+  init_published();
   self->state.node = std::make_unique<Node>(self, std::move(plan), index, registers, std::move(peers), std::move(kind));
   Node* n = self->state.node.get();
   return {

@@ -20,7 +20,7 @@ struct OptimizerState {
   int gradients_in = 0, scales_in = 0, updates_in = 0;
   double scale = 1.0;
   caf::abstract_actor* self = nullptr;
-  ~OptimizerState() { mailbox_acquire(self); }
+  ~OptimizerState() { state_closing(&self); }
   static inline const char* name = "troupe.optimizer";
 };
 using Self = OptimizerActor::stateful_pointer<OptimizerState>;
@@ -82,6 +82,7 @@ OptimizerActor::behavior_type optimizer_actor(Self self, OptimizerSetup setup) {
   spawn_acquired();
   HandlerSync init_sync(self);  // what init writes is published like a handler's writes
   self->state.self = self;
+  init_published();
   self->state.setup = std::move(setup);
   const std::uint32_t track = self->state.setup.track;
   return {

@@ -43,7 +43,7 @@ struct ProgramState {
   static inline const char* name = "troupe.program";
   // Requests still open when the program shuts down fail instead of leaving their caller waiting.
   ~ProgramState() {
-    mailbox_acquire(self);
+    state_closing(&self);
     auto error = std::make_exception_ptr(Error(ErrorKind::runtime, "the program was shut down before the step ran"));
     if (current) answer(current, nullptr, error);
     for (auto& r : queue) answer(r, nullptr, error);
@@ -240,6 +240,7 @@ caf::behavior program_actor(Self* self, std::shared_ptr<const ProgramSetup> setu
   spawn_acquired();
   HandlerSync init_sync(self);  // what init writes is published like a handler's writes
   self->state.self = self;
+  init_published();
   self->state.setup = std::move(setup);
   // A message the current phase does not handle waits for the phase that does (a late one of a
   // failed step is then dropped by the step check). CAF's drop would answer its sender with an
