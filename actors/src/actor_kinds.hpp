@@ -1,9 +1,10 @@
 #pragma once
 // The kinds of actor a program is made of, one file each. Nodes speak the register protocol
 // (node.hpp): the input actor hands each micro-batch's inputs out, an op actor runs one graph op,
-// an output sink and a gradient stage combine their micro-batches and report to the program.
-// Bucket actors finish an AllReduced gradient bucket; optimizer actors apply one optimizer at the
-// end of a step. The program actor (program_actor.hpp) steers them all.
+// an output sink combines its micro-batches and reports to the program, a gradient stage combines
+// its gradient and passes it on along the gradient path: a bucket actor and the communicator
+// actor AllReduce it (data parallel), the clip actor takes the global norm, an optimizer actor
+// applies it. The program actor (program_actor.hpp) only steers.
 
 #include <caf/fwd.hpp>
 
@@ -28,12 +29,54 @@ std::shared_ptr<NodeKind> gradient_stage_kind();
 /// The kind of plan entry `spec`.
 std::shared_ptr<NodeKind> kind_of(const ActorSpec& spec, std::shared_ptr<const graph::Graph> graph);
 
-/// Spawns a bucket actor; each reduced message names the bucket it carries (bucket_actor.cpp).
-caf::actor spawn_bucket_actor(caf::actor_system& sys, std::shared_ptr<const BucketPlan> plan, std::uint32_t track,
-                              PeersPtr peers);
+/// What an optimizer actor is given at spawn.
+struct OptimizerSetup {
+  std::shared_ptr<graph::Optimizer> optimizer;  // null: it only collects the gradients the step returns
+  int index = 0;                                // among the program's optimizer actors
+  std::uint32_t track = 0;
+  PeersPtr peers;
+  std::shared_ptr<const std::vector<std::string>> names;  // per sink: the parameter its gradient is for
+  int gradients = 0;                            // gradients it receives per step
+  bool clipping = false;                        // it waits for the clip coefficient
+};
+/// Spawns an optimizer actor (optimizer_actor.cpp).
+OptimizerActor spawn_optimizer_actor(caf::actor_system& sys, OptimizerSetup setup);
 
-/// Spawns the actor that runs `optimizer`, index `index` among the program's (optimizer_actor.cpp).
-caf::actor spawn_optimizer_actor(caf::actor_system& sys, std::shared_ptr<graph::Optimizer> optimizer, int index,
-                                 std::uint32_t track, PeersPtr peers);
+/// What the clip actor is given at spawn.
+struct ClipSetup {
+  double max_norm = 0;
+  int slots = 0;            // partial norms per step: one per gradient, or per bucket (parallel, data parallel)
+  bool takes_norms = true;  // parallel: squared norms arrive; naive: gradients, whose norms it takes
+  std::uint32_t track = 0;
+  PeersPtr peers;
+};
+/// Spawns the clip actor (clip_actor.cpp).
+ClipActor spawn_clip_actor(caf::actor_system& sys, ClipSetup setup);
+
+/// Spawns the actor of bucket `index` of peers' bucket plan (bucket_actor.cpp).
+BucketActor spawn_bucket_actor(caf::actor_system& sys, int index, std::uint32_t track, PeersPtr peers);
+
+/// What the communicator actor is given at spawn.
+struct CommunicatorSetup {
+  std::shared_ptr<transport::Communicator> comm;
+  bool overlap = true;         // AllReduce each bucket once full, or all of them after backward
+  bool gradients_mean = true;  // average (or sum) the ranks' gradients
+  std::uint32_t track = 0;     // the actor's track in traces
+  std::uint32_t comm_track = 0;  // the communicator thread's track: the collectives themselves
+  PeersPtr peers;
+};
+/// Spawns the communicator actor (communicator_actor.cpp).
+CommunicatorActor spawn_communicator_actor(caf::actor_system& sys, CommunicatorSetup setup);
+
+/// The actors after the gradient stages, for stopping them and counting them by kind.
+struct GradientActors {
+  std::vector<caf::actor> all;
+  std::map<std::string, int> counts;  // "optimizer", "bucket", "clip", "communicator"
+};
+/// Spawns the gradient path of a program (optimizer, clip, bucket and communicator actors, as the
+/// options ask) and fills peers->gradients (gradient_path.cpp). Throws a troupe::Error naming
+/// options that cannot work.
+GradientActors spawn_gradient_path(caf::actor_system& sys, const graph::TracedFunction& fn, const ActorPlan& plan,
+                                   const ProgramOptions& options, const PeersPtr& peers);
 
 }  // namespace troupe::actors

@@ -1,5 +1,8 @@
-// A bucket actor: once its AllReduce is done, it takes the reduced bucket's squared norm (the same
-// on every rank) and hands the gradients, views of the one reduced buffer, to the program.
+// A bucket actor: one AllReduce bucket of the data-parallel gradient path. Gradient stages write
+// their gradients straight into the bucket's slice of the step's flat buffer and say so; when the
+// last is in, the bucket asks the communicator actor to reduce the buffer. Once reduced, it takes
+// the bucket's squared norm (the same on every rank) and hands views of the one buffer, no copies,
+// to the optimizers that own them (and to the clip actor on the naive path).
 #include "actor_kinds.hpp"
 #include "handler.hpp"
 #include "messages.hpp"
@@ -10,43 +13,83 @@ namespace troupe::actors {
 namespace {
 
 struct BucketState {
-  std::shared_ptr<const BucketPlan> plan;
+  int index = 0;
   std::uint32_t track = 0;
   PeersPtr peers;
+  std::uint64_t step = 0;  // the step in progress
+  std::size_t filled = 0;  // its gradients written so far
   caf::abstract_actor* self = nullptr;
-  ~BucketState() { mailbox_acquire(self); }
+  ~BucketState() { state_closing(&self); }
   static inline const char* name = "troupe.bucket";
 };
+using Self = BucketActor::stateful_pointer<BucketState>;
 
-caf::behavior bucket_actor(caf::stateful_actor<BucketState>* self, std::shared_ptr<const BucketPlan> plan,
-                           std::uint32_t track, PeersPtr peers) {
+const std::vector<BucketEntry>& entries(const BucketState& s) {
+  return s.peers->gradients.buckets->buckets[static_cast<std::size_t>(s.index)];
+}
+
+// Passes the reduced gradients on: the squared norm to the program (and to the clip actor on the
+// parallel path), each gradient as a view of the reduced buffer to its optimizers.
+void pass_on(Self self, std::uint64_t step, const Tensor& flat) {
+  BucketState& s = self->state;
+  const GradientPath& path = s.peers->gradients;
+  double squared_norm = 0;
+  try {
+    squared_norm = kernels::squared_norm(flat);  // taken after the reduction: identical on every rank
+  } catch (const Error& e) {
+    tell(self, s.track, s.peers->program, SendTag{"fail", step}, fail_atom::value, step, static_cast<int>(e.kind()),
+         "gradient bucket " + std::to_string(s.index) + " of step " + std::to_string(step) +
+             " could not take its norm: " + e.message());
+    return;
+  }
+  tell(self, s.track, s.peers->program, SendTag{"bucket", step}, bucket_atom::value, step, s.index, squared_norm);
+  if (path.clip.actor && path.clip_takes_norms)
+    tell(self, s.track, path.clip, SendTag{"norm", step}, norm_atom::value, step, s.index, squared_norm);
+  for (const BucketEntry& e : entries(s)) {
+    const Tensor view = flat.slice(0, e.offset, e.offset + shape_numel(e.shape)).reshape(e.shape);
+    const auto sink = static_cast<std::size_t>(e.sink);
+    if (path.clip.actor && !path.clip_takes_norms)
+      tell(self, s.track, path.clip, SendTag{"gradient", step}, gradient_atom::value, step, path.clip_slot[sink], view);
+    for (int o : path.owners[sink])
+      tell(self, s.track, path.optimizers[static_cast<std::size_t>(o)], SendTag{"gradient", step, -1, view.nbytes()},
+           gradient_atom::value, step, e.sink, view);
+  }
+}
+
+BucketActor::behavior_type bucket_actor(Self self, int index, std::uint32_t track, PeersPtr peers) {
   spawn_acquired();
-  HandlerSync init_sync(self);
+  HandlerSync init_sync(self);  // what init writes is published like a handler's writes
   self->state.self = self;
-  self->state.plan = std::move(plan);
+  init_published();
+  self->state.index = index;
   self->state.track = track;
   self->state.peers = std::move(peers);
   return {
-      [=](reduced_atom, std::uint64_t step, int bucket, const Tensor& flat, std::uint64_t flow) {
-        Handling h(self, self->state.track, "reduced", flow, step, -1);
-        BucketState& st = self->state;
-        // The reduced gradients are views of the one buffer: no copy back out.
-        auto views = std::make_shared<std::vector<Tensor>>();
-        for (const BucketEntry& e : st.plan->buckets[static_cast<std::size_t>(bucket)])
-          views->push_back(flat.slice(0, e.offset, e.offset + shape_numel(e.shape)).reshape(e.shape));
-        const double squared_norm = kernels::squared_norm(flat);  // taken after the reduction: identical on every rank
-        tell(self, st.track, st.peers->program, SendTag{"bucket", step, -1, flat.nbytes()}, bucket_atom::value,
-             step, bucket, squared_norm, TensorListPtr(std::move(views)));
+      [=](filled_atom, const StepContextPtr& ctx, int, std::uint64_t flow) {
+        Handling h(self, track, "filled", flow, ctx->step, -1);
+        BucketState& s = self->state;
+        if (ctx->step < s.step) return;  // a late message of a failed step
+        if (ctx->step > s.step) {
+          s.step = ctx->step;
+          s.filled = 0;
+        }
+        if (++s.filled < entries(s).size()) return;
+        const Tensor& flat = ctx->buckets[static_cast<std::size_t>(s.index)];
+        tell(self, track, s.peers->gradients.communicator, SendTag{"reduce", s.step, -1, flat.nbytes()}, reduce_atom::value,
+             s.step, s.index, flat);
+      },
+      [=](reduced_atom, std::uint64_t step, const Tensor& flat, std::uint64_t flow) {
+        Handling h(self, track, "reduced", flow, step, -1);
+        if (step == self->state.step) pass_on(self, step, flat);
       },
   };
 }
 
 }  // namespace
 
-caf::actor spawn_bucket_actor(caf::actor_system& sys, std::shared_ptr<const BucketPlan> plan, std::uint32_t track,
-                              PeersPtr peers) {
+BucketActor spawn_bucket_actor(caf::actor_system& sys, int index, std::uint32_t track, PeersPtr peers) {
   spawn_released();
-  return sys.spawn(bucket_actor, std::move(plan), track, std::move(peers));
+  return sys.spawn(bucket_actor, index, track, std::move(peers));
 }
 
 }  // namespace troupe::actors

@@ -7,7 +7,6 @@
 #include "actor_kinds.hpp"
 #include "program_actor.hpp"
 #include "troupe/kernels/error.hpp"
-#include "troupe/transport/process_group.hpp"
 
 namespace troupe::actors {
 
@@ -33,11 +32,11 @@ class ActorProgram : public Program {
   ~ActorProgram() override {
     // Exit messages overtake nothing a caller waits for: open requests fail in the program
     // actor's state destructor, so no future is left unset.
-    auto stop = [](const caf::actor& a) {
+    auto stop = [](const auto& a) {
       mailbox_release(a);
       caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     };
-    for (const Address& a : peers_->nodes) stop(a.actor);
+    for (const auto& a : peers_->nodes) stop(a.actor);
     for (const caf::actor& a : helpers_) stop(a);
     stop(peers_->program.actor);
   }
@@ -55,7 +54,7 @@ class ActorProgram : public Program {
  private:
   std::shared_ptr<Engine::Impl> engine_;
   PeersPtr peers_;
-  std::vector<caf::actor> helpers_;  // optimizer and bucket actors
+  std::vector<caf::actor> helpers_;  // the gradient path's actors
   std::map<std::string, int> counts_;
   std::uint32_t caller_;
 };
@@ -105,34 +104,13 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
   auto plan = std::make_shared<const ActorPlan>(plan_actors(*traced));
   auto graph = std::shared_ptr<const graph::Graph>(traced, &traced->graph());
   Tracer& tracer = Tracer::instance();
-
-  // Every gradient must have an optimizer when optimizers are given (a silently skipped parameter
-  // would be a training bug), and every optimizer parameter must be one the function reads.
-  std::vector<std::vector<std::string>> optimizer_params;
-  for (const auto& opt : options.optimizers) {
-    TROUPE_CHECK(opt != nullptr, invalid_argument, "compile: an optimizer is null");
-    optimizer_params.emplace_back();
-    for (const graph::Var& p : opt->parameters()) optimizer_params.back().push_back(p.name());
-  }
-  if (!options.optimizers.empty())
-    for (int param : plan->sink_param) {
-      if (param < 0) continue;
-      const std::string& name = traced->parameters()[static_cast<std::size_t>(param)].name();
-      bool covered = false;
-      for (const auto& names : optimizer_params)
-        covered = covered || std::find(names.begin(), names.end(), name) != names.end();
-      TROUPE_CHECK(covered, invalid_argument, "compile: parameter '", name,
-                   "' has a gradient but belongs to none of the optimizers");
-    }
-
-  auto peers = std::make_shared<Peers>();
-  for (const ActorSpec& spec : plan->actors) peers->nodes.push_back({caf::actor(), tracer.register_actor(spec.name)});
-  std::vector<std::uint32_t> optimizer_trace_ids;
-  for (std::size_t o = 0; o < options.optimizers.size(); ++o)
-    optimizer_trace_ids.push_back(tracer.register_actor("optimizer " + std::to_string(o)));
-  peers->program.track = tracer.register_actor("program");
-
   caf::actor_system& sys = *impl_->system;
+
+  // The gradient path first: it checks the optimizers and data parallelism before anything is spawned.
+  auto peers = std::make_shared<Peers>();
+  GradientActors gradient_actors = spawn_gradient_path(sys, *traced, *plan, options, peers);
+  for (const ActorSpec& spec : plan->actors) peers->nodes.push_back({NodeActor(), tracer.register_actor(spec.name)});
+  peers->program.track = tracer.register_actor("program");
   for (std::size_t a = 0; a < plan->actors.size(); ++a)
     peers->nodes[a].actor =
         spawn_node(sys, plan, static_cast<int>(a), options.registers, peers, kind_of(plan->actors[a], graph));
@@ -140,44 +118,16 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
   setup->fn = traced;
   setup->plan = plan;
   setup->micro_batches = options.micro_batches;
-  setup->optimizer_params = optimizer_params;
-  if (options.data_parallel.communicator) {
-    const DataParallel& dp = options.data_parallel;
-    TROUPE_CHECK(dp.fusion_mb >= 0 && dp.first_bucket_mb >= 0, invalid_argument,
-                 "compile: data_parallel fusion_mb and first_bucket_mb must be >= 0");
-    TROUPE_CHECK(fn.output_count() < fn.graph().outputs().size(), invalid_argument,
-                 "compile: data parallelism needs gradients; trace the function with_gradients()");
-    // Without overlap: one bucket per gradient tensor, all submitted after the step.
-    const bool overlap = dp.overlap;
-    const auto mb = [](double m) { return static_cast<std::size_t>(m * 1024 * 1024); };
-    auto buckets = std::make_shared<const BucketPlan>(
-        plan_buckets(*plan, *traced, overlap ? mb(dp.first_bucket_mb) : 0, overlap ? mb(dp.fusion_mb) : 0));
-    setup->comm = dp.communicator;
-    setup->buckets = buckets;
-    setup->overlap = overlap;
-    setup->gradients_mean = dp.gradients_mean;
-    setup->comm_trace_id = tracer.register_actor("communicator " + dp.communicator->name());
-    for (std::size_t b = 0; b < buckets->buckets.size(); ++b) {
-      setup->bucket_trace_ids.push_back(tracer.register_actor("bucket " + std::to_string(b)));
-      setup->bucket_actors.push_back(
-          spawn_bucket_actor(sys, buckets, setup->bucket_trace_ids.back(), peers));
-    }
-  }
   setup->clip_grad_norm = options.clip_grad_norm;
   setup->clip_mode = options.clip_mode;
-  for (std::size_t o = 0; o < options.optimizers.size(); ++o)
-    setup->optimizers.push_back(
-        spawn_optimizer_actor(sys, options.optimizers[o], static_cast<int>(o), optimizer_trace_ids[o], peers));
   setup->peers = peers;
+  setup->comm = options.data_parallel.communicator;
   peers->program.actor = spawn_program_actor(sys, setup);
 
-  std::map<std::string, int> counts{{"input", 1}, {"op", plan->op_count}, {"gradient", 0}, {"output", 0},
-                                    {"optimizer", static_cast<int>(options.optimizers.size())},
-                                    {"bucket", static_cast<int>(setup->bucket_actors.size())}};
+  std::map<std::string, int> counts = gradient_actors.counts;
+  counts.insert({{"input", 1}, {"op", plan->op_count}, {"gradient", 0}, {"output", 0}});
   for (int param : plan->sink_param) ++counts[param >= 0 ? "gradient" : "output"];
-  std::vector<caf::actor> helpers = setup->optimizers;
-  helpers.insert(helpers.end(), setup->bucket_actors.begin(), setup->bucket_actors.end());
-  return std::make_unique<ActorProgram>(impl_, peers, std::move(helpers), counts, tracer.register_actor("caller"));
+  return std::make_unique<ActorProgram>(impl_, peers, std::move(gradient_actors.all), counts, tracer.register_actor("caller"));
 }
 
 }  // namespace troupe::actors

@@ -18,7 +18,8 @@ namespace troupe::actors {
 #if defined(__SANITIZE_THREAD__)
 extern "C" void __tsan_acquire(void* addr);
 extern "C" void __tsan_release(void* addr);
-inline void mailbox_release(const caf::actor& to) { __tsan_release(caf::actor_cast<caf::abstract_actor*>(to)); }
+template <class Handle>
+void mailbox_release(const Handle& to) { __tsan_release(caf::actor_cast<caf::abstract_actor*>(to)); }
 inline void mailbox_acquire(caf::abstract_actor* self) { __tsan_acquire(self); }
 inline void handler_release(caf::abstract_actor* self) { __tsan_release(self); }
 /// The arguments of a spawn are written by the spawning thread and read by the actor's init on a
@@ -26,16 +27,28 @@ inline void handler_release(caf::abstract_actor* self) { __tsan_release(self); }
 inline int spawn_sync_token = 0;
 inline void spawn_released() { __tsan_release(&spawn_sync_token); }
 inline void spawn_acquired() { __tsan_acquire(&spawn_sync_token); }
+/// A state is destroyed on whichever thread handles the actor's exit, which may never have run one
+/// of its handlers: every init publishes its state (init_published, after setting the state's self
+/// pointer) and every state destructor acquires that before reading the pointer (state_closing).
+inline int state_sync_token = 0;
+inline void init_published() { __tsan_release(&state_sync_token); }
+inline void state_closing(caf::abstract_actor* const* self) {
+  __tsan_acquire(&state_sync_token);
+  if (*self) __tsan_acquire(*self);
+}
 #else
-inline void mailbox_release(const caf::actor&) {}
+template <class Handle>
+void mailbox_release(const Handle&) {}
 inline void mailbox_acquire(caf::abstract_actor*) {}
 inline void handler_release(caf::abstract_actor*) {}
 inline void spawn_released() {}
 inline void spawn_acquired() {}
+inline void init_published() {}
+inline void state_closing(caf::abstract_actor* const*) {}
 #endif
 
 /// Orders the handler runs of one actor, which CAF may move between threads: acquire at the start,
-/// release at the end. States acquire once more in their destructors (run after the last handler).
+/// release at the end. State destructors acquire once more (state_closing).
 class HandlerSync {
  public:
   explicit HandlerSync(caf::abstract_actor* self) : self_(self) { mailbox_acquire(self_); }
@@ -60,9 +73,11 @@ class Handling {
   HandlerTrace trace_;
 };
 
-/// Where a message goes: an actor and its track in traces.
-struct Address {
-  caf::actor actor;
+/// Where a message goes: an actor's typed handle (so a wrong message does not compile) and its
+/// track in traces.
+template <class Handle>
+struct AddressOf {
+  Handle actor;
   std::uint32_t track = 0;
 };
 
@@ -76,16 +91,16 @@ struct SendTag {
 
 /// Sends `xs..., flow` from the actor on track `from` to `to`, recording the send first; the
 /// receiver's handler passes `flow` to its Handling, so traces draw the arrow.
-template <class Self, class... Ts>
-void tell(Self* self, std::uint32_t from, const Address& to, const SendTag& tag, Ts&&... xs) {
+template <class Self, class Handle, class... Ts>
+void tell(Self* self, std::uint32_t from, const AddressOf<Handle>& to, const SendTag& tag, Ts&&... xs) {
   const std::uint64_t flow = trace_send(from, to.track, tag.kind, tag.step, tag.mb, tag.bytes);
   mailbox_release(to.actor);
   self->send(to.actor, std::forward<Ts>(xs)..., flow);
 }
 
 /// The same from a thread that is not an actor (a communicator's completion callback).
-template <class... Ts>
-void tell_from_outside(std::uint32_t from, const Address& to, const SendTag& tag, Ts&&... xs) {
+template <class Handle, class... Ts>
+void tell_from_outside(std::uint32_t from, const AddressOf<Handle>& to, const SendTag& tag, Ts&&... xs) {
   const std::uint64_t flow = trace_send(from, to.track, tag.kind, tag.step, tag.mb, tag.bytes);
   mailbox_release(to.actor);
   caf::anon_send(to.actor, std::forward<Ts>(xs)..., flow);

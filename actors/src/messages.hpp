@@ -1,13 +1,17 @@
 #pragma once
-// The messages actors exchange. Payloads are handles (shared_ptr, Tensor) and small ids (step,
-// micro-batch, register); tensor bytes are never copied into a message.
+// The messages actors exchange and the typed interfaces of the actors outside the register protocol.
+// Payloads are handles (shared_ptr, Tensor) and small ids (step, micro-batch, register, sink);
+// tensor bytes are never copied into a message. Every message ends with the flow id of its traced
+// send (tell), so a handler can close the arrow in traces.
 
 #include <caf/all.hpp>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "bucket_plan.hpp"
 #include "handler.hpp"
 #include "registers.hpp"
 #include "troupe/actors/program.hpp"
@@ -22,32 +26,93 @@ struct RunRequest {
 };
 using RunRequestPtr = std::shared_ptr<RunRequest>;
 
-/// The addresses of all actors of a program, filled before the first message flows.
-struct Peers {
-  std::vector<Address> nodes;  // by actor index of the plan
-  Address program;
-  /// Where node `index` of the plan is.
-  const Address& at(int index) const { return nodes[static_cast<std::size_t>(index)]; }
-};
-using PeersPtr = std::shared_ptr<Peers>;
-
-/// Gradients handed to one optimizer actor at the end of a step, by parameter name.
+/// One optimizer actor's final gradients of a step (reduced, clipped), by parameter name.
 using GradientMapPtr = std::shared_ptr<const std::map<std::string, Tensor>>;
-
-/// The gradients of one reduced bucket, in the bucket's entry order.
-using TensorListPtr = std::shared_ptr<const std::vector<Tensor>>;
 
 using ready_atom = caf::atom_constant<caf::atom("ready")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using fail_atom = caf::atom_constant<caf::atom("fail")>;
-using result_atom = caf::atom_constant<caf::atom("result")>;
+using output_atom = caf::atom_constant<caf::atom("output")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
-using apply_atom = caf::atom_constant<caf::atom("apply")>;
+using gradient_atom = caf::atom_constant<caf::atom("gradient")>;
+using filled_atom = caf::atom_constant<caf::atom("filled")>;
+using reduce_atom = caf::atom_constant<caf::atom("reduce")>;
+using reduced_atom = caf::atom_constant<caf::atom("reduced")>;
+using mean_atom = caf::atom_constant<caf::atom("mean")>;
+using bucket_atom = caf::atom_constant<caf::atom("bucket")>;
+using norm_atom = caf::atom_constant<caf::atom("norm")>;
+using clip_atom = caf::atom_constant<caf::atom("clip")>;
+using clipped_atom = caf::atom_constant<caf::atom("clipped")>;
+using update_atom = caf::atom_constant<caf::atom("update")>;
 using applied_atom = caf::atom_constant<caf::atom("applied")>;
-using reduced_atom = caf::atom_constant<caf::atom("reduced")>;  // communicator -> bucket / program
-using bucket_atom = caf::atom_constant<caf::atom("bucket")>;    // bucket -> program
+
+/// A node (node.hpp): the register protocol's messages.
+using NodeActor = caf::typed_actor<
+    caf::reacts_to<start_atom, StepContextPtr, std::uint64_t>,
+    caf::reacts_to<ready_atom, ReadyPtr, std::uint64_t>,
+    caf::reacts_to<release_atom, std::uint64_t /*step*/, int /*register*/, std::uint64_t>>;
+
+/// The program actor: steers steps (program_actor.cpp). It is spawned untyped because its phases
+/// are behaviors switched with become, which CAF 0.17 allows typed actors only between complete
+/// interfaces; every sender holds this typed handle, so a wrong message to it does not compile.
+using ProgramActor = caf::typed_actor<
+    caf::reacts_to<run_atom, RunRequestPtr, std::uint64_t>,
+    caf::reacts_to<done_atom, std::uint64_t /*step*/, int /*node*/, std::uint64_t>,
+    caf::reacts_to<output_atom, std::uint64_t /*step*/, int /*sink*/, Tensor, std::uint64_t>,
+    caf::reacts_to<bucket_atom, std::uint64_t /*step*/, int /*bucket*/, double /*squared norm*/, std::uint64_t>,
+    caf::reacts_to<reduced_atom, std::uint64_t /*step*/, Tensor /*ranks' mean of the 0-d outputs*/, std::uint64_t>,
+    caf::reacts_to<clipped_atom, std::uint64_t /*step*/, double /*global norm*/, std::uint64_t>,
+    caf::reacts_to<applied_atom, std::uint64_t /*step*/, int /*optimizer*/, GradientMapPtr, std::uint64_t>,
+    caf::reacts_to<fail_atom, std::uint64_t /*step*/, int /*ErrorKind*/, std::string, std::uint64_t>>;
+
+/// An optimizer actor: collects its parameters' final gradients, scales them by the clip
+/// coefficient and updates once the program allows it (optimizer_actor.cpp).
+using OptimizerActor = caf::typed_actor<
+    caf::reacts_to<gradient_atom, std::uint64_t /*step*/, int /*sink*/, Tensor, std::uint64_t>,
+    caf::reacts_to<clip_atom, std::uint64_t /*step*/, double /*scale*/, std::uint64_t>,
+    caf::reacts_to<update_atom, std::uint64_t /*step*/, std::uint64_t>>;
+
+/// The clip actor: sums the squared norms (or takes them of the gradients) in a fixed order and
+/// tells the optimizers the coefficient (clip_actor.cpp).
+using ClipActor = caf::typed_actor<
+    caf::reacts_to<norm_atom, std::uint64_t /*step*/, int /*slot*/, double /*squared norm*/, std::uint64_t>,
+    caf::reacts_to<gradient_atom, std::uint64_t /*step*/, int /*slot*/, Tensor, std::uint64_t>>;
+
+/// A bucket actor: counts the gradients written into its slice of the step's buffer, asks for the
+/// AllReduce when full and passes the reduced gradients on (bucket_actor.cpp).
+using BucketActor = caf::typed_actor<
+    caf::reacts_to<filled_atom, StepContextPtr, int /*sink*/, std::uint64_t>,
+    caf::reacts_to<reduced_atom, std::uint64_t /*step*/, Tensor /*the reduced buffer*/, std::uint64_t>>;
+
+/// The communicator actor: issues the step's collectives in the one order every rank agrees on
+/// (communicator_actor.cpp).
+using CommunicatorActor = caf::typed_actor<
+    caf::reacts_to<reduce_atom, std::uint64_t /*step*/, int /*bucket*/, Tensor /*flat buffer*/, std::uint64_t>,
+    caf::reacts_to<mean_atom, std::uint64_t /*step*/, Tensor /*packed 0-d outputs*/, std::uint64_t>>;
+
+/// Where gradients go once complete; fixed at compile time, read by gradient stages and buckets.
+struct GradientPath {
+  std::vector<AddressOf<OptimizerActor>> optimizers;  // the actors that update parameters (or only collect)
+  std::vector<std::vector<int>> owners;               // per sink: the optimizer actors its gradient goes to
+  AddressOf<ClipActor> clip;                          // null actor when the step does not clip
+  bool clip_takes_norms = true;                       // parallel clip: squared norms; naive: the gradients
+  std::vector<int> clip_slot;                         // per sink: its place among the gradients (-1: an output)
+  std::shared_ptr<const BucketPlan> buckets;          // null without data parallelism
+  std::vector<AddressOf<BucketActor>> bucket_actors;
+  AddressOf<CommunicatorActor> communicator;
+};
+
+/// The addresses of all actors of a program, filled before the first message flows.
+struct Peers {
+  std::vector<AddressOf<NodeActor>> nodes;  // by actor index of the plan
+  AddressOf<ProgramActor> program;
+  GradientPath gradients;
+  /// Where node `index` of the plan is.
+  const AddressOf<NodeActor>& at(int index) const { return nodes[static_cast<std::size_t>(index)]; }
+};
+using PeersPtr = std::shared_ptr<Peers>;
 
 }  // namespace troupe::actors
 
@@ -55,5 +120,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::StepContextPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::ReadyPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::RunRequestPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::GradientMapPtr)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::TensorListPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::Tensor)

@@ -12,7 +12,7 @@ std::uint64_t bytes_of(const std::vector<Tensor>& ts) {
 
 }  // namespace
 
-Node::Node(caf::event_based_actor* self, std::shared_ptr<const ActorPlan> plan, int index, int registers,
+Node::Node(NodeActor::pointer self, std::shared_ptr<const ActorPlan> plan, int index, int registers,
            PeersPtr peers, std::shared_ptr<NodeKind> kind)
     : self_(self),
       plan_(std::move(plan)),
@@ -101,7 +101,7 @@ void Node::release_inputs() {
 
 void Node::report_failure(const std::string& what, ErrorKind kind) {
   failed_ = true;
-  tell_program("fail", 0, fail_atom::value, step_, static_cast<int>(kind), what);
+  tell_to(peers_->program, "fail", 0, fail_atom::value, step_, static_cast<int>(kind), what);
 }
 
 namespace {
@@ -109,15 +109,16 @@ namespace {
 struct NodeState {
   std::unique_ptr<Node> node;
   caf::abstract_actor* self = nullptr;
-  ~NodeState() { mailbox_acquire(self); }
+  ~NodeState() { state_closing(&self); }
   static inline const char* name = "troupe.node";
 };
 
-caf::behavior node_actor(caf::stateful_actor<NodeState>* self, std::shared_ptr<const ActorPlan> plan, int index,
+NodeActor::behavior_type node_actor(NodeActor::stateful_pointer<NodeState> self, std::shared_ptr<const ActorPlan> plan, int index,
                          int registers, PeersPtr peers, std::shared_ptr<NodeKind> kind) {
   spawn_acquired();
   HandlerSync init_sync(self);  // what init writes is published like a handler's writes
   self->state.self = self;
+  init_published();
   self->state.node = std::make_unique<Node>(self, std::move(plan), index, registers, std::move(peers), std::move(kind));
   Node* n = self->state.node.get();
   return {
@@ -138,7 +139,7 @@ caf::behavior node_actor(caf::stateful_actor<NodeState>* self, std::shared_ptr<c
 
 }  // namespace
 
-caf::actor spawn_node(caf::actor_system& sys, std::shared_ptr<const ActorPlan> plan, int index, int registers,
+NodeActor spawn_node(caf::actor_system& sys, std::shared_ptr<const ActorPlan> plan, int index, int registers,
                       PeersPtr peers, std::shared_ptr<NodeKind> kind) {
   spawn_released();
   return sys.spawn(node_actor, std::move(plan), index, registers, std::move(peers), std::move(kind));

@@ -19,25 +19,29 @@ class NodeKind {
   /// Makes micro-batch `mb`'s outputs from the node's readable inputs; null when it passes nothing
   /// on. A troupe::Error it throws fails the step with its message, so it names the actor and why.
   virtual Values act(Node& node, int mb) = 0;
-  /// Whether the program counts this node's end of step (sinks report a result instead).
+  /// Whether the program counts this node's end of step (sinks pass their value on instead).
   virtual bool reports_done() const { return true; }
 };
 
 /// The protocol state of one node for the step in progress, and the sends every kind needs.
 class Node {
  public:
-  Node(caf::event_based_actor* self, std::shared_ptr<const ActorPlan> plan, int index, int registers, PeersPtr peers,
+  Node(NodeActor::pointer self, std::shared_ptr<const ActorPlan> plan, int index, int registers, PeersPtr peers,
        std::shared_ptr<NodeKind> kind);
   /// The plan entry of this node.
   const ActorSpec& spec() const { return *spec_; }
   /// The step in progress.
   const StepContext& ctx() const { return *ctx_; }
+  /// The same as a handle, for messages that carry it.
+  const StepContextPtr& ctx_ptr() const { return ctx_; }
+  /// Where the other actors of the program are.
+  const Peers& peers() const { return *peers_; }
   /// The value an input reference reads for the micro-batch being acted on.
   const Tensor& input(const InputRef& ref) const;
-  /// Sends `xs..., flow` to the program actor, traced as `kind`.
-  template <class... Ts>
-  void tell_program(const char* kind, std::uint64_t bytes, Ts&&... xs) {
-    tell(self_, track(), peers_->program, SendTag{kind, ctx_->step, -1, bytes}, std::forward<Ts>(xs)...);
+  /// Sends `xs..., flow` to `to`, traced as `kind` of this step carrying `bytes`.
+  template <class Handle, class... Ts>
+  void tell_to(const AddressOf<Handle>& to, const char* kind, std::uint64_t bytes, Ts&&... xs) {
+    tell(self_, track(), to, SendTag{kind, ctx_->step, -1, bytes}, std::forward<Ts>(xs)...);
   }
 
   /// The handlers: a new step, a ready input register, a released output register.
@@ -57,7 +61,7 @@ class Node {
   void release_inputs();
   void report_failure(const std::string& what, ErrorKind kind);
 
-  caf::event_based_actor* self_;
+  NodeActor::pointer self_;
   std::shared_ptr<const ActorPlan> plan_;
   const ActorSpec* spec_;
   int index_;
@@ -73,7 +77,7 @@ class Node {
 };
 
 /// Spawns node `index` of the plan as an actor running `kind`.
-caf::actor spawn_node(caf::actor_system& sys, std::shared_ptr<const ActorPlan> plan, int index, int registers,
+NodeActor spawn_node(caf::actor_system& sys, std::shared_ptr<const ActorPlan> plan, int index, int registers,
                       PeersPtr peers, std::shared_ptr<NodeKind> kind);
 
 }  // namespace troupe::actors

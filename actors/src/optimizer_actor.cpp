@@ -1,63 +1,120 @@
-// An optimizer actor: applies one optimizer to its parameters once the step's gradients are final
-// (reduced, clipped), then reports to the program.
+// An optimizer actor: the end of its parameters' gradient path. It collects their final gradients
+// (from the gradient stages, or reduced from the buckets), scales them by the clip coefficient,
+// and once the program allows it (the step's compute is over, so nothing reads the parameters)
+// runs its optimizer and hands the gradients it used to the program. Without optimizers one such
+// actor only collects (and clips) the gradients the step returns.
 #include "actor_kinds.hpp"
 #include "handler.hpp"
 #include "messages.hpp"
+#include "troupe/kernels/elementwise.hpp"
 
 namespace troupe::actors {
 
 namespace {
 
 struct OptimizerState {
-  std::shared_ptr<graph::Optimizer> optimizer;
-  int index = 0;
-  std::uint32_t track = 0;
-  PeersPtr peers;
+  OptimizerSetup setup;
+  // The step in progress: what has arrived.
+  std::uint64_t step = 0;
+  std::map<std::string, Tensor> gradients;
+  int gradients_in = 0, scales_in = 0, updates_in = 0;
+  double scale = 1.0;
   caf::abstract_actor* self = nullptr;
-  ~OptimizerState() { mailbox_acquire(self); }
+  ~OptimizerState() { state_closing(&self); }
   static inline const char* name = "troupe.optimizer";
 };
+using Self = OptimizerActor::stateful_pointer<OptimizerState>;
 
-caf::behavior optimizer_actor(caf::stateful_actor<OptimizerState>* self, std::shared_ptr<graph::Optimizer> optimizer,
-                              int index, std::uint32_t track, PeersPtr peers) {
+// True when the message belongs to the step in progress, which a newer step replaces.
+bool current(OptimizerState& s, std::uint64_t step) {
+  if (step < s.step) return false;  // a late message of a failed step
+  if (step > s.step) {
+    s.step = step;
+    s.gradients.clear();
+    s.gradients_in = s.scales_in = s.updates_in = 0;
+    s.scale = 1.0;
+  }
+  return true;
+}
+
+// Scales and applies the gradients; a troupe::Error names the step and what failed.
+void apply(OptimizerState& s) {
+  try {
+    if (s.scale != 1.0)
+      for (auto& [name, g] : s.gradients) g = kernels::mul(g, s.scale);  // out of place: gradients may share storage
+  } catch (const Error& e) {
+    throw Error(e.kind(), "gradient clipping failed in step " + std::to_string(s.step) + ": " + e.message());
+  }
+  if (!s.setup.optimizer) return;
+  try {
+    // The step owns the parameters' grad() for the update, then leaves them empty.
+    for (const graph::Var& p : s.setup.optimizer->parameters()) {
+      auto it = s.gradients.find(p.name());
+      if (it == s.gradients.end()) p.zero_grad();
+      else p.set_grad(it->second);
+    }
+    s.setup.optimizer->step();
+    s.setup.optimizer->zero_grad();
+  } catch (const Error& e) {
+    throw Error(e.kind(), "optimizer " + std::to_string(s.setup.index) + " failed in step " + std::to_string(s.step) +
+                              ": " + e.message());
+  }
+}
+
+// Updates once every gradient, the clip coefficient (when clipping) and the program's go are in.
+void update_if_ready(Self self) {
+  OptimizerState& s = self->state;
+  const AddressOf<ProgramActor>& program = s.setup.peers->program;
+  if (s.gradients_in < s.setup.gradients || s.scales_in < (s.setup.clipping ? 1 : 0) || s.updates_in < 1) return;
+  try {
+    apply(s);
+  } catch (const Error& e) {
+    tell(self, s.setup.track, program, SendTag{"fail", s.step}, fail_atom::value, s.step, static_cast<int>(e.kind()),
+         e.message());
+    return;
+  }
+  auto used = std::make_shared<const std::map<std::string, Tensor>>(std::move(s.gradients));
+  tell(self, s.setup.track, program, SendTag{"applied", s.step}, applied_atom::value, s.step, s.setup.index,
+       GradientMapPtr(std::move(used)));
+}
+
+OptimizerActor::behavior_type optimizer_actor(Self self, OptimizerSetup setup) {
   spawn_acquired();
   HandlerSync init_sync(self);  // what init writes is published like a handler's writes
-  OptimizerState& st = self->state;
-  st.self = self;
-  st.optimizer = std::move(optimizer);
-  st.index = index;
-  st.track = track;
-  st.peers = std::move(peers);
+  self->state.self = self;
+  init_published();
+  self->state.setup = std::move(setup);
+  const std::uint32_t track = self->state.setup.track;
   return {
-      [=](apply_atom, std::uint64_t step, const GradientMapPtr& grads, std::uint64_t flow) {
-        Handling h(self, self->state.track, "apply", flow, step, -1);
+      [=](gradient_atom, std::uint64_t step, int sink, const Tensor& gradient, std::uint64_t flow) {
+        Handling h(self, track, "gradient", flow, step, -1);
         OptimizerState& s = self->state;
-        const Address program = s.peers->program;
-        try {
-          // The step owns the parameters' grad() for the update, then leaves them empty.
-          for (const graph::Var& p : s.optimizer->parameters()) {
-            auto it = grads->find(p.name());
-            if (it == grads->end()) p.zero_grad();
-            else p.set_grad(it->second);
-          }
-          s.optimizer->step();
-          s.optimizer->zero_grad();
-        } catch (const Error& e) {
-          tell(self, s.track, program, SendTag{"fail", step}, fail_atom::value, step, static_cast<int>(e.kind()),
-               "optimizer " + std::to_string(s.index) + " failed in step " + std::to_string(step) + ": " + e.message());
-          return;
-        }
-        tell(self, s.track, program, SendTag{"applied", step}, applied_atom::value, step, s.index);
+        if (!current(s, step)) return;
+        s.gradients[s.setup.names->at(static_cast<std::size_t>(sink))] = gradient;
+        ++s.gradients_in;
+        update_if_ready(self);
+      },
+      [=](clip_atom, std::uint64_t step, double scale, std::uint64_t flow) {
+        Handling h(self, track, "clip", flow, step, -1);
+        if (!current(self->state, step)) return;
+        self->state.scale = scale;
+        ++self->state.scales_in;
+        update_if_ready(self);
+      },
+      [=](update_atom, std::uint64_t step, std::uint64_t flow) {
+        Handling h(self, track, "update", flow, step, -1);
+        if (!current(self->state, step)) return;
+        ++self->state.updates_in;
+        update_if_ready(self);
       },
   };
 }
 
 }  // namespace
 
-caf::actor spawn_optimizer_actor(caf::actor_system& sys, std::shared_ptr<graph::Optimizer> optimizer, int index,
-                                 std::uint32_t track, PeersPtr peers) {
+OptimizerActor spawn_optimizer_actor(caf::actor_system& sys, OptimizerSetup setup) {
   spawn_released();
-  return sys.spawn(optimizer_actor, std::move(optimizer), index, track, std::move(peers));
+  return sys.spawn(optimizer_actor, std::move(setup));
 }
 
 }  // namespace troupe::actors

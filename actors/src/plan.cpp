@@ -5,20 +5,14 @@
 namespace troupe::actors {
 
 namespace {
+
 void add_unique(std::vector<int>& v, int x) {
   if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
 }
-}  // namespace
 
-ActorPlan plan_actors(const graph::TracedFunction& fn) {
-  const graph::Graph& g = fn.graph();
-  ActorPlan plan;
-  ActorSpec input;
-  input.kind = ActorSpec::Kind::input;
-  input.name = "input";
-  plan.actors.push_back(std::move(input));
-
-  // Where each value is read from: (actor, output) for inputs and op outputs.
+// Where each value is read from: (actor, output) for inputs and op outputs, or a parameter or
+// constant read directly.
+std::vector<InputRef> value_sources(const graph::Graph& g) {
   std::vector<InputRef> source(g.values().size());
   for (std::size_t k = 0; k < g.inputs().size(); ++k) {
     InputRef& r = source[static_cast<std::size_t>(g.inputs()[k])];
@@ -35,26 +29,59 @@ ActorPlan plan_actors(const graph::TracedFunction& fn) {
       source[static_cast<std::size_t>(v.id)].from = InputRef::From::constant;
       source[static_cast<std::size_t>(v.id)].constant = v.constant;
     }
+  return source;
+}
 
-  // Wires actor `a` to read `refs`; an actor that reads no producer is triggered by the input actor.
-  auto wire = [&](int a, const std::vector<graph::ValueId>& values) {
-    ActorSpec& spec = plan.actors[static_cast<std::size_t>(a)];
-    for (graph::ValueId v : values) {
-      spec.inputs.push_back(source[static_cast<std::size_t>(v)]);
-      if (spec.inputs.back().from == InputRef::From::producer) add_unique(spec.producers, spec.inputs.back().producer);
-    }
-    if (spec.producers.empty()) spec.producers.push_back(0);
-    for (int p : spec.producers) add_unique(plan.actors[static_cast<std::size_t>(p)].consumers, a);
-  };
+// Appends `spec` reading `values`; an actor that reads no producer is triggered by the input
+// actor. Returns its index.
+int add_actor(ActorPlan& plan, ActorSpec spec, const std::vector<graph::ValueId>& values,
+              const std::vector<InputRef>& source) {
+  for (graph::ValueId v : values) {
+    spec.inputs.push_back(source[static_cast<std::size_t>(v)]);
+    if (spec.inputs.back().from == InputRef::From::producer) add_unique(spec.producers, spec.inputs.back().producer);
+  }
+  if (spec.producers.empty()) spec.producers.push_back(0);
+  const int a = static_cast<int>(plan.actors.size());
+  for (int p : spec.producers) add_unique(plan.actors[static_cast<std::size_t>(p)].consumers, a);
+  plan.actors.push_back(std::move(spec));
+  return a;
+}
 
+// The sink of graph output `k`: a gradient stage for a parameter's gradient, else an output sink.
+ActorSpec sink_spec(const graph::TracedFunction& fn, std::size_t k, int& param) {
+  const graph::Graph& g = fn.graph();
+  ActorSpec spec;
+  spec.kind = ActorSpec::Kind::sink;
+  spec.sink = static_cast<int>(k);
+  param = -1;
+  if (k >= fn.output_count()) {
+    param = static_cast<int>(fn.gradient_parameters()[k - fn.output_count()]);
+    spec.name = "grad:" + g.value(g.parameters()[static_cast<std::size_t>(param)]).name;
+    spec.average = true;
+    spec.gradient = true;
+  } else {
+    spec.name = "output:" + std::to_string(k);
+    spec.average = g.value(g.outputs()[k]).info.shape.empty();
+  }
+  return spec;
+}
+
+}  // namespace
+
+ActorPlan plan_actors(const graph::TracedFunction& fn) {
+  const graph::Graph& g = fn.graph();
+  ActorPlan plan;
+  ActorSpec input;
+  input.kind = ActorSpec::Kind::input;
+  input.name = "input";
+  plan.actors.push_back(std::move(input));
+  std::vector<InputRef> source = value_sources(g);
   for (const graph::Node& n : g.nodes()) {
     ActorSpec spec;
     spec.kind = ActorSpec::Kind::op;
     spec.node = n.id;
     spec.name = n.op + " %" + std::to_string(n.outputs.empty() ? n.id : n.outputs[0]);
-    plan.actors.push_back(std::move(spec));
-    const int a = static_cast<int>(plan.actors.size()) - 1;
-    wire(a, n.inputs);
+    const int a = add_actor(plan, std::move(spec), n.inputs, source);
     for (std::size_t i = 0; i < n.outputs.size(); ++i) {
       InputRef& r = source[static_cast<std::size_t>(n.outputs[i])];
       r.producer = a;
@@ -62,26 +89,10 @@ ActorPlan plan_actors(const graph::TracedFunction& fn) {
     }
     ++plan.op_count;
   }
-
-  const auto& outputs = g.outputs();
-  for (std::size_t k = 0; k < outputs.size(); ++k) {
-    ActorSpec spec;
-    spec.kind = ActorSpec::Kind::sink;
-    spec.sink = static_cast<int>(k);
+  for (std::size_t k = 0; k < g.outputs().size(); ++k) {
     int param = -1;
-    if (k >= fn.output_count()) {
-      param = static_cast<int>(fn.gradient_parameters()[k - fn.output_count()]);
-      spec.name = "grad:" + g.value(g.parameters()[static_cast<std::size_t>(param)]).name;
-      spec.average = true;
-      spec.gradient = true;
-    } else {
-      spec.name = "output:" + std::to_string(k);
-      spec.average = g.value(outputs[k]).info.shape.empty();
-    }
-    plan.actors.push_back(std::move(spec));
-    const int a = static_cast<int>(plan.actors.size()) - 1;
-    wire(a, {outputs[k]});
-    plan.sinks.push_back(a);
+    ActorSpec spec = sink_spec(fn, k, param);
+    plan.sinks.push_back(add_actor(plan, std::move(spec), {g.outputs()[k]}, source));
     plan.sink_param.push_back(param);
   }
   return plan;

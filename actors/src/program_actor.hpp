@@ -1,6 +1,7 @@
 #pragma once
-// The program actor: takes run requests, starts one step at a time, collects what the other actors
-// report (done, results, optimizer updates, failures) and answers the caller.
+// The program actor: takes run requests, starts one step at a time, collects completion, the
+// outputs and failures, lets the optimizers update once the step's compute is over, and answers
+// the caller. Gradients do not pass through it.
 
 #include <caf/fwd.hpp>
 
@@ -18,20 +19,16 @@ struct ProgramSetup {
   int micro_batches = 1;
   double clip_grad_norm = 0;  // 0: no clipping
   ClipMode clip_mode = ClipMode::parallel;
-  std::vector<std::vector<std::string>> optimizer_params;  // parameter names per optimizer actor
-  std::vector<caf::actor> optimizers;
   PeersPtr peers;
-  // Data parallel (comm null when off): bucket plan and actors, overlap = start AllReduces during
-  // backward (the parallel path) rather than after the step (the naive one).
+  // Data parallel (null when off): read for the time the step's collectives took, nothing else.
   std::shared_ptr<transport::Communicator> comm;
-  std::shared_ptr<const BucketPlan> buckets;
-  std::vector<caf::actor> bucket_actors;
-  bool overlap = true, gradients_mean = true;
-  std::uint32_t comm_trace_id = 0;         // the communicator's track in traces
-  std::vector<std::uint32_t> bucket_trace_ids;
 };
 
 /// Spawns the program actor.
-caf::actor spawn_program_actor(caf::actor_system& sys, std::shared_ptr<const ProgramSetup> setup);
+ProgramActor spawn_program_actor(caf::actor_system& sys, std::shared_ptr<const ProgramSetup> setup);
+
+/// The context of step `step` on `inputs`: split into micro-batches, parameters snapshotted, bucket
+/// buffers allocated (step_context.cpp). Throws a troupe::Error naming an input that cannot be split.
+StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, const std::vector<Tensor>& inputs);
 
 }  // namespace troupe::actors

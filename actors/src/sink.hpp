@@ -1,6 +1,6 @@
 #pragma once
 // What output sinks and gradient stages share: they keep each micro-batch's value and, after the
-// step's last, combine them into the step's one value, which `finish` reports.
+// step's last, combine them into the step's one value, which `finish` passes on.
 
 #include "node.hpp"
 
@@ -13,7 +13,10 @@ class Sink : public NodeKind {
   bool reports_done() const final { return false; }
 
  protected:
-  /// Reports the step's combined value to the program actor.
+  /// Where the combined value is written: a gradient's slice of its bucket (data parallel), or an
+  /// undefined tensor for a new one.
+  virtual Tensor destination(Node&) { return Tensor(); }
+  /// Passes the step's combined value on.
   virtual void finish(Node& node, const Tensor& value) = 0;
 
  private:

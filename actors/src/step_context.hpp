@@ -1,6 +1,7 @@
 #pragma once
 // What one step shares between the actors of a program: created once per step by the program
-// actor, read by all, never written after it is sent.
+// actor, read by all, never written after it is sent (the bucket buffers' elements excepted:
+// each gradient stage writes its own slice).
 
 #include <cstdint>
 #include <memory>
@@ -19,7 +20,10 @@ struct StepContext {
   std::vector<Tensor> parameters;            // in the order of the graph's parameters
   std::vector<graph::SymBindings> bindings;  // [micro-batch]: symbol sizes (micro-batches may differ in rows)
   std::vector<double> weights;               // [micro-batch]: its share of the batch's rows (they sum to 1)
-  bool gradient_norms = false;               // gradient stages report their squared norms (parallel clip)
+  // Data parallel: one flat buffer per gradient bucket, allocated at step start; a gradient stage
+  // writes its finished gradient straight into its slice (PyTorch DDP's gradient-as-bucket-view),
+  // so the AllReduce needs no copy.
+  std::vector<Tensor> buckets;
 };
 using StepContextPtr = std::shared_ptr<const StepContext>;
 

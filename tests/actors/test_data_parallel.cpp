@@ -1,7 +1,8 @@
 // Data parallelism in the runtime over in-process ranks: two ranks at per-rank batch B train
 // exactly like one process at batch 2B (loss, clipped gradients and parameters after several
 // steps), on the overlapped bucket path and on the naive path, with several buckets; every rank
-// reports the same loss and the same post-reduce bucket norms; uneven micro-batches keep this.
+// reports the same loss and the same post-reduce bucket norms; uneven micro-batches keep this;
+// gradients go from their stages through the buckets to the optimizer, never through the program.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "kernels/reference.hpp"
 #include "troupe/actors/engine.hpp"
+#include "troupe/actors/tracer.hpp"
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/optim.hpp"
@@ -114,4 +116,38 @@ TEST(DataParallel, UnevenMicroBatchesOnEveryRankEqualOneProcess) {
     EXPECT_NEAR(ranks[0].norms[s], single.norms[s], 1e-5 * single.norms[s]) << "step " << s;
   }
   for (const auto& [name, p] : single.params) EXPECT_LE(test::scaled_max_error(ranks[0].params.at(name), p), 1e-5) << name;
+}
+
+// The gradient path in a trace of one step on two ranks: each gradient stage writes its gradient
+// into its bucket's buffer and tells the bucket (the message carries no bytes), each full bucket is
+// reduced once, its norm goes to the clip actor and its gradients, as views, to the optimizer.
+// The program receives control messages only.
+TEST(DataParallel, GradientsGoFromStageToBucketToOptimizerWithoutTheProgram) {
+  const Tensor x = test::random_tensor({4, 6, 16}, 35), y = test::random_tensor({4, 6, 16}, 36);
+  actors::Tracer& tracer = actors::Tracer::instance();
+  tracer.clear();
+  tracer.enable(true);
+  train(2, ClipMode::parallel, 1, x, y);
+  tracer.enable(false);
+  std::map<std::string, int> sends;  // "kind->receiver kind", e.g. "filled->bucket"
+  for (const actors::TraceEvent& e : tracer.events()) {
+    if (e.type != actors::TraceEvent::Type::send) continue;
+    const std::string to = tracer.actor_name(e.peer), kind = e.kind;
+    ++sends[kind + "->" + to.substr(0, to.find(' '))];
+    if (kind == "filled") EXPECT_EQ(e.bytes, 0u) << "a gradient stage writes into the bucket; the message carries none";
+  }
+  tracer.clear();
+  const int gradients = sends["filled->bucket"], buckets = sends["bucket->program"];
+  EXPECT_GT(gradients, 0);
+  EXPECT_EQ(sends["gradient->optimizer"], gradients) << "each reduced gradient goes to its optimizer";
+  EXPECT_GT(buckets, 4);  // more than 2 buckets per rank
+  EXPECT_EQ(sends["reduce->collectives"], buckets) << "each bucket asks once for its AllReduce";
+  EXPECT_EQ(sends["allreduce->communicator"], buckets);
+  EXPECT_EQ(sends["norm->clip"], buckets) << "parallel clip: one partial norm per reduced bucket";
+  EXPECT_EQ(sends["clip->optimizer"], 2);
+  for (const auto& [flow, n] : sends)
+    if (flow.size() > 9 && flow.substr(flow.size() - 9) == "->program")
+      EXPECT_TRUE(flow == "run->program" || flow == "done->program" || flow == "output->program" || flow == "bucket->program" ||
+                  flow == "reduced->program" || flow == "clipped->program" || flow == "applied->program")
+          << flow << " reached the program";
 }

@@ -39,7 +39,7 @@ struct DataParallel {
 /// Where the global gradient norm of clipping is computed.
 enum class ClipMode {
   /// Each gradient stage takes its gradient's squared norm as soon as that gradient is complete,
-  /// while the rest of backward still runs; the program only sums the partial norms.
+  /// while the rest of backward still runs; the clip actor only sums the partial norms.
   parallel,
   /// One pass over all gradients after the whole step finished (the textbook order).
   naive,
@@ -76,7 +76,7 @@ struct StepResult {
   std::map<std::string, Tensor> gradients;  // by parameter name, row-weighted over micro-batches (clipped when clipping)
   double grad_norm = 0;                     // global gradient norm before clipping (NaN when not clipping)
   std::vector<double> bucket_squared_norms; // data parallel: each reduced bucket's squared norm
-  double comm_ms = 0;     // data parallel: time the communicator spent on this step's collectives
+  double comm_ms = 0;     // data parallel: time the communicator spent on this step's collectives (buckets, the loss' mean)
   double exposed_comm_ms = 0;  // of which after backward had finished (not hidden behind compute)
   std::uint64_t step = 0;                   // counts from 1 per program
 };
@@ -95,7 +95,8 @@ class Program {
   std::future<StepResult> run_async(std::vector<Tensor> inputs);
   /// Runs a step and waits for it.
   StepResult run(std::vector<Tensor> inputs);
-  /// Number of actors the graph was lowered to, by kind ("input", "op", "gradient", "output", "optimizer").
+  /// Number of actors the graph was lowered to, by kind ("input", "op", "gradient", "output", "optimizer",
+  /// "clip", "bucket", "communicator").
   virtual std::map<std::string, int> actor_counts() const = 0;
 };
 

@@ -1,0 +1,101 @@
+// The clip actor: global-norm gradient clipping as its own step. It gathers one partial squared
+// norm per slot (a gradient, or a reduced bucket) or, on the naive path, the gradients themselves;
+// once all are in it sums them in slot order, never arrival order, so the norm is the same from
+// run to run and on every rank, and tells the program the norm and the optimizers the coefficient.
+#include <cmath>
+
+#include "actor_kinds.hpp"
+#include "handler.hpp"
+#include "messages.hpp"
+#include "troupe/kernels/optim.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+struct ClipState {
+  ClipSetup setup;
+  // The step in progress: what has arrived per slot.
+  std::uint64_t step = 0;
+  std::vector<double> norms;
+  std::vector<Tensor> gradients;
+  int in = 0;
+  caf::abstract_actor* self = nullptr;
+  ~ClipState() { state_closing(&self); }
+  static inline const char* name = "troupe.clip";
+};
+using Self = ClipActor::stateful_pointer<ClipState>;
+
+// True when the message belongs to the step in progress, which a newer step replaces.
+bool current(ClipState& s, std::uint64_t step) {
+  if (step < s.step) return false;  // a late message of a failed step
+  if (step > s.step) {
+    s.step = step;
+    s.norms.assign(static_cast<std::size_t>(s.setup.slots), 0.0);
+    s.gradients.assign(s.setup.takes_norms ? 0 : static_cast<std::size_t>(s.setup.slots), Tensor());
+    s.in = 0;
+  }
+  return true;
+}
+
+// The global norm, once every slot is in.
+double global_norm(const ClipState& s) {
+  double total = 0;
+  if (s.setup.takes_norms)
+    for (double n : s.norms) total += n;
+  else
+    for (const Tensor& g : s.gradients) total += kernels::squared_norm(g);  // the textbook pass, after backward
+  return std::sqrt(total);
+}
+
+// Counts one slot; after the last, tells the program the norm and the optimizers the coefficient.
+void slot_in(Self self) {
+  ClipState& s = self->state;
+  if (++s.in < s.setup.slots) return;
+  const AddressOf<ProgramActor>& program = s.setup.peers->program;
+  double norm = 0;
+  try {
+    norm = global_norm(s);
+  } catch (const Error& e) {
+    tell(self, s.setup.track, program, SendTag{"fail", s.step}, fail_atom::value, s.step, static_cast<int>(e.kind()),
+         "gradient clipping failed in step " + std::to_string(s.step) + ": " + e.message());
+    return;
+  }
+  s.gradients.clear();
+  tell(self, s.setup.track, program, SendTag{"clipped", s.step}, clipped_atom::value, s.step, norm);
+  const double scale = kernels::clip_coefficient(norm, s.setup.max_norm);
+  for (const auto& o : s.setup.peers->gradients.optimizers)
+    tell(self, s.setup.track, o, SendTag{"clip", s.step}, clip_atom::value, s.step, scale);
+}
+
+ClipActor::behavior_type clip_actor(Self self, ClipSetup setup) {
+  spawn_acquired();
+  HandlerSync init_sync(self);  // what init writes is published like a handler's writes
+  self->state.self = self;
+  init_published();
+  self->state.setup = std::move(setup);
+  const std::uint32_t track = self->state.setup.track;
+  return {
+      [=](norm_atom, std::uint64_t step, int slot, double squared_norm, std::uint64_t flow) {
+        Handling h(self, track, "norm", flow, step, -1);
+        if (!current(self->state, step)) return;
+        self->state.norms.at(static_cast<std::size_t>(slot)) = squared_norm;
+        slot_in(self);
+      },
+      [=](gradient_atom, std::uint64_t step, int slot, const Tensor& gradient, std::uint64_t flow) {
+        Handling h(self, track, "gradient", flow, step, -1);
+        if (!current(self->state, step)) return;
+        self->state.gradients.at(static_cast<std::size_t>(slot)) = gradient;
+        slot_in(self);
+      },
+  };
+}
+
+}  // namespace
+
+ClipActor spawn_clip_actor(caf::actor_system& sys, ClipSetup setup) {
+  spawn_released();
+  return sys.spawn(clip_actor, std::move(setup));
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,75 @@
+// The start of a step: its inputs split into micro-batches, the parameters snapshotted, the
+// bucket buffers allocated (program_actor.hpp).
+#include <algorithm>
+
+#include "program_actor.hpp"
+#include "troupe/graph/executor.hpp"
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+// The rows of each micro-batch when `rows` are split into `wanted` parts: sizes differ by at most
+// one, larger first (torch.tensor_split's sizes), and no part is empty, so a batch of fewer rows
+// than `wanted` gets one row per micro-batch (as torch.chunk gives fewer chunks).
+std::vector<std::int64_t> micro_batch_rows(std::int64_t rows, int wanted) {
+  const std::int64_t count = std::max<std::int64_t>(1, std::min<std::int64_t>(wanted, rows));
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(count), rows / count);
+  for (std::int64_t k = 0; k < rows % count; ++k) ++sizes[static_cast<std::size_t>(k)];
+  return sizes;
+}
+
+// The batch's rows: dim 0 of every input, which must agree, and be dynamic in the signature, when
+// the batch is split.
+std::int64_t batch_rows(const graph::Graph& g, const std::vector<Tensor>& inputs, int wanted) {
+  if (wanted == 1 || inputs.empty()) return 0;  // nothing to split
+  auto name = [&](std::size_t k) { return "input '" + g.value(g.inputs()[k]).name + "'"; };
+  for (std::size_t k = 0; k < inputs.size(); ++k)
+    TROUPE_CHECK(inputs[k].dim() > 0, shape_mismatch, name(k), " is 0-d, so it has no dim 0 to split into ", wanted,
+                 " micro-batches; give every input a batch dim or use 1 micro-batch");
+  const std::int64_t rows = inputs[0].shape()[0];
+  for (std::size_t k = 1; k < inputs.size(); ++k)
+    TROUPE_CHECK(inputs[k].shape()[0] == rows, shape_mismatch, name(k), " of shape ", shape_str(inputs[k].shape()), " has ",
+                 inputs[k].shape()[0], " rows but ", name(0), " has ", rows,
+                 "; micro-batches split every input along dim 0, so all inputs need the same batch size (or use 1 micro-batch)");
+  if (rows > 1)
+    for (std::size_t k = 0; k < inputs.size(); ++k)
+      TROUPE_CHECK(!g.value(g.inputs()[k]).info.shape[0].is_static(), shape_mismatch, name(k),
+                   " has a fixed dim 0 in the signature, so it cannot be split into ", wanted,
+                   " micro-batches; declare dim 0 dynamic (-1 or a named symbol) or use 1 micro-batch");
+  return rows;
+}
+
+}  // namespace
+
+StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, const std::vector<Tensor>& inputs) {
+  const graph::Graph& g = setup.fn->graph();
+  const graph::SymBindings whole = graph::bind_inputs(g, inputs);  // whole-batch check first: its errors name the user's shapes
+  auto ctx = std::make_shared<StepContext>();
+  ctx->step = step;
+  const std::int64_t rows = batch_rows(g, inputs, setup.micro_batches);
+  const std::vector<std::int64_t> sizes = micro_batch_rows(rows, setup.micro_batches);
+  ctx->micro_batches = static_cast<int>(sizes.size());
+  if (sizes.size() == 1) {
+    ctx->inputs = {inputs};
+    ctx->bindings = {whole};
+    ctx->weights = {1.0};
+  } else {
+    std::int64_t begin = 0;
+    for (std::int64_t size : sizes) {
+      std::vector<Tensor> part;
+      for (const Tensor& t : inputs) part.push_back(t.slice(0, begin, begin + size).contiguous());
+      ctx->bindings.push_back(graph::bind_inputs(g, part));
+      ctx->inputs.push_back(std::move(part));
+      ctx->weights.push_back(static_cast<double>(size) / static_cast<double>(rows));
+      begin += size;
+    }
+  }
+  for (const graph::Var& p : setup.fn->parameters()) ctx->parameters.push_back(p.tensor());
+  if (setup.comm)
+    for (std::int64_t numel : setup.peers->gradients.buckets->numel) ctx->buckets.push_back(Tensor::empty({numel}));
+  return ctx;
+}
+
+}  // namespace troupe::actors
