@@ -64,7 +64,9 @@ std::vector<RankRun> train(int world, ClipMode mode, int steps, const Tensor& x,
       auto program = engine.compile(trace(loss, {{"x", {kBatch, 6, 16}}, {"y", {kBatch, 6, 16}}}).with_gradients(), po);
       if (world > 1) {
         EXPECT_GT(program->actor_counts().at("bucket"), 2);
-        if (!overlap) EXPECT_EQ(program->actor_counts().at("bucket"), program->actor_counts().at("gradient"));
+        if (!overlap) {
+          EXPECT_EQ(program->actor_counts().at("bucket"), program->actor_counts().at("gradient"));
+        }
       }
       const std::int64_t rows = x.size(0) / world;
       const Tensor xr = x.slice(0, r * rows, (r + 1) * rows).contiguous(), yr = y.slice(0, r * rows, (r + 1) * rows).contiguous();
@@ -134,7 +136,9 @@ TEST(DataParallel, GradientsGoFromStageToBucketToOptimizerWithoutTheProgram) {
     if (e.type != actors::TraceEvent::Type::send) continue;
     const std::string to = tracer.actor_name(e.peer), kind = e.kind;
     ++sends[kind + "->" + to.substr(0, to.find(' '))];
-    if (kind == "filled") EXPECT_EQ(e.bytes, 0u) << "a gradient stage writes into the bucket; the message carries none";
+    if (kind == "filled") {
+      EXPECT_EQ(e.bytes, 0u) << "a gradient stage writes into the bucket; the message carries none";
+    }
   }
   tracer.clear();
   const int gradients = sends["filled->bucket"], buckets = sends["bucket->program"];
@@ -145,9 +149,10 @@ TEST(DataParallel, GradientsGoFromStageToBucketToOptimizerWithoutTheProgram) {
   EXPECT_EQ(sends["allreduce->communicator"], buckets);
   EXPECT_EQ(sends["norm->clip"], buckets) << "parallel clip: one partial norm per reduced bucket";
   EXPECT_EQ(sends["clip->optimizer"], 2);
-  for (const auto& [flow, n] : sends)
-    if (flow.size() > 9 && flow.substr(flow.size() - 9) == "->program")
-      EXPECT_TRUE(flow == "run->program" || flow == "done->program" || flow == "output->program" || flow == "bucket->program" ||
-                  flow == "reduced->program" || flow == "clipped->program" || flow == "applied->program")
-          << flow << " reached the program";
+  for (const auto& [flow, n] : sends) {
+    if (flow.size() <= 9 || flow.substr(flow.size() - 9) != "->program") continue;
+    EXPECT_TRUE(flow == "run->program" || flow == "done->program" || flow == "output->program" || flow == "bucket->program" ||
+                flow == "reduced->program" || flow == "clipped->program" || flow == "applied->program")
+        << flow << " reached the program";
+  }
 }
