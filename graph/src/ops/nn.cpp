@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "op_helpers.hpp"
+#include "troupe/kernels/attention.hpp"
 #include "troupe/kernels/conv.hpp"
 #include "troupe/kernels/embedding.hpp"
 #include "troupe/kernels/layernorm.hpp"
@@ -193,6 +194,37 @@ std::vector<ValueInfo> infer_causal_mask(const InferContext& c) {
     shape_error(c, "the last two dims must be square (queries x keys)");
   return one(c.inputs[0].dtype, s);
 }
+// causal_attention(q, k, v) -> (y, lse): q, k, v of one floating dtype and one shape [..., T, D].
+std::vector<ValueInfo> infer_causal_attention(const InferContext& c) {
+  expect_arity(c, 3, 3);
+  expect_floating(c, 0);
+  expect_same_dtype(c, 0, 1);
+  expect_same_dtype(c, 0, 2);
+  const SymShape& q = c.inputs[0].shape;
+  if (q.size() < 2) shape_error(c, "q, k and v must be [..., T, D]");
+  if (c.inputs[1].shape != q || c.inputs[2].shape != q) shape_error(c, "q, k and v must have one shape");
+  return {c.inputs[0], ValueInfo{c.inputs[0].dtype, SymShape(q.begin(), q.end() - 1)}};
+}
+std::vector<Tensor> compute_causal_attention(const std::vector<Tensor>& in, const ComputeContext& c) {
+  auto r = kernels::causal_attention(in[0], in[1], in[2], c.attrs.get_double("scale"));
+  return {r.y, r.lse};
+}
+std::vector<Var> grad_causal_attention(const GradContext& c) {
+  auto g = apply("causal_attention_backward",
+                 {c.grad_output(0), c.inputs[0], c.inputs[1], c.inputs[2], c.outputs[0], c.outputs[1]}, c.attrs);
+  return {g[0], g[1], g[2]};
+}
+// (dy, q, k, v, y, lse) -> (dq, dk, dv).
+std::vector<ValueInfo> infer_causal_attention_backward(const InferContext& c) {
+  expect_arity(c, 6, 6);
+  if (c.inputs[0].shape != c.inputs[1].shape) shape_error(c, "the gradient must have the shape of q");
+  return {c.inputs[1], c.inputs[1], c.inputs[1]};
+}
+std::vector<Tensor> compute_causal_attention_backward(const std::vector<Tensor>& in, const ComputeContext& c) {
+  auto g = kernels::causal_attention_backward(in[0], in[1], in[2], in[3], in[4], in[5], c.attrs.get_double("scale"));
+  return {g.dq, g.dk, g.dv};
+}
+
 }  // namespace
 
 // compute: kernels::softmax / log_softmax; the backward ops read (dy, y).
@@ -250,6 +282,16 @@ TROUPE_DEFINE_OP({.name = "conv2d_backward_weight", .infer = infer_conv_backward
                   .compute = compute_conv2d_backward_weight, .no_grad_inputs = {2}});
 TROUPE_DEFINE_OP({.name = "conv2d_backward_bias", .infer = infer_conv2d_backward_bias,
                   .compute = compute_conv2d_backward_bias});
+
+// softmax(causal_mask(scale * q k^T)) v in one kernel (kernels::causal_attention) that never holds
+// the T x T scores; y's log-sum-exp per row (output 1) is saved for causal_attention_backward.
+Var causal_attention(const Var& q, const Var& k, const Var& v, double scale) {
+  return apply("causal_attention", {q, k, v}, Attrs().set("scale", scale))[0];
+}
+TROUPE_DEFINE_OP({.name = "causal_attention", .infer = infer_causal_attention, .compute = compute_causal_attention,
+                  .grad = grad_causal_attention});
+TROUPE_DEFINE_OP({.name = "causal_attention_backward", .infer = infer_causal_attention_backward,
+                  .compute = compute_causal_attention_backward});
 
 // Keeps x[..., i, j] for j <= i and fills above the diagonal (attribute "fill"): -inf for scores,
 // 0 for their gradient.

@@ -93,5 +93,8 @@ Var conv2d(const Var& x, const Var& w, const Var& bias, std::int64_t stride = 1,
 Var conv2d(const Var& x, const Var& w, std::int64_t stride = 1, std::int64_t padding = 0);
 /// Keeps x[..., i, j] for j <= i and puts -inf above the diagonal (causal attention scores).
 Var causal_mask(const Var& x);
+/// softmax(causal_mask(scale * q k^T)) v for q, k, v [..., T, D] in one fused kernel that never
+/// holds the T x T scores (FlashAttention's tiling and online softmax); differentiable.
+Var causal_attention(const Var& q, const Var& k, const Var& v, double scale);
 
 }  // namespace troupe::graph
