@@ -4,7 +4,9 @@
 //  - matmul-cores: the same work as one 2-thread GEMM at a time vs two 1-thread GEMMs on two threads
 //    (how kernels should use the cores under the actor runtime);
 //  - conv2d 1x64x128x128, 64->64, 3x3: forward, backward-data, backward-weight;
-//  - layernorm and softmax effective GB/s next to a memcpy of the same bytes.
+//  - layernorm and softmax effective GB/s next to a memcpy of the same bytes;
+//  - causal attention at gpt-mini's size: the fused kernel next to the unfused kernels it replaces
+//    (matmul, scale, mask, softmax, matmul), forward and backward, and the bytes of scores each holds.
 #include <cblas.h>
 
 #include <algorithm>
@@ -14,11 +16,15 @@
 #include <cstring>
 #include <dnnl.hpp>
 #include <functional>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "troupe/kernels/attention.hpp"
 #include "troupe/kernels/conv.hpp"
+#include "troupe/kernels/elementwise.hpp"
+#include "troupe/kernels/select.hpp"
 #include "troupe/kernels/layernorm.hpp"
 #include "troupe/kernels/matmul.hpp"
 #include "troupe/kernels/rng.hpp"
@@ -160,6 +166,48 @@ void bench_bandwidth() {
   std::fflush(stdout);
 }
 
+// The unfused attention's forward, keeping what its backward reads (the probabilities).
+struct UnfusedAttention {
+  Tensor p, y;
+};
+UnfusedAttention unfused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+  const Tensor p = kernels::softmax(kernels::causal_mask(kernels::mul(kernels::matmul(q, k, false, true), scale),
+                                                         -std::numeric_limits<double>::infinity()),
+                                    -1);
+  return {p, kernels::matmul(p, v)};
+}
+// Its backward, as autodiff would run it: dv = p^T dy, dp = dy v^T, ds = softmax_backward, dq, dk.
+void unfused_attention_backward(const UnfusedAttention& f, const Tensor& dy, const Tensor& q, const Tensor& k,
+                                const Tensor& v, double scale) {
+  kernels::matmul(f.p, dy, true, false);
+  const Tensor dp = kernels::matmul(dy, v, false, true);
+  const Tensor ds = kernels::mul(kernels::causal_mask(kernels::softmax_backward(dp, f.p, -1), 0.0), scale);
+  kernels::matmul(ds, k);
+  kernels::matmul(ds, q, true, false);
+}
+
+void bench_attention() {
+  set_kernel_threads(1);
+  const std::int64_t b = 8, h = 4, t = 128, d = 64;  // gpt-mini: batch 8, 4 heads of 64, 128 positions
+  const double scale = 1.0 / 8.0;
+  const Tensor q = randn({b, h, t, d}, 10), k = randn({b, h, t, d}, 11), v = randn({b, h, t, d}, 12),
+               dy = randn({b, h, t, d}, 13);
+  const auto fused = kernels::causal_attention(q, k, v, scale);
+  const auto plain = unfused_attention(q, k, v, scale);
+  const auto ms = median_alternating(
+      {[&] { kernels::causal_attention(q, k, v, scale); }, [&] { unfused_attention(q, k, v, scale); },
+       [&] { kernels::causal_attention_backward(dy, q, k, v, fused.y, fused.lse, scale); },
+       [&] { unfused_attention_backward(plain, dy, q, k, v, scale); }},
+      11);
+  std::printf(
+      "{\"bench\":\"causal-attention\",\"shape\":\"8x4x128x64\",\"fused_forward_ms\":%.3f,\"unfused_forward_ms\":%.3f,"
+      "\"fused_backward_ms\":%.3f,\"unfused_backward_ms\":%.3f,\"speedup_forward\":%.2f,\"speedup_backward\":%.2f,"
+      "\"fused_saved_bytes\":%lld,\"unfused_saved_bytes\":%lld,%s}\n",
+      ms[0] * 1e3, ms[1] * 1e3, ms[2] * 1e3, ms[3] * 1e3, ms[1] / ms[0], ms[3] / ms[2],
+      static_cast<long long>(fused.lse.nbytes()), static_cast<long long>(plain.p.nbytes()), context().c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -168,5 +216,6 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "cores") bench_cores();
   if (only.empty() || only == "conv2d") bench_conv();
   if (only.empty() || only == "bandwidth") bench_bandwidth();
+  if (only.empty() || only == "attention") bench_attention();
   return 0;
 }

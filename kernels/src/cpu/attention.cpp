@@ -1,15 +1,17 @@
 // CPU kernels of fused causal attention, y = softmax(mask(scale q k^T)) v, forward and backward,
-// that never hold the T x T scores: each query row walks its keys in tiles of kTile with an online
-// softmax (a running max and sum, rescaled when the max grows), as FlashAttention does. The
-// forward saves each row's log-sum-exp, from which the backward recomputes the probabilities a
-// tile at a time. K and V are transposed once per (batch, head) so every inner loop runs over
-// contiguous memory and vectorises. Inputs are dense [N, T, D] (the front end makes them so).
+// as FlashAttention does it: queries and keys in tiles of kTile rows, the scores of one tile pair
+// at a time (kTile x kTile, never T x T), an online softmax per query row (a running max and sum,
+// the partial output rescaled when the max grows), and each row's log-sum-exp saved for the
+// backward, which recomputes the probabilities tile by tile. The tile products are GEMMs (OpenBLAS,
+// cpu/blas.hpp); tiles above the diagonal are skipped and the diagonal tile is masked. Inputs are
+// dense [N, T, D] (the front end makes them so).
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
+#include "cpu/blas.hpp"
 #include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
 
@@ -25,59 +27,84 @@ T exp_of(T x) {
   else return std::exp(x);
 }
 
-// out[d][t] = in[t][d] for one [T, D] matrix.
+// One tile pair: query rows [i0, i0 + rows) against keys [j0, j0 + cols).
+struct TilePair {
+  std::int64_t i0, rows, j0, cols;
+  // Key c of query row r is above the diagonal (masked).
+  bool masked(std::int64_t r, std::int64_t c) const { return j0 + c > i0 + r; }
+};
+
+// s = scale * a_rows b_cols^T for a [*, D] row block and a [*, D] key block (leading dim D).
 template <class T>
-void transpose_into(const T* in, T* out, std::int64_t t_len, std::int64_t d_len) {
-  for (std::int64_t t = 0; t < t_len; ++t)
-    for (std::int64_t d = 0; d < d_len; ++d) out[d * t_len + t] = in[t * d_len + d];
+void scores(const TilePair& t, const T* a, const T* b, std::int64_t d_len, T scale, T* s) {
+  cpu::gemm(CblasNoTrans, CblasTrans, static_cast<int>(t.rows), static_cast<int>(t.cols), static_cast<int>(d_len),
+            scale, a + t.i0 * d_len, static_cast<int>(d_len), b + t.j0 * d_len, static_cast<int>(d_len), T(0), s,
+            static_cast<int>(kTile));
 }
 
-// s[c] = scale * (row . mt[:, j0 + c]) for c < n: one query (or gradient) row against a tile of
-// the transposed keys (or values) mt [D, T].
+// Row r of the tile's scores becomes exp(s - m[r]) in place (0 where masked); returns nothing, the
+// caller sums what it needs. Vectorises: the mask is a select.
 template <class T>
-TROUPE_VECTOR_CLONES void row_times_tile(const T* row, const T* mt, std::int64_t t_len, std::int64_t d_len,
-                                         std::int64_t j0, std::int64_t n, T scale, T* s) {
-  for (std::int64_t c = 0; c < n; ++c) s[c] = 0;
-  for (std::int64_t d = 0; d < d_len; ++d) {
-    const T a = row[d];
-    const T* m = mt + d * t_len + j0;
-    for (std::int64_t c = 0; c < n; ++c) s[c] += a * m[c];
+TROUPE_VECTOR_CLONES void exp_rows(const TilePair& t, T* s, const T* m) {
+  for (std::int64_t r = 0; r < t.rows; ++r) {
+    T* row = s + r * kTile;
+    const std::int64_t visible = std::min(t.cols, t.i0 + r - t.j0 + 1);  // keys j <= i
+    for (std::int64_t c = 0; c < t.cols; ++c) {
+      const T e = exp_of(row[c] - m[r]);
+      row[c] = c < visible ? e : T(0);
+    }
   }
-  for (std::int64_t c = 0; c < n; ++c) s[c] *= scale;
 }
 
-// y += a * x over n elements.
+// The online softmax's step for one tile pair: new row maxima, the rescale of the running sums l
+// and outputs acc [rows, D], then acc += p v_tile.
 template <class T>
-TROUPE_VECTOR_CLONES void axpy(T a, const T* x, T* y, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+void forward_tile(const TilePair& t, const T* v, std::int64_t d_len, T* s, T* m, T* l, T* acc, T* m_new) {
+  for (std::int64_t r = 0; r < t.rows; ++r) {
+    T mx = m[r];
+    for (std::int64_t c = 0; c < t.cols; ++c)
+      if (!t.masked(r, c)) mx = s[r * kTile + c] > mx ? s[r * kTile + c] : mx;
+    m_new[r] = mx;
+  }
+  exp_rows(t, s, m_new);
+  for (std::int64_t r = 0; r < t.rows; ++r) {
+    const T correction = exp_of(m[r] - m_new[r]);  // 0 on the first tile (m = -inf)
+    T sum = 0;
+    for (std::int64_t c = 0; c < t.cols; ++c) sum += s[r * kTile + c];
+    l[r] = l[r] * correction + sum;
+    for (std::int64_t d = 0; d < d_len; ++d) acc[r * d_len + d] *= correction;
+    m[r] = m_new[r];
+  }
+  cpu::gemm(CblasNoTrans, CblasNoTrans, static_cast<int>(t.rows), static_cast<int>(d_len), static_cast<int>(t.cols), T(1),
+            s, static_cast<int>(kTile), v + t.j0 * d_len, static_cast<int>(d_len), T(1), acc, static_cast<int>(d_len));
 }
 
-// One (batch, head): rows i = 0..T-1, keys j <= i.
+// Scratch of one kernel call, reused across heads and tiles.
+template <class T>
+struct Scratch {
+  explicit Scratch(std::int64_t d_len)
+      : s(kTile * kTile), ds(kTile * kTile), acc(kTile * d_len), m(kTile), l(kTile), m_new(kTile) {}
+  std::vector<T> s, ds, acc, m, l, m_new;
+};
+
 template <class T>
 void forward_head(const T* q, const T* k, const T* v, T* y, T* lse, std::int64_t t_len, std::int64_t d_len, T scale,
-                  std::vector<T>& kt, std::vector<T>& s, std::vector<T>& acc) {
-  transpose_into(k, kt.data(), t_len, d_len);
-  for (std::int64_t i = 0; i < t_len; ++i) {
-    T m = -std::numeric_limits<T>::infinity(), l = 0;
-    std::fill(acc.begin(), acc.end(), T(0));
-    for (std::int64_t j0 = 0; j0 <= i; j0 += kTile) {
-      const std::int64_t n = std::min(kTile, i + 1 - j0);
-      row_times_tile(q + i * d_len, kt.data(), t_len, d_len, j0, n, scale, s.data());
-      T tile_max = s[0];
-      for (std::int64_t c = 1; c < n; ++c) tile_max = s[c] > tile_max ? s[c] : tile_max;
-      const T m_new = tile_max > m ? tile_max : m;
-      const T correction = exp_of(m - m_new);  // 0 on the first tile (m = -inf)
-      l *= correction;
-      for (std::int64_t d = 0; d < d_len; ++d) acc[d] *= correction;
-      for (std::int64_t c = 0; c < n; ++c) {
-        const T p = exp_of(s[c] - m_new);
-        l += p;
-        axpy(p, v + (j0 + c) * d_len, acc.data(), d_len);
-      }
-      m = m_new;
+                  Scratch<T>& w) {
+  for (std::int64_t i0 = 0; i0 < t_len; i0 += kTile) {
+    const std::int64_t rows = std::min(kTile, t_len - i0);
+    std::fill(w.m.begin(), w.m.end(), -std::numeric_limits<T>::infinity());
+    std::fill(w.l.begin(), w.l.end(), T(0));
+    std::fill(w.acc.begin(), w.acc.end(), T(0));
+    for (std::int64_t j0 = 0; j0 < i0 + rows; j0 += kTile) {
+      const TilePair t{i0, rows, j0, std::min(kTile, t_len - j0)};
+      scores(t, q, k, d_len, scale, w.s.data());
+      forward_tile(t, v, d_len, w.s.data(), w.m.data(), w.l.data(), w.acc.data(), w.m_new.data());
     }
-    for (std::int64_t d = 0; d < d_len; ++d) y[i * d_len + d] = acc[d] / l;
-    lse[i] = m + std::log(l);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const T inv = T(1) / w.l[r];
+      for (std::int64_t d = 0; d < d_len; ++d) y[(i0 + r) * d_len + d] = w.acc[r * d_len + d] * inv;
+      lse[i0 + r] = w.m[r] + std::log(w.l[r]);
+    }
   }
 }
 
@@ -86,11 +113,11 @@ void attention_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
   const Shape& shape = in[0].shape();  // [N, T, D]
   const std::int64_t heads = shape[0], t_len = shape[1], d_len = shape[2];
   const T scale = static_cast<T>(attrs.get_double("scale"));
-  std::vector<T> kt(static_cast<std::size_t>(t_len * d_len)), s(kTile), acc(static_cast<std::size_t>(d_len));
+  Scratch<T> w(d_len);
   for (std::int64_t h = 0; h < heads; ++h) {
     const std::int64_t off = h * t_len * d_len;
     forward_head(in[0].data<T>() + off, in[1].data<T>() + off, in[2].data<T>() + off, out[0].data<T>() + off,
-                 out[1].data<T>() + h * t_len, t_len, d_len, scale, kt, s, acc);
+                 out[1].data<T>() + h * t_len, t_len, d_len, scale, w);
   }
 }
 
@@ -101,32 +128,44 @@ struct HeadGrads {
   T *dq, *dk, *dv;
 };
 
-// FlashAttention-2's backward for one (batch, head): with p = exp(s - lse) recomputed per tile,
-// dv_j += p dy_i, ds = p (dy_i . v_j - dy_i . y_i), dq_i += scale ds k_j, dk_j += scale ds q_i.
+// ds = scale * p * (dp - delta[row]) in place of dp, row by row.
 template <class T>
-void backward_head(const HeadGrads<T>& g, std::int64_t t_len, std::int64_t d_len, T scale, std::vector<T>& kt,
-                   std::vector<T>& vt, std::vector<T>& s, std::vector<T>& dp) {
-  transpose_into(g.k, kt.data(), t_len, d_len);
-  transpose_into(g.v, vt.data(), t_len, d_len);
-  for (std::int64_t i = 0; i < t_len; ++i) {
-    const T* dyi = g.dy + i * d_len;
-    const T* qi = g.q + i * d_len;
-    T delta = 0;
-    for (std::int64_t d = 0; d < d_len; ++d) delta += dyi[d] * g.y[i * d_len + d];
-    for (std::int64_t j0 = 0; j0 <= i; j0 += kTile) {
-      const std::int64_t n = std::min(kTile, i + 1 - j0);
-      row_times_tile(qi, kt.data(), t_len, d_len, j0, n, scale, s.data());
-      row_times_tile(dyi, vt.data(), t_len, d_len, j0, n, T(1), dp.data());
-      for (std::int64_t c = 0; c < n; ++c) {
-        const std::int64_t j = j0 + c;
-        const T p = exp_of(s[c] - g.lse[i]);
-        axpy(p, dyi, g.dv + j * d_len, d_len);
-        const T ds = scale * p * (dp[c] - delta);
-        axpy(ds, g.k + j * d_len, g.dq + i * d_len, d_len);
-        axpy(ds, qi, g.dk + j * d_len, d_len);
-      }
-    }
+TROUPE_VECTOR_CLONES void score_grads(const TilePair& t, const T* p, T* dp, const T* delta, T scale) {
+  for (std::int64_t r = 0; r < t.rows; ++r)
+    for (std::int64_t c = 0; c < t.cols; ++c)
+      dp[r * kTile + c] = scale * p[r * kTile + c] * (dp[r * kTile + c] - delta[r]);
+}
+
+// FlashAttention-2's backward for one tile pair, with p = exp(s - lse) recomputed:
+// dv_j += p^T dy_i, dp = dy_i v_j^T, ds = scale p (dp - delta), dq_i += ds k_j, dk_j += ds^T q_i.
+template <class T>
+void backward_tile(const TilePair& t, const HeadGrads<T>& g, std::int64_t d_len, T scale, const T* delta, Scratch<T>& w) {
+  const int rows = static_cast<int>(t.rows), cols = static_cast<int>(t.cols), dl = static_cast<int>(d_len);
+  const int tile = static_cast<int>(kTile);
+  scores(t, g.q, g.k, d_len, scale, w.s.data());
+  exp_rows(t, w.s.data(), g.lse + t.i0);
+  const T* dyi = g.dy + t.i0 * d_len;
+  cpu::gemm(CblasTrans, CblasNoTrans, cols, dl, rows, T(1), w.s.data(), tile, dyi, dl, T(1), g.dv + t.j0 * d_len, dl);
+  cpu::gemm(CblasNoTrans, CblasTrans, rows, cols, dl, T(1), dyi, dl, g.v + t.j0 * d_len, dl, T(0), w.ds.data(), tile);
+  score_grads(t, w.s.data(), w.ds.data(), delta + t.i0, scale);
+  cpu::gemm(CblasNoTrans, CblasNoTrans, rows, dl, cols, T(1), w.ds.data(), tile, g.k + t.j0 * d_len, dl, T(1),
+            g.dq + t.i0 * d_len, dl);
+  cpu::gemm(CblasTrans, CblasNoTrans, cols, dl, rows, T(1), w.ds.data(), tile, g.q + t.i0 * d_len, dl, T(1),
+            g.dk + t.j0 * d_len, dl);
+}
+
+template <class T>
+void backward_head(const HeadGrads<T>& g, std::int64_t t_len, std::int64_t d_len, T scale, std::vector<T>& delta,
+                   Scratch<T>& w) {
+  for (std::int64_t i = 0; i < t_len; ++i) {  // delta_i = dy_i . y_i
+    T sum = 0;
+    for (std::int64_t d = 0; d < d_len; ++d) sum += g.dy[i * d_len + d] * g.y[i * d_len + d];
+    delta[static_cast<std::size_t>(i)] = sum;
   }
+  for (std::int64_t i0 = 0; i0 < t_len; i0 += kTile)
+    for (std::int64_t j0 = 0; j0 <= i0; j0 += kTile)
+      backward_tile(TilePair{i0, std::min(kTile, t_len - i0), j0, std::min(kTile, t_len - j0)}, g, d_len, scale,
+                    delta.data(), w);
 }
 
 template <class T>
@@ -135,13 +174,14 @@ void attention_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor
   const std::int64_t heads = shape[0], t_len = shape[1], d_len = shape[2];
   const T scale = static_cast<T>(attrs.get_double("scale"));
   for (Tensor& o : out) std::fill(o.data<T>(), o.data<T>() + o.numel(), T(0));
-  std::vector<T> kt(static_cast<std::size_t>(t_len * d_len)), vt(kt.size()), s(kTile), dp(kTile);
+  Scratch<T> w(d_len);
+  std::vector<T> delta(static_cast<std::size_t>(t_len));
   for (std::int64_t h = 0; h < heads; ++h) {
     const std::int64_t off = h * t_len * d_len;
     const auto at = [&](std::size_t k) { return in[k].data<T>() + off; };
     const HeadGrads<T> g{at(0), at(1), at(2), at(3), at(4), in[5].data<T>() + h * t_len,
                          out[0].data<T>() + off, out[1].data<T>() + off, out[2].data<T>() + off};
-    backward_head(g, t_len, d_len, scale, kt, vt, s, dp);
+    backward_head(g, t_len, d_len, scale, delta, w);
   }
 }
 
