@@ -295,6 +295,17 @@ TEST(GraphChecker, RejectsBrokenGraphsNamingTheRule) {
   expect_rejected(missing, "value %99 is not in the graph");
 }
 
+TEST(GraphChecker, AcceptsAnEmptyCustomGradientRegion) {
+  auto fn = trace([](const std::vector<Var>& in) {
+    const auto same = custom_gradient("same", [](const std::vector<Var>& v) { return v; },
+                                      [](const GradContext& c) { return std::vector<Var>{c.grad_output(0)}; }, in);
+    return std::vector<Var>{relu(same[0])};
+  }, {{"x", {2, 3}}});
+  ASSERT_EQ(fn.graph().regions().size(), 1u);
+  EXPECT_NO_THROW(check_graph(fn.graph()));
+  EXPECT_NO_THROW(optimize(fn.graph(), 2, {true, ""}));
+}
+
 TEST(GraphChecker, RejectsRewritesThatChangeTheSignature) {
   Graph a, b;
   a.add_input("x", kF23);
