@@ -96,7 +96,8 @@ int run_loop(Session& s, const TrainStepOptions& step_setup, std::int64_t start_
   if (s.setup.forward_program && s.step.engine()) {
     actors::ProgramOptions options;
     options.micro_batches = step_setup.micro_batches;
-    forward_program = s.step.engine()->compile(graph::trace(s.parts.loss, s.setup.signature), options);
+    forward_program = s.step.engine()->compile(
+        graph::trace(s.parts.loss, s.setup.signature).optimized(step_setup.jit_level), options);
   }
   const ForwardLoss forward = forward_loss(s, forward_program.get());
   std::int64_t step_number = start_step;

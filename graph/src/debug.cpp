@@ -32,7 +32,8 @@ std::vector<Tensor> compute_debug_print(const std::vector<Tensor>& in, const Com
 }
 // Prints at run time whatever the switch says then: a graph traced with DEBUG on keeps its prints.
 TROUPE_DEFINE_OP({.name = "debug_print", .infer = infer_debug_print, .compute = compute_debug_print,
-                  .grad = [](const GradContext& c) -> std::vector<Var> { return {c.grad_output(0)}; }});
+                  .grad = [](const GradContext& c) -> std::vector<Var> { return {c.grad_output(0)}; },
+                  .side_effects = true});
 }  // namespace
 
 bool debug_enabled() { return debug_flag(); }

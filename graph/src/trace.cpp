@@ -6,6 +6,7 @@
 #include "tape.hpp"
 #include "troupe/graph/autodiff.hpp"
 #include "troupe/graph/executor.hpp"
+#include "troupe/graph/passes.hpp"
 #include "troupe/kernels/elementwise.hpp"
 #include "troupe/kernels/error.hpp"
 
@@ -91,6 +92,12 @@ TracedFunction TracedFunction::with_gradients(const std::vector<Var>& params) co
   return f;
 }
 
+TracedFunction TracedFunction::optimized(int level) const {
+  TracedFunction f = *this;
+  f.graph_ = std::make_shared<const Graph>(optimize(*graph_, level));
+  return f;
+}
+
 std::vector<Tensor> TracedFunction::operator()(const std::vector<Tensor>& inputs) const {
   TROUPE_CHECK(inputs.size() == signature_.size(), invalid_argument, "traced function takes ", signature_.size(),
                " inputs, got ", inputs.size());
@@ -120,7 +127,8 @@ Jit::Jit(TraceableFn fn, std::vector<InputSpec> signature, bool gradients, int l
   TROUPE_CHECK(level >= 0 && level <= 3, invalid_argument, "jit level ", level, " is not in 0..3");
   if (level == 0) return;
   TracedFunction t = trace(fn_, signature_);
-  traced_ = std::make_shared<TracedFunction>(gradients_ ? t.with_gradients() : std::move(t));
+  if (gradients_) t = t.with_gradients();
+  traced_ = std::make_shared<TracedFunction>(t.optimized(level));
 }
 
 std::vector<Tensor> Jit::operator()(const std::vector<Tensor>& inputs) const {

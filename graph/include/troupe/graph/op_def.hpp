@@ -54,6 +54,8 @@ struct OpDef {
   ComputeFn compute = nullptr;       // hand-written computation, or null when `kernel` is set
   GradFn grad;                       // empty: not differentiable (autodiff says so if a gradient must pass)
   std::vector<int> no_grad_inputs;   // inputs that never get a gradient (ids, targets, shape sources)
+  bool side_effects = false;         // runs for an effect besides its outputs (printing): graph passes
+                                     // never remove, merge or fold such a node
   /// True when a gradient can flow into input `i`.
   bool differentiable(std::size_t i) const;
   /// Runs the op on tensors, its kernel or its compute function, and checks the outputs against
@@ -80,6 +82,8 @@ class OpRegistry {
   void add_gradient(const std::string& name, GradFn fn);
   /// The named gradient rule; throws if unknown.
   const GradFn& gradient(const std::string& name) const;
+  /// True when a gradient rule called `name` is registered (the graph checker asks).
+  bool has_gradient(const std::string& name) const { return gradients_.count(name) != 0; }
 
  private:
   OpRegistry() = default;

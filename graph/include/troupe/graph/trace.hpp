@@ -33,6 +33,10 @@ class TracedFunction {
   /// A copy whose graph also computes d(output 0)/d(param) for `params` (default: every parameter
   /// the function read); calling it fills their grad() like eager backward().
   TracedFunction with_gradients(const std::vector<Var>& params = {}) const;
+  /// A copy whose graph went through the pass pipeline of JIT level `level` (graph/passes.hpp):
+  /// the same signature and results, bit for bit, with less work. Take the gradients first, so
+  /// the passes see forward and backward together.
+  TracedFunction optimized(int level) const;
   /// The recorded graph.
   const Graph& graph() const { return *graph_; }
   /// The signature it was traced with, dims resolved to symbols.
@@ -60,8 +64,8 @@ TracedFunction trace(const TraceableFn& fn, const std::vector<InputSpec>& signat
 /// Unset means 3; anything but an integer 0..3 is an error saying so.
 int jit_level();
 
-/// Conditional jit: runs `fn` eagerly when the level is 0 and as a traced graph otherwise, with the
-/// same results. With `gradients`, each call also fills the grad() of the parameters that output 0
+/// Conditional jit: runs `fn` eagerly when the level is 0 and as a traced graph otherwise (through
+/// the level's pass pipeline), with the same results. With `gradients`, each call also fills the grad() of the parameters that output 0
 /// depends on (eager backward() or a traced backward), so a training step can switch freely.
 class Jit {
  public:

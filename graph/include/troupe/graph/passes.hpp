@@ -1,0 +1,78 @@
+#pragma once
+// Graph passes: rewrites of a traced graph that keep every value bit-identical, run as a fixed
+// pipeline per JIT level. Each pass returns a new graph; the signature (inputs, parameters, outputs)
+// never changes, so a TracedFunction's bookkeeping stays valid. The pipeline checks the graph after
+// each pass (debug builds, or when asked) and can dump it before and after each pass.
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "troupe/graph/graph.hpp"
+
+namespace troupe::graph {
+
+/// One rewrite of the pipeline: a name (dump files and statistics use it) and the function.
+struct Pass {
+  const char* name;
+  Graph (*run)(const Graph& g);
+};
+
+/// Node counts around one pass of a pipeline run.
+struct PassStat {
+  std::string pass;
+  std::size_t nodes_before = 0, nodes_after = 0;
+};
+
+/// Whether optimize() checks the graph after each pass unless told otherwise: in debug builds.
+#ifdef NDEBUG
+inline constexpr bool kCheckGraphsByDefault = false;
+#else
+inline constexpr bool kCheckGraphsByDefault = true;
+#endif
+
+/// The TROUPE_DUMP_GRAPH environment variable (a folder for graph dumps), or empty.
+std::string dump_dir_from_env();
+
+/// How optimize() runs its passes.
+struct OptimizeOptions {
+  bool check = kCheckGraphsByDefault;        // check_graph and check_rewrite after each pass
+  std::string dump_dir = dump_dir_from_env();  // text dumps before and after each pass; empty = none
+};
+
+/// The passes JIT level `level` runs, in order: none at levels 0 and 1; at levels 2 and 3,
+/// constant folding, algebraic simplification, common-subexpression elimination, dead-code
+/// elimination. Throws for a level outside 0..3.
+std::vector<Pass> pipeline(int level);
+
+/// Runs pipeline(level) on `g` and returns the result; `stats`, when given, receives one entry per
+/// pass. Dumps go to `<dump_dir>/NN-<pass>.txt` (NN counts on across the graphs of a process, and
+/// each graph starts with NN-input.txt); a folder that cannot be written is an io Error saying so.
+Graph optimize(const Graph& g, int level, const OptimizeOptions& options = {}, std::vector<PassStat>* stats = nullptr);
+
+/// Folds nodes whose inputs are all constants (and zeros_like of a fixed shape) into constants.
+/// Leaves nodes with side effects, in custom-gradient regions, with gradient overrides or whose
+/// outputs are graph outputs.
+Graph fold_constants(const Graph& g);
+/// Removes work that gives its input back bit for bit: x*1, x+(-0), x-0, x/1 (scalar or constant
+/// forms, only when x already has the result's shape, dtype and dense layout), permutes that
+/// compose (to the identity: the input; else one permute), reshape chains and reshapes to the same
+/// shape (of dense values).
+Graph simplify_algebra(const Graph& g);
+/// Merges nodes with the same op, inputs, attributes, target, label, gradient override and region.
+Graph eliminate_common_subexpressions(const Graph& g);
+/// Removes nodes whose outputs nobody reads, except nodes with side effects; a custom-gradient
+/// region goes or stays as a whole. Constants nobody reads go too.
+Graph eliminate_dead_code(const Graph& g);
+
+/// Throws a runtime Error naming the first broken rule: node ids in order, inputs defined before
+/// use, every value's producer and output index consistent, output infos equal to re-running the
+/// op's inference, graph outputs defined, constants matching their info, custom-gradient regions
+/// contiguous with their inputs and outputs in place, gradient overrides registered.
+void check_graph(const Graph& g);
+/// Throws a runtime Error naming `pass` when `after` does not keep `before`'s signature (inputs and
+/// parameters by name and info, in order; outputs by info) or has a custom-gradient region or a
+/// gradient override that `before` has not.
+void check_rewrite(const Graph& before, const Graph& after, const std::string& pass);
+
+}  // namespace troupe::graph

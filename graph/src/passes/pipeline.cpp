@@ -1,0 +1,63 @@
+// The pass manager: the fixed pipeline of each JIT level, run with checks and dumps.
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "troupe/graph/passes.hpp"
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::graph {
+
+namespace {
+// Dump files are numbered across every graph a process optimizes, so none overwrites another.
+std::atomic<int> dump_counter{0};
+
+void write_dump(const std::string& dir, const char* stage, const Graph& g) {
+  char number[16];
+  std::snprintf(number, sizeof number, "%02d", dump_counter.fetch_add(1));
+  const std::string path = dir + "/" + number + "-" + stage + ".txt";
+  std::ofstream file(path);
+  file << g.dump();
+  file.close();
+  TROUPE_CHECK(file.good(), io, "TROUPE_DUMP_GRAPH: cannot write '", path,
+               "'; create the folder, make it writable, or unset TROUPE_DUMP_GRAPH");
+}
+}  // namespace
+
+std::string dump_dir_from_env() {
+  const char* env = std::getenv("TROUPE_DUMP_GRAPH");
+  return env ? std::string(env) : std::string();
+}
+
+std::vector<Pass> pipeline(int level) {
+  TROUPE_CHECK(level >= 0 && level <= 3, invalid_argument, "jit level ", level, " is not in 0..3");
+  if (level < 2) return {};  // level 1 runs the graph as traced
+  // Folding and simplification first: they leave nodes for CSE to merge and dead ones for DCE.
+  // Level 3's fusion, memory planning and layout choice go after these when they exist; until
+  // then level 3 runs exactly level 2's passes.
+  return {{"constant-folding", fold_constants},
+          {"algebraic-simplification", simplify_algebra},
+          {"cse", eliminate_common_subexpressions},
+          {"dce", eliminate_dead_code}};
+}
+
+Graph optimize(const Graph& g, int level, const OptimizeOptions& options, std::vector<PassStat>* stats) {
+  const std::vector<Pass> passes = pipeline(level);
+  if (options.check) check_graph(g);
+  if (!options.dump_dir.empty()) write_dump(options.dump_dir, "input", g);
+  Graph current = g;
+  for (const Pass& pass : passes) {
+    Graph next = pass.run(current);
+    if (options.check) {
+      check_graph(next);
+      check_rewrite(current, next, pass.name);
+    }
+    if (!options.dump_dir.empty()) write_dump(options.dump_dir, pass.name, next);
+    if (stats) stats->push_back(PassStat{pass.name, current.nodes().size(), next.nodes().size()});
+    current = std::move(next);
+  }
+  return current;
+}
+
+}  // namespace troupe::graph

@@ -1,0 +1,109 @@
+#include "passes/rewriter.hpp"
+
+#include "troupe/graph/op_def.hpp"
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::graph::passes {
+
+Rewriter::Rewriter(const Graph& src)
+    : src_(src), map_(src.values().size(), -1), is_output_(src.values().size(), false) {
+  for (ValueId v : src.inputs()) map_[static_cast<std::size_t>(v)] = out_.add_input(src.value(v).name, src.value(v).info);
+  for (ValueId v : src.parameters())
+    map_[static_cast<std::size_t>(v)] = out_.add_parameter(src.value(v).name, src.value(v).info);
+  for (ValueId v : src.outputs()) is_output_[static_cast<std::size_t>(v)] = true;
+}
+
+ValueId Rewriter::map(ValueId v) {
+  ValueId& m = map_.at(static_cast<std::size_t>(v));
+  if (m < 0 && src_.value(v).kind == ValueKind::constant) m = out_.add_constant(src_.value(v).constant);
+  TROUPE_CHECK(m >= 0, runtime, "graph pass: value %", v, " is read before its producer was copied (a pass bug)");
+  return m;
+}
+
+std::vector<ValueId> Rewriter::map(const std::vector<ValueId>& vs) {
+  std::vector<ValueId> out;
+  out.reserve(vs.size());
+  for (ValueId v : vs) out.push_back(map(v));
+  return out;
+}
+
+void Rewriter::enter_region(int old_region) {
+  if (old_region == open_old_) return;
+  if (open_new_ >= 0) {
+    const CustomRegion& r = src_.regions()[static_cast<std::size_t>(open_old_)];
+    out_.end_region(open_new_, map(r.outputs), r.backward);
+  }
+  open_old_ = old_region;
+  open_new_ = -1;
+  if (old_region < 0) return;
+  const CustomRegion& r = src_.regions()[static_cast<std::size_t>(old_region)];
+  open_new_ = out_.begin_region(r.name, map(r.inputs));
+}
+
+void Rewriter::claim(ValueId old_value, ValueId new_value) {
+  if (!is_output_[static_cast<std::size_t>(old_value)]) return;
+  if (claimed_.size() < out_.values().size()) claimed_.resize(out_.values().size(), false);
+  claimed_[static_cast<std::size_t>(new_value)] = true;
+}
+
+NodeId Rewriter::copy(const Node& n) { return emit_for(n, n.op, map(n.inputs), n.attrs, n.target); }
+
+NodeId Rewriter::emit_for(const Node& n, const std::string& op, const std::vector<ValueId>& inputs,
+                          const Attrs& attrs, const SymShape& target) {
+  enter_region(n.region);
+  const NodeId m = out_.add_node(op, inputs, attrs, target);
+  Node& node = out_.mutable_node(m);
+  node.label = n.label;
+  node.gradient = n.gradient;
+  node.backward = n.backward;
+  TROUPE_CHECK(node.outputs.size() == n.outputs.size(), runtime, "graph pass: ", op, " in place of ", n.op,
+               " has ", node.outputs.size(), " outputs instead of ", n.outputs.size(), " (a pass bug)");
+  const std::vector<ValueId> outs = node.outputs;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    const ValueInfo &was = src_.value(n.outputs[i]).info, &now = out_.value(outs[i]).info;
+    TROUPE_CHECK(was.dtype == now.dtype && was.shape == now.shape, runtime, "graph pass: ", op, " in place of ",
+                 n.op, " gives ", dtype_name(now.dtype), sym_shape_str(now.shape), " instead of ",
+                 dtype_name(was.dtype), sym_shape_str(was.shape), " (a pass bug)");
+    map_[static_cast<std::size_t>(n.outputs[i])] = outs[i];
+    claim(n.outputs[i], outs[i]);
+  }
+  return m;
+}
+
+bool Rewriter::can_replace(ValueId v, ValueId to) const {
+  const ValueInfo &a = src_.value(v).info, &b = out_.value(to).info;
+  if (a.dtype != b.dtype || a.shape != b.shape) return false;
+  if (!is_output_[static_cast<std::size_t>(v)]) return true;
+  const bool taken = static_cast<std::size_t>(to) < claimed_.size() && claimed_[static_cast<std::size_t>(to)];
+  return out_.value(to).kind == ValueKind::op_output && !taken;
+}
+
+void Rewriter::replace(ValueId v, ValueId to) {
+  TROUPE_CHECK(can_replace(v, to), runtime, "graph pass: value %", v, " cannot stand for %", to, " (a pass bug)");
+  map_[static_cast<std::size_t>(v)] = to;
+  claim(v, to);
+}
+
+ValueId Rewriter::constant(const Tensor& t) { return out_.add_constant(t); }
+
+Graph Rewriter::finish() {
+  enter_region(-1);
+  for (ValueId v : src_.outputs()) out_.add_output(map(v));
+  return std::move(out_);
+}
+
+bool rewritable(const Node& n) {
+  return n.region < 0 && n.gradient.empty() && !OpRegistry::instance().get(n.op).side_effects;
+}
+
+bool known_dense(const Graph& g, ValueId v) {
+  while (g.value(v).kind == ValueKind::op_output) {
+    const Node& n = g.node(g.value(v).producer);
+    if (OpRegistry::instance().get(n.op).kernel) return true;  // OpDef::run allocates dense outputs
+    if (n.op != "reshape") return false;
+    v = n.inputs[0];  // a reshape of a dense tensor is a dense view of it
+  }
+  return false;
+}
+
+}  // namespace troupe::graph::passes

@@ -1,0 +1,66 @@
+#pragma once
+// The one way a pass builds its result: the source graph is copied node by node, in order, into a
+// fresh graph through a map from old values to new ones. A pass copies a node, drops it, maps its
+// outputs to values that already exist, or emits other nodes in its place. Building through
+// Graph::add_node re-runs every op's inference, and the signature (inputs, parameters, outputs)
+// carries over unchanged, so a TracedFunction's parameter and gradient bookkeeping stays valid.
+
+#include <vector>
+
+#include "troupe/graph/graph.hpp"
+
+namespace troupe::graph::passes {
+
+/// Copies a graph into a new one node by node; see the file comment.
+class Rewriter {
+ public:
+  /// Starts the copy of `src` with its inputs and parameters, in order.
+  explicit Rewriter(const Graph& src);
+  /// The new value standing for old value `v`; constants are copied on first use, so constants
+  /// nobody reads are dropped.
+  ValueId map(ValueId v);
+  /// The new values standing for `vs`.
+  std::vector<ValueId> map(const std::vector<ValueId>& vs);
+  /// Copies old node `n` with mapped inputs, keeping attributes, target, label, gradient override,
+  /// backward flag and custom-gradient region.
+  NodeId copy(const Node& n);
+  /// Appends a node in place of old node `n` (its flags and region) and maps n's outputs to its
+  /// outputs, which must have the same infos (a pass that breaks this throws).
+  NodeId emit_for(const Node& n, const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs,
+                  const SymShape& target = {});
+  /// True when old value `v` may stand for new value `to`: the infos are equal, and when `v` is a
+  /// graph output, `to` is an op output no other graph output stands for yet (so outputs never
+  /// alias an input, a parameter, a constant or each other, whatever the caller does with them).
+  bool can_replace(ValueId v, ValueId to) const;
+  /// Makes old value `v` stand for new value `to`; requires can_replace.
+  void replace(ValueId v, ValueId to);
+  /// Adds a constant to the new graph.
+  ValueId constant(const Tensor& t);
+  /// The graph built so far (passes look at the new producers of mapped values).
+  const Graph& result() const { return out_; }
+  /// Closes the open region, adds the outputs and returns the new graph.
+  Graph finish();
+
+ private:
+  void enter_region(int old_region);
+  void claim(ValueId old_value, ValueId new_value);
+  const Graph& src_;
+  Graph out_;
+  std::vector<ValueId> map_;           // old value -> new value, -1 until mapped
+  std::vector<bool> is_output_;        // old value is a graph output
+  std::vector<bool> claimed_;          // new value already stands for a graph output
+  int open_old_ = -1, open_new_ = -1;  // the region being copied, old and new index
+};
+
+/// True when old node `n` may be rewritten away (folded, simplified): no side effects, outside
+/// custom-gradient regions, without a gradient override, so no rewrite changes which gradient rule
+/// applies if the graph is differentiated later.
+bool rewritable(const Node& n);
+
+/// True when value `v` of `g` is known, from how it is computed, to be a dense row-major tensor at
+/// run time: the output of a kernel op (freshly allocated) or a reshape of such a value. Rewrites
+/// that hand a consumer another tensor than the one it read require this, so the consumer sees
+/// exactly the strides it saw before and computes exactly the same bits.
+bool known_dense(const Graph& g, ValueId v);
+
+}  // namespace troupe::graph::passes
