@@ -83,7 +83,9 @@ TrainStep::TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputS
   po.clip_mode = clip_mode(options.mode);
   po.data_parallel = dp_;
   po.data_parallel.overlap = options.mode == GradMode::advanced;
-  program_ = engine_->compile(graph::trace(loss_fn_, signature).with_gradients().optimized(options.jit_level), po);
+  // Optimized before the gradients (fusion) and after (forward and backward together).
+  const int level = options.jit_level;
+  program_ = engine_->compile(graph::trace(loss_fn_, signature).optimized(level).with_gradients().optimized(level), po);
 }
 
 StepOutcome TrainStep::operator()(const std::vector<Tensor>& inputs) {

@@ -127,7 +127,7 @@ Jit::Jit(TraceableFn fn, std::vector<InputSpec> signature, bool gradients, int l
   TROUPE_CHECK(level >= 0 && level <= 3, invalid_argument, "jit level ", level, " is not in 0..3");
   if (level == 0) return;
   TracedFunction t = trace(fn_, signature_);
-  if (gradients_) t = t.with_gradients();
+  if (gradients_) t = t.optimized(level).with_gradients();  // fuse forward chains before autodiff
   traced_ = std::make_shared<TracedFunction>(t.optimized(level));
 }
 

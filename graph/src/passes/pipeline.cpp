@@ -34,12 +34,13 @@ std::vector<Pass> pipeline(int level) {
   TROUPE_CHECK(level >= 0 && level <= 3, invalid_argument, "jit level ", level, " is not in 0..3");
   if (level < 2) return {};  // level 1 runs the graph as traced
   // Folding and simplification first: they leave nodes for CSE to merge and dead ones for DCE.
-  // Level 3's fusion, memory planning and layout choice go after these when they exist; until
-  // then level 3 runs exactly level 2's passes.
-  return {{"constant-folding", fold_constants},
-          {"algebraic-simplification", simplify_algebra},
-          {"cse", eliminate_common_subexpressions},
-          {"dce", eliminate_dead_code}};
+  // Level 3 fuses after them; memory planning and layout choice will follow fusion.
+  std::vector<Pass> passes{{"constant-folding", fold_constants},
+                           {"algebraic-simplification", simplify_algebra},
+                           {"cse", eliminate_common_subexpressions},
+                           {"dce", eliminate_dead_code}};
+  if (level == 3) passes.push_back({"attention-fusion", fuse_attention});
+  return passes;
 }
 
 Graph optimize(const Graph& g, int level, const OptimizeOptions& options, std::vector<PassStat>* stats) {

@@ -56,9 +56,9 @@ NodeId Rewriter::emit_for(const Node& n, const std::string& op, const std::vecto
   node.label = n.label;
   node.gradient = n.gradient;
   node.backward = n.backward;
-  TROUPE_CHECK(node.outputs.size() == n.outputs.size(), runtime, "graph pass: ", op, " in place of ", n.op,
-               " has ", node.outputs.size(), " outputs instead of ", n.outputs.size(), " (a pass bug)");
-  const std::vector<ValueId> outs = node.outputs;
+  TROUPE_CHECK(node.outputs.size() >= n.outputs.size(), runtime, "graph pass: ", op, " in place of ", n.op,
+               " has ", node.outputs.size(), " outputs, fewer than ", n.outputs.size(), " (a pass bug)");
+  const std::vector<ValueId> outs(node.outputs.begin(), node.outputs.begin() + static_cast<std::ptrdiff_t>(n.outputs.size()));
   for (std::size_t i = 0; i < outs.size(); ++i) {
     const ValueInfo &was = src_.value(n.outputs[i]).info, &now = out_.value(outs[i]).info;
     TROUPE_CHECK(was.dtype == now.dtype && was.shape == now.shape, runtime, "graph pass: ", op, " in place of ",

@@ -25,7 +25,8 @@ class Rewriter {
   /// backward flag and custom-gradient region.
   NodeId copy(const Node& n);
   /// Appends a node in place of old node `n` (its flags and region) and maps n's outputs to its
-  /// outputs, which must have the same infos (a pass that breaks this throws).
+  /// first outputs, which must have the same infos (a pass that breaks this throws); outputs
+  /// beyond n's (a fused op's saved statistics) are new values.
   NodeId emit_for(const Node& n, const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs,
                   const SymShape& target = {});
   /// True when old value `v` may stand for new value `to`: the infos are equal, and when `v` is a

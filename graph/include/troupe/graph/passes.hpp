@@ -1,6 +1,7 @@
 #pragma once
-// Graph passes: rewrites of a traced graph that keep every value bit-identical, run as a fixed
-// pipeline per JIT level. Each pass returns a new graph; the signature (inputs, parameters, outputs)
+// Graph passes: rewrites of a traced graph, run as a fixed pipeline per JIT level. Level 2's keep
+// every value bit-identical; level 3's fusion replaces op chains by fused kernels that round
+// differently (within 1e-6 relative). Each pass returns a new graph; the signature (inputs, parameters, outputs)
 // never changes, so a TracedFunction's bookkeeping stays valid. The pipeline checks the graph after
 // each pass (debug builds, or when asked) and can dump it before and after each pass.
 
@@ -42,7 +43,7 @@ struct OptimizeOptions {
 
 /// The passes JIT level `level` runs, in order: none at levels 0 and 1; at levels 2 and 3,
 /// constant folding, algebraic simplification, common-subexpression elimination, dead-code
-/// elimination. Throws for a level outside 0..3.
+/// elimination; at level 3 then attention fusion. Throws for a level outside 0..3.
 std::vector<Pass> pipeline(int level);
 
 /// Runs pipeline(level) on `g` and returns the result; `stats`, when given, receives one entry per
@@ -61,6 +62,10 @@ Graph fold_constants(const Graph& g);
 Graph simplify_algebra(const Graph& g);
 /// Merges nodes with the same op, inputs, attributes, target, label, gradient override and region.
 Graph eliminate_common_subexpressions(const Graph& g);
+/// Replaces matmul(softmax(causal_mask(mul_scalar(matmul(q, k, trans_b), s))), v) by one
+/// causal_attention(q, k, v, s) where the chain's values have no other reader: in a forward graph,
+/// before the gradients are taken (TracedFunction::optimized), so autodiff uses the fused backward.
+Graph fuse_attention(const Graph& g);
 /// Removes nodes whose outputs nobody reads, except nodes with side effects; a custom-gradient
 /// region goes or stays as a whole. Constants nobody reads go too.
 Graph eliminate_dead_code(const Graph& g);

@@ -34,8 +34,9 @@ class TracedFunction {
   /// the function read); calling it fills their grad() like eager backward().
   TracedFunction with_gradients(const std::vector<Var>& params = {}) const;
   /// A copy whose graph went through the pass pipeline of JIT level `level` (graph/passes.hpp):
-  /// the same signature and results, bit for bit, with less work. Take the gradients first, so
-  /// the passes see forward and backward together.
+  /// the same signature and results (bit for bit at level 2; level 3 fuses) with less work. For
+  /// training, run it before with_gradients (fusion rewrites forward chains, and autodiff then
+  /// takes the fused ops' gradients) and again after (the passes see forward and backward together).
   TracedFunction optimized(int level) const;
   /// The recorded graph.
   const Graph& graph() const { return *graph_; }
