@@ -163,6 +163,18 @@ void bench_bandwidth() {
       bytes / t[0] / 1e9, bytes / t[2] / 1e9, t[2] / t[0], context().c_str());
   std::printf("{\"bench\":\"softmax\",\"shape\":\"4096x1024\",\"gbps\":%.1f,\"memcpy_gbps\":%.1f,\"ratio\":%.3f,%s}\n",
               bytes / t[1] / 1e9, bytes / t[2] / 1e9, t[2] / t[1], context().c_str());
+  // The backward passes read two tensors and write one: 1.5 times the bytes of the forward.
+  const auto ln = kernels::layernorm(x, gamma, beta);
+  const Tensor y = kernels::softmax(x, -1), dy = randn({rows, cols}, 10);
+  const auto tb = median_alternating(
+      {[&] { kernels::layernorm_backward(dy, x, gamma, ln.mean, ln.rstd); }, [&] { kernels::softmax_backward(dy, y, -1); },
+       [&] { std::memcpy(dst.raw_data(), x.raw_data(), x.nbytes()); }},
+      11);
+  const double gbps_copy = bytes / tb[2] / 1e9, bytes_back = 1.5 * bytes;
+  for (int k = 0; k < 2; ++k)
+    std::printf("{\"bench\":\"%s\",\"shape\":\"4096x1024\",\"gbps\":%.1f,\"memcpy_gbps\":%.1f,\"ratio\":%.3f,%s}\n",
+                k == 0 ? "layernorm_backward" : "softmax_backward", bytes_back / tb[k] / 1e9, gbps_copy,
+                bytes_back / tb[k] / 1e9 / gbps_copy, context().c_str());
   std::fflush(stdout);
 }
 

@@ -3,10 +3,37 @@
 
 #include <cmath>
 
+#include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
 
 namespace troupe {
 namespace {
+
+// sum of f(x[i]) over a row in eight double lanes (lane l takes the elements i + l), so the loop
+// vectorises without reassociating one running sum.
+template <class T, class F>
+inline __attribute__((always_inline)) double lane_sum(const T* __restrict x, std::int64_t d, F f) {
+  double lanes[8] = {};
+  std::int64_t i = 0;
+  for (; i + 8 <= d; i += 8)
+    for (int l = 0; l < 8; ++l) lanes[l] += f(static_cast<double>(x[i + l]));
+  double s = 0.0;
+  for (; i < d; ++i) s += f(static_cast<double>(x[i]));
+  for (double l : lanes) s += l;
+  return s;
+}
+
+// One row: mean and variance in double (two passes), then y in double rounded once, as before.
+template <class T>
+TROUPE_VECTOR_CLONES void layernorm_row(const T* __restrict p, const T* __restrict g, const T* __restrict b,
+                                        T* __restrict y, std::int64_t d, double eps, T* mean, T* rstd_out) {
+  const double m = lane_sum(p, d, [](double v) { return v; }) / static_cast<double>(d);
+  const double v = lane_sum(p, d, [m](double e) { return (e - m) * (e - m); }) / static_cast<double>(d);
+  const double rstd = 1.0 / std::sqrt(v + eps);
+  for (std::int64_t i = 0; i < d; ++i) y[i] = static_cast<T>((p[i] - m) * rstd * g[i] + b[i]);
+  *mean = static_cast<T>(m);
+  *rstd_out = static_cast<T>(rstd);
+}
 
 // in: x, gamma, beta; out: y, mean, rstd; attr "eps".
 template <class T>
@@ -20,21 +47,43 @@ void layernorm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
   const double eps = a.get_double("eps");
   const std::int64_t d = in[0].shape().back();
   const std::int64_t rows = d > 0 ? in[0].numel() / d : out[1].numel();
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const T* p = x + r * d;
-    double s = 0.0;
-    for (std::int64_t i = 0; i < d; ++i) s += p[i];
-    const double m = s / static_cast<double>(d);
-    double v = 0.0;
-    for (std::int64_t i = 0; i < d; ++i) v += (p[i] - m) * (p[i] - m);
-    v /= static_cast<double>(d);
-    const double rstd = 1.0 / std::sqrt(v + eps);
-    for (std::int64_t i = 0; i < d; ++i) y[r * d + i] = static_cast<T>((p[i] - m) * rstd * g[i] + b[i]);
-    mu[r] = static_cast<T>(m);
-    rs[r] = static_cast<T>(rstd);
-  }
+  for (std::int64_t r = 0; r < rows; ++r) layernorm_row(x + r * d, g, b, y + r * d, d, eps, mu + r, rs + r);
 }
 TROUPE_REGISTER_FLOAT_KERNELS("layernorm", layernorm_kernel);
+
+// One row of the backward: adds the row's share of dgamma and dbeta (in double) and writes dx.
+// s1 and s2 (the means of dxhat and dxhat * xhat) go in eight lanes so the loop vectorises.
+template <class T>
+TROUPE_VECTOR_CLONES void layernorm_backward_row(const T* __restrict dy, const T* __restrict x, const T* __restrict g,
+                                                 double m, double rstd, std::int64_t d, T* __restrict dx,
+                                                 double* __restrict dgs, double* __restrict dbs) {
+  double l1[8] = {}, l2[8] = {};
+  std::int64_t i = 0;
+  for (; i + 8 <= d; i += 8)
+    for (int l = 0; l < 8; ++l) {
+      const double xh = (x[i + l] - m) * rstd, gy = dy[i + l], dxh = gy * g[i + l];
+      l1[l] += dxh;
+      l2[l] += dxh * xh;
+    }
+  double s1 = 0.0, s2 = 0.0;
+  for (; i < d; ++i) {
+    const double xh = (x[i] - m) * rstd, dxh = static_cast<double>(dy[i]) * g[i];
+    s1 += dxh;
+    s2 += dxh * xh;
+  }
+  for (int l = 0; l < 8; ++l) {
+    s1 += l1[l];
+    s2 += l2[l];
+  }
+  s1 /= static_cast<double>(d);
+  s2 /= static_cast<double>(d);
+  for (std::int64_t k = 0; k < d; ++k) {
+    const double xh = (x[k] - m) * rstd, gy = dy[k];
+    dgs[k] += gy * xh;
+    dbs[k] += gy;
+    dx[k] = static_cast<T>(rstd * (gy * g[k] - s1 - xh * s2));
+  }
+}
 
 // in: dy, x, gamma, mean, rstd; out: dx, dgamma, dbeta.
 template <class T>
@@ -50,26 +99,9 @@ void layernorm_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor
   const std::int64_t d = in[1].shape().back();
   const std::int64_t rows = in[3].numel();
   std::vector<double> dgs(static_cast<std::size_t>(d), 0.0), dbs(static_cast<std::size_t>(d), 0.0);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const double m = mu[r], rstd = rs[r];
-    double s1 = 0.0, s2 = 0.0;  // mean of dxhat, mean of dxhat * xhat
-    for (std::int64_t i = 0; i < d; ++i) {
-      const double xh = (x[r * d + i] - m) * rstd;
-      const double gy = dy[r * d + i];
-      const double dxh = gy * g[i];
-      s1 += dxh;
-      s2 += dxh * xh;
-      dgs[i] += gy * xh;
-      dbs[i] += gy;
-    }
-    s1 /= static_cast<double>(d);
-    s2 /= static_cast<double>(d);
-    for (std::int64_t i = 0; i < d; ++i) {
-      const double xh = (x[r * d + i] - m) * rstd;
-      const double dxh = static_cast<double>(dy[r * d + i]) * g[i];
-      dx[r * d + i] = static_cast<T>(rstd * (dxh - s1 - xh * s2));
-    }
-  }
+  for (std::int64_t r = 0; r < rows; ++r)
+    layernorm_backward_row(dy + r * d, x + r * d, g, static_cast<double>(mu[r]), static_cast<double>(rs[r]), d, dx + r * d,
+                           dgs.data(), dbs.data());
   for (std::int64_t i = 0; i < d; ++i) {
     dg[i] = static_cast<T>(dgs[i]);
     db[i] = static_cast<T>(dbs[i]);

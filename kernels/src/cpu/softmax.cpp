@@ -2,6 +2,7 @@
 // as [outer, n, inner] with the softmax axis of length n and element stride inner.
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -26,18 +27,38 @@ Layout layout_of(const Shape& s, int axis) {
 // Softmax of one dense f32 row (the last-axis case: attention scores, logits), vectorised: a
 // select for the max, the fast exp (masked -inf scores give exactly 0; a NaN or +Inf score makes
 // the sum and so the whole row NaN, as in IEEE arithmetic), eight partial sums.
-TROUPE_VECTOR_CLONES void softmax_row(const float* x, float* y, std::int64_t n, bool log) {
+// `next` is the row after this one (or null): its bytes are prefetched while this row's
+// exponentials run, so the next max pass does not wait on memory.
+TROUPE_VECTOR_CLONES void softmax_row(const float* __restrict x, float* __restrict y, std::int64_t n, bool log,
+                                      const float* next) {
+  // The max in an 8-float vector (GCC's vector extension): a running select is a reduction GCC
+  // does not vectorise without -ffinite-math-only, and this pass is the one that reads the row
+  // from memory. A NaN never wins the comparison, as in the scalar form.
+  using Lanes = float __attribute__((vector_size(32)));
+  Lanes top = {};
+  top -= std::numeric_limits<float>::infinity();
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    Lanes v;
+    std::memcpy(&v, x + i, sizeof v);
+    top = v > top ? v : top;
+  }
   float m = -std::numeric_limits<float>::infinity();
-  for (std::int64_t k = 0; k < n; ++k) m = x[k] > m ? x[k] : m;
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  for (int l = 0; l < 8; ++l) m = top[l] > m ? top[l] : m;
   if (std::isinf(m) && m < 0) m = 0.0f;  // all -inf row: avoid inf - inf
+  // The exponentials and their sum in eight double lanes (lane l takes the elements k + l), in one
+  // pass; x and y are __restrict, or GCC re-checks their overlap every eight elements.
   double lanes[8] = {};
   std::int64_t k = 0;
-  for (; k + 8 <= n; k += 8)
+  for (; k + 8 <= n; k += 8) {
+    if (next && k % 16 == 0) __builtin_prefetch(next + k);  // one 64-byte line per 16 floats
     for (int l = 0; l < 8; ++l) {
       const float e = cpu::fast_exp(x[k + l] - m);
       y[k + l] = e;
       lanes[l] += e;
     }
+  }
   double s = 0.0;
   for (; k < n; ++k) {
     const float e = cpu::fast_exp(x[k] - m);
@@ -63,7 +84,8 @@ void softmax_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, con
   const Layout l = layout_of(in[0].shape(), static_cast<int>(a.get_int("axis")));
   if constexpr (std::is_same_v<T, float>) {
     if (l.inner == 1) {
-      for (std::int64_t o = 0; o < l.outer; ++o) softmax_row(x + o * l.n, y + o * l.n, l.n, log);
+      for (std::int64_t o = 0; o < l.outer; ++o)
+        softmax_row(x + o * l.n, y + o * l.n, l.n, log, o + 1 < l.outer ? x + (o + 1) * l.n : nullptr);
       return;
     }
   }
@@ -92,6 +114,21 @@ void softmax_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, con
 }
 TROUPE_REGISTER_FLOAT_KERNELS("softmax", softmax_kernel);
 
+// The softmax backward of one dense row, dx = y * (g - sum(g * y)), with the sum in eight double
+// lanes so the loop vectorises.
+template <class T>
+TROUPE_VECTOR_CLONES void softmax_backward_row(const T* __restrict g, const T* __restrict y, T* __restrict dx,
+                                               std::int64_t n) {
+  double lanes[8] = {};
+  std::int64_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    for (int l = 0; l < 8; ++l) lanes[l] += static_cast<double>(g[k + l]) * y[k + l];
+  double s = 0.0;
+  for (; k < n; ++k) s += static_cast<double>(g[k]) * y[k];
+  for (double l : lanes) s += l;
+  for (std::int64_t i = 0; i < n; ++i) dx[i] = static_cast<T>(y[i] * (g[i] - s));
+}
+
 // in[0] grad, in[1] y. softmax: dx = y * (g - sum(g*y)); log: dx = g - exp(y) * sum(g).
 template <class T>
 void softmax_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
@@ -100,6 +137,10 @@ void softmax_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&
   T* dx = out[0].data<T>();
   const bool log = a.get_int("log") != 0;
   const Layout l = layout_of(in[0].shape(), static_cast<int>(a.get_int("axis")));
+  if (!log && l.inner == 1) {
+    for (std::int64_t o = 0; o < l.outer; ++o) softmax_backward_row(g + o * l.n, y + o * l.n, dx + o * l.n, l.n);
+    return;
+  }
   for (std::int64_t o = 0; o < l.outer; ++o)
     for (std::int64_t j = 0; j < l.inner; ++j) {
       const std::int64_t base = o * l.n * l.inner + j;
