@@ -190,7 +190,10 @@ int infer(const InferFlags& f, CLI::App& app) {
   apps::require_file(f.input, "give a PNG image to upscale");
   const Tensor image = apps::read_png(f.input);
   graph::NoGradGuard no_grad;
-  const Tensor out = model(Var(image.unsqueeze(0))).tensor();
+  // Through the graph passes of JIT_LEVEL (eager at 0), traced once for any image size.
+  const graph::Jit upscale([&](const std::vector<Var>& in) { return std::vector<Var>{model(in[0])}; },
+                           {{"image", {1, 3, graph::SymDim::symbol("height"), graph::SymDim::symbol("width")}}});
+  const Tensor out = upscale({image.unsqueeze(0)})[0];
   apps::write_png(f.output, out.slice(0, 0, 1).reshape({3, out.size(2), out.size(3)}));
   std::printf("troupe-sr: %s (%lldx%lld) -> %s (%lldx%lld)\n", f.input.c_str(), static_cast<long long>(image.size(2)),
               static_cast<long long>(image.size(1)), f.output.c_str(), static_cast<long long>(out.size(3)),

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "apps/app_runner.hpp"
+#include "kernels/reference.hpp"
 #include "troupe/apps/image.hpp"
 #include "troupe/apps/sr_data.hpp"
 #include "troupe/apps/sr_model.hpp"
@@ -72,6 +73,10 @@ TEST(SrApp, ResumeEqualsAnUninterruptedRunAndInferUpscales) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const Tensor out = apps::read_png(dir + "/out.png");
   EXPECT_EQ(out.shape(), (Shape{3, 48, 60}));
+  // The traced and optimised upscaling (JIT_LEVEL 3, the default, above) equals the eager one.
+  const auto eager = run_app("JIT_LEVEL=0 " + kSr + " infer --weights " + dir + "/ck " + dir + "/in.png " + dir + "/eager.png");
+  ASSERT_EQ(eager.exit_code, 0) << eager.output;
+  EXPECT_EQ(test::values(apps::read_png(dir + "/eager.png")), test::values(out));
 }
 
 TEST(SrApp, TrainsOnAPngFolder) {
