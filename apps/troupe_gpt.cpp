@@ -199,6 +199,27 @@ int train(TrainFlags f, CLI::App& app) {
   return run.train(setup(f), parts(f, data, model));
 }
 
+// The model's logits for a context of length t, traced once per length (at most --seq lengths) and
+// run through the graph passes of JIT_LEVEL (eagerly at 0): the position ids depend on t.
+class ContextLogits {
+ public:
+  explicit ContextLogits(apps::Gpt& model) : model_(model) {}
+  /// Logits [1, t, vocab] of the token ids `window`.
+  Tensor operator()(const std::vector<std::int64_t>& window) {
+    const auto t = static_cast<std::int64_t>(window.size());
+    auto it = by_length_.find(t);
+    if (it == by_length_.end()) {
+      graph::TraceableFn fn = [this](const std::vector<Var>& in) { return std::vector<Var>{model_.logits(in[0])}; };
+      it = by_length_.emplace(t, graph::Jit(std::move(fn), {{"ids", {1, t}, DType::i64}})).first;
+    }
+    return it->second({Tensor::from_vector(window, {1, t})})[0];
+  }
+
+ private:
+  apps::Gpt& model_;
+  std::map<std::int64_t, graph::Jit> by_length_;
+};
+
 int generate(GenerateFlags f, CLI::App& app) {
   TROUPE_CHECK(f.checkpoint.empty() != f.weights.empty(), invalid_argument,
                "generate needs exactly one of --checkpoint DIR or --weights FILE.safetensors");
@@ -227,10 +248,11 @@ int generate(GenerateFlags f, CLI::App& app) {
   std::printf("%s", f.prompt.c_str());
   std::uint64_t rng = f.seed;
   graph::NoGradGuard no_grad;
+  ContextLogits context_logits(model);
   for (std::int64_t k = 0; k < f.tokens; ++k) {
     const std::int64_t t = std::min<std::int64_t>(static_cast<std::int64_t>(context.size()), f.model.seq);
     const std::vector<std::int64_t> window(context.end() - t, context.end());
-    const Tensor logits = model.logits(Var(Tensor::from_vector(window, {1, t}))).tensor();
+    const Tensor logits = context_logits(window);
     std::vector<float> row = logits.slice(1, t - 1, t).contiguous().to_vector<float>();
     std::int64_t next = 0;
     if (f.temperature == 0) {
