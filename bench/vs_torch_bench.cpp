@@ -5,6 +5,7 @@
 //   gpt-forward      gpt-mini logits of batch 8 x 128 (actor program, no gradients)
 //   sr-train-step    sr-lite, batch 4 of 64x64 -> 128x128: forward + backward + Adam (relu or custom-relu)
 //   sr-infer         sr-lite on one 1x3x128x128 image
+// The graphs go through the passes of JIT_LEVEL (default 3), as the apps' do.
 // usage: troupe-bench-vs-torch WORKLOAD SCHEDULER_THREADS KERNEL_THREADS MICRO_BATCHES [relu|custom-relu] [STEPS]
 #include <algorithm>
 #include <chrono>
@@ -43,6 +44,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<apps::SrLite> sr;
   actors::ProgramOptions po;
   po.micro_batches = mb;
+  // The graph passes of JIT_LEVEL (default 3), as the apps run them: before and after the gradients.
+  const int level = graph::jit_level();
+  const auto training = [level](const graph::TracedFunction& f) { return f.optimized(level).with_gradients().optimized(level); };
   if (workload.rfind("gpt", 0) == 0) {
     gpt = std::make_unique<apps::Gpt>(apps::GptConfig{}, gen);
     Tensor ids = Tensor::empty({8, 128}, DType::i64), targets = Tensor::empty({8, 128}, DType::i64);
@@ -58,11 +62,11 @@ int main(int argc, char** argv) {
       hp.weight_decay = 0.01;
       po.optimizers = {std::make_shared<graph::AdamW>(gpt->parameters(), hp)};
       po.clip_grad_norm = 1.0;
-      program = engine.compile(graph::trace(fn, sig).with_gradients(), po);
+      program = engine.compile(training(graph::trace(fn, sig)), po);
       inputs = {ids, targets};
     } else {
       auto fn = [&](const std::vector<Var>& in) { return std::vector<Var>{gpt->logits(in[0])}; };
-      program = engine.compile(graph::trace(fn, {sig[0]}), po);
+      program = engine.compile(graph::trace(fn, {sig[0]}).optimized(level), po);
       inputs = {ids};
     }
   } else {
@@ -75,14 +79,14 @@ int main(int argc, char** argv) {
       hp.lr = 1e-3;
       hp.weight_decay = 0;
       po.optimizers = {std::make_shared<graph::AdamW>(sr->parameters(), hp)};
-      program = engine.compile(graph::trace(fn, {{"x", {b, 3, 64, 64}}, {"y", {b, 3, 128, 128}}}).with_gradients(), po);
+      program = engine.compile(training(graph::trace(fn, {{"x", {b, 3, 64, 64}}, {"y", {b, 3, 128, 128}}})), po);
       Tensor x = Tensor::empty({4, 3, 64, 64}), y = Tensor::empty({4, 3, 128, 128});
       gen.uniform_(x);
       gen.uniform_(y);
       inputs = {x, y};
     } else {
       auto fn = [&](const std::vector<Var>& in) { return std::vector<Var>{(*sr)(in[0])}; };
-      program = engine.compile(graph::trace(fn, {{"x", {b, 3, 128, 128}}}), po);
+      program = engine.compile(graph::trace(fn, {{"x", {b, 3, 128, 128}}}).optimized(level), po);
       Tensor x = Tensor::empty({1, 3, 128, 128});
       gen.uniform_(x);
       inputs = {x};
@@ -95,7 +99,8 @@ int main(int argc, char** argv) {
     if (i >= 2) ms.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3);
   }
   std::sort(ms.begin(), ms.end());
-  std::printf("{\"workload\":\"%s\",\"ms\":%.3f,\"scheduler_threads\":%d,\"kernel_threads\":%d,\"micro_batches\":%d,\"act\":\"%s\"}\n",
-              workload.c_str(), ms[ms.size() / 2], sched, kernel, mb, act.c_str());
+  std::printf("{\"workload\":\"%s\",\"ms\":%.3f,\"scheduler_threads\":%d,\"kernel_threads\":%d,\"micro_batches\":%d,\"act\":\"%s\","
+              "\"jit_level\":%d}\n",
+              workload.c_str(), ms[ms.size() / 2], sched, kernel, mb, act.c_str(), level);
   return 0;
 }
