@@ -328,6 +328,7 @@ TEST(Pipeline, RunsThePassesOfEachLevel) {
   for (const Pass& p : pipeline(3)) three.push_back(p.name);
   EXPECT_EQ(two, (std::vector<std::string>{"constant-folding", "algebraic-simplification", "cse", "dce"}));
   two.push_back("attention-fusion");
+  two.push_back("bias-gelu-fusion");
   EXPECT_EQ(three, two);
   EXPECT_THROW(pipeline(4), Error);
   const Graph g = arithmetic_graph("mul_scalar", value_attr(1.0));

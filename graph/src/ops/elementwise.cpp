@@ -119,6 +119,33 @@ Var silu(const Var& x) { return apply1("silu", {x}); }
 TROUPE_DEFINE_OP({.name = "silu", .infer = infer_same_as_input, .kernel = "silu", .grad = backward_of_input("silu_backward")});
 TROUPE_DEFINE_OP({.name = "silu_backward", .infer = infer_grad_pair, .kernel = "silu_backward"});
 
+// gelu(h + b) for a bias b over h's last dim, in one pass that never stores the sum (level 3 fuses
+// a Linear layer's bias with its gelu into it); equal to add-then-gelu bit for bit, gradients too.
+namespace {
+std::vector<ValueInfo> infer_bias_gelu(const InferContext& c) {
+  expect_arity(c, 2, 2);
+  expect_floating(c, 0);
+  expect_same_dtype(c, 0, 1);
+  const SymShape& h = c.inputs[0].shape;
+  if (h.empty() || c.inputs[1].shape != SymShape{h.back()})
+    shape_error(c, "the bias must have shape [" + (h.empty() ? std::string("?") : h.back().str()) + "], h's last dim");
+  return one(c.inputs[0].dtype, h);
+}
+// (dy, h, b) -> dh.
+std::vector<ValueInfo> infer_bias_gelu_backward(const InferContext& c) {
+  expect_arity(c, 3, 3);
+  if (c.inputs[0].shape != c.inputs[1].shape) shape_error(c, "the gradient must have the shape of h");
+  return one(c.inputs[1].dtype, c.inputs[1].shape);
+}
+std::vector<Var> grad_bias_gelu(const GradContext& c) {
+  const Var dh = apply1("bias_gelu_backward", {c.grad_output(0), c.inputs[0], c.inputs[1]});
+  return {c.needs_grad[0] ? dh : Var(), c.needs_grad[1] ? sum_to(dh, c.inputs[1]) : Var()};
+}
+}  // namespace
+Var bias_gelu(const Var& h, const Var& b) { return apply1("bias_gelu", {h, b}); }
+TROUPE_DEFINE_OP({.name = "bias_gelu", .infer = infer_bias_gelu, .kernel = "bias_gelu", .grad = grad_bias_gelu});
+TROUPE_DEFINE_OP({.name = "bias_gelu_backward", .infer = infer_bias_gelu_backward, .kernel = "bias_gelu_backward"});
+
 // relu's backward is the leaky form, so custom gradients can reuse it with a slope.
 Var relu(const Var& x) { return apply1("relu", {x}); }
 TROUPE_DEFINE_OP({.name = "relu", .infer = infer_same_as_input, .kernel = "relu",

@@ -39,7 +39,10 @@ std::vector<Pass> pipeline(int level) {
                            {"algebraic-simplification", simplify_algebra},
                            {"cse", eliminate_common_subexpressions},
                            {"dce", eliminate_dead_code}};
-  if (level == 3) passes.push_back({"attention-fusion", fuse_attention});
+  if (level == 3) {
+    passes.push_back({"attention-fusion", fuse_attention});
+    passes.push_back({"bias-gelu-fusion", fuse_bias_gelu});
+  }
   return passes;
 }
 

@@ -83,6 +83,10 @@ template <class T, class F>
 TROUPE_VECTOR_CLONES void map_dense(T* d, const T* a, const T* b, std::int64_t n, F f) {
   for (std::int64_t i = 0; i < n; ++i) d[i] = f(a[i], b[i]);
 }
+template <class T, class F>
+TROUPE_VECTOR_CLONES void map_dense(T* d, const T* a, const T* b, const T* c, std::int64_t n, F f) {
+  for (std::int64_t i = 0; i < n; ++i) d[i] = f(a[i], b[i], c[i]);
+}
 
 // Walks out[i] = f(in0[i], in1[i], ...) over broadcast/strided operands of element type T.
 template <class T, std::size_t N, class F>
@@ -105,13 +109,21 @@ void map_kernel(const std::vector<Tensor>& in, Tensor& out, F f) {
         map_dense(d, a, n, f);
       else
         for (std::int64_t i = 0; i < n; ++i) d[i * step[0]] = f(a[i * step[1]]);
-    } else {
+    } else if constexpr (N == 2) {
       const T* a = src[0] + off[1];
       const T* b = src[1] + off[2];
       if (step[0] == 1 && step[1] == 1 && step[2] == 1)
         map_dense(d, a, b, n, f);
       else
         for (std::int64_t i = 0; i < n; ++i) d[i * step[0]] = f(a[i * step[1]], b[i * step[2]]);
+    } else {
+      const T* a = src[0] + off[1];
+      const T* b = src[1] + off[2];
+      const T* c = src[2] + off[3];
+      if (step[0] == 1 && step[1] == 1 && step[2] == 1 && step[3] == 1)
+        map_dense(d, a, b, c, n, f);
+      else
+        for (std::int64_t i = 0; i < n; ++i) d[i * step[0]] = f(a[i * step[1]], b[i * step[2]], c[i * step[3]]);
     }
   });
 }
@@ -143,6 +155,18 @@ struct Unary {
   }
 };
 
+// gelu(h + b) and its gradient dy * gelu'(h + b), for h and a bias b broadcast against it: the
+// fusion of a Linear layer's bias with its activation. The sum is formed in T exactly as the add
+// kernel forms it and never stored, so results equal add-then-gelu bit for bit.
+template <class T>
+void bias_gelu_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
+  map_kernel<T, 2>(in, out[0], [](T h, T b) { return forward<UnaryOp::gelu>(static_cast<T>(h + b)); });
+}
+template <class T>
+void bias_gelu_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
+  map_kernel<T, 3>(in, out[0], [](T g, T h, T b) { return g * derivative<UnaryOp::gelu>(static_cast<T>(h + b)); });
+}
+
 template <class T>
 void relu_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
   const T slope = static_cast<T>(attrs.get_double("negative_slope"));
@@ -166,6 +190,8 @@ TROUPE_BINARY(div);
 TROUPE_REGISTER_FLOAT_KERNELS("relu", Unary<UnaryOp::relu>::kernel);
 TROUPE_REGISTER_FLOAT_KERNELS("relu_backward", relu_backward_kernel);
 TROUPE_UNARY(gelu);
+TROUPE_REGISTER_FLOAT_KERNELS("bias_gelu", bias_gelu_kernel);
+TROUPE_REGISTER_FLOAT_KERNELS("bias_gelu_backward", bias_gelu_backward_kernel);
 TROUPE_UNARY(silu);
 TROUPE_UNARY(exp);
 TROUPE_UNARY(log);

@@ -41,6 +41,9 @@ Var rsqrt(const Var& x);
 Var relu(const Var& x);
 Var gelu(const Var& x);
 Var silu(const Var& x);
+/// gelu(h + b) for a bias b of shape [h's last dim], in one pass that never stores the sum; equal
+/// to gelu(h + b) bit for bit (what level 3 fuses a Linear layer's bias and gelu into).
+Var bias_gelu(const Var& h, const Var& b);
 /// The gradient of (leaky) relu: grad where x > 0, negative_slope * grad elsewhere.
 Var relu_backward(const Var& grad, const Var& x, double negative_slope = 0.0);
 

@@ -43,7 +43,8 @@ struct OptimizeOptions {
 
 /// The passes JIT level `level` runs, in order: none at levels 0 and 1; at levels 2 and 3,
 /// constant folding, algebraic simplification, common-subexpression elimination, dead-code
-/// elimination; at level 3 then attention fusion. Throws for a level outside 0..3.
+/// elimination; at level 3 then attention fusion and bias-gelu fusion. Throws for a level outside
+/// 0..3.
 std::vector<Pass> pipeline(int level);
 
 /// Runs pipeline(level) on `g` and returns the result; `stats`, when given, receives one entry per
@@ -66,6 +67,9 @@ Graph eliminate_common_subexpressions(const Graph& g);
 /// causal_attention(q, k, v, s) where the chain's values have no other reader: in a forward graph,
 /// before the gradients are taken (TracedFunction::optimized), so autodiff uses the fused backward.
 Graph fuse_attention(const Graph& g);
+/// Replaces gelu(add(h, b)), b a bias over h's last dim, by one bias_gelu(h, b) (the same bits)
+/// where the sum has no other reader: in a forward graph, before the gradients are taken.
+Graph fuse_bias_gelu(const Graph& g);
 /// Removes nodes whose outputs nobody reads, except nodes with side effects; a custom-gradient
 /// region goes or stays as a whole. Constants nobody reads go too.
 Graph eliminate_dead_code(const Graph& g);

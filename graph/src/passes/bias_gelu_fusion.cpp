@@ -1,0 +1,49 @@
+// Bias-gelu fusion (level 3): gelu(add(h, b)), with b a bias over h's last dim (a Linear layer's
+// bias followed by its activation), becomes one bias_gelu(h, b), which never stores the sum and
+// gives the same bits. Like attention fusion it rewrites forward graphs, before the gradients are
+// taken, and leaves an add whose sum has another reader (a backward node, an output) alone.
+#include "passes/rewriter.hpp"
+#include "troupe/graph/passes.hpp"
+
+namespace troupe::graph {
+
+namespace {
+
+// The add feeding gelu node `n`, when the pair may fuse; else null.
+const Node* fusible_add(const Graph& g, const Node& n, const std::vector<int>& readers) {
+  if (n.op != "gelu" || n.backward || !passes::rewritable(n)) return nullptr;
+  const Value& sum = g.value(n.inputs[0]);
+  if (sum.kind != ValueKind::op_output || readers[static_cast<std::size_t>(n.inputs[0])] != 1) return nullptr;
+  const Node& add = g.node(sum.producer);
+  if (add.op != "add" || add.backward || !passes::rewritable(add)) return nullptr;
+  const ValueInfo &h = g.value(add.inputs[0]).info, &b = g.value(add.inputs[1]).info;
+  if (h.shape.empty() || h.shape != sum.info.shape || b.shape != SymShape{h.shape.back()}) return nullptr;
+  return &add;
+}
+
+}  // namespace
+
+Graph fuse_bias_gelu(const Graph& g) {
+  std::vector<int> readers(g.values().size(), 0);
+  for (const Node& n : g.nodes())
+    for (ValueId v : n.inputs) ++readers[static_cast<std::size_t>(v)];
+  for (ValueId v : g.outputs()) ++readers[static_cast<std::size_t>(v)];
+  std::vector<const Node*> add_of(g.nodes().size(), nullptr);  // by gelu node
+  std::vector<bool> dropped(g.nodes().size(), false);
+  for (const Node& n : g.nodes())
+    if (const Node* add = fusible_add(g, n, readers)) {
+      add_of[static_cast<std::size_t>(n.id)] = add;
+      dropped[static_cast<std::size_t>(add->id)] = true;
+    }
+  passes::Rewriter r(g);
+  for (const Node& n : g.nodes()) {
+    if (dropped[static_cast<std::size_t>(n.id)]) continue;
+    if (const Node* add = add_of[static_cast<std::size_t>(n.id)])
+      r.emit_for(n, "bias_gelu", {r.map(add->inputs[0]), r.map(add->inputs[1])}, {});
+    else
+      r.copy(n);
+  }
+  return r.finish();
+}
+
+}  // namespace troupe::graph
