@@ -10,8 +10,16 @@
 
 #include "troupe/graph/executor.hpp"
 #include "troupe/graph/graph.hpp"
+#include "troupe/graph/trace.hpp"
 
 namespace troupe::test {
+
+/// The tensors of fn's parameters, in the order of its graph's parameters.
+inline std::vector<Tensor> parameter_tensors(const graph::TracedFunction& fn) {
+  std::vector<Tensor> out;
+  for (const graph::Var& p : fn.parameters()) out.push_back(p.tensor());
+  return out;
+}
 
 /// How many nodes of `g` run `op`.
 inline int count_ops(const graph::Graph& g, const std::string& op) {

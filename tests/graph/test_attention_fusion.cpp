@@ -20,16 +20,11 @@ using namespace troupe::graph;
 namespace {
 const SymDim kBatch = SymDim::symbol("batch");
 
-std::vector<Tensor> parameter_tensors(const TracedFunction& fn) {
-  std::vector<Tensor> out;
-  for (const Var& p : fn.parameters()) out.push_back(p.tensor());
-  return out;
-}
 
 // The outputs of fn's graph and of `optimized`, on the same inputs, within `tolerance` (scaled).
 void expect_close_results(const TracedFunction& fn, const Graph& optimized, const std::vector<Tensor>& inputs,
                           double tolerance) {
-  const auto params = parameter_tensors(fn);
+  const auto params = test::parameter_tensors(fn);
   const auto a = execute(fn.graph(), inputs, params), b = execute(optimized, inputs, params);
   ASSERT_EQ(a.size(), b.size());
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_LE(test::scaled_max_error(b[i], a[i]), tolerance) << "output " << i;
@@ -109,7 +104,7 @@ TEST(AttentionFusion, TrainingAGptBlockAtLevelThreeMatchesLevelOne) {
   EXPECT_EQ(test::count_ops(fused.graph(), "softmax") + test::count_ops(fused.graph(), "softmax_backward"), 0);
   for (std::int64_t batch : {1, 3}) {
     const std::vector<Tensor> x{test::random_tensor({batch, 8, 16}, 7 + static_cast<std::uint64_t>(batch))};
-    const auto a = execute(plain.graph(), x, parameter_tensors(plain)), b = execute(fused.graph(), x, parameter_tensors(fused));
+    const auto a = execute(plain.graph(), x, test::parameter_tensors(plain)), b = execute(fused.graph(), x, test::parameter_tensors(fused));
     ASSERT_EQ(a.size(), b.size());  // the loss, then one gradient per parameter
     for (std::size_t i = 0; i < a.size(); ++i) EXPECT_LE(test::scaled_max_error(b[i], a[i]), 1e-5) << "output " << i;
   }

@@ -87,8 +87,7 @@ TEST(BiasGeluFusion, AnMlpTrainedAtLevelThreeGivesTheLevelOneBits) {
   EXPECT_EQ(test::count_ops(fused.graph(), "bias_gelu"), 1);
   EXPECT_EQ(test::count_ops(fused.graph(), "bias_gelu_backward"), 1);
   EXPECT_EQ(test::count_ops(fused.graph(), "gelu") + test::count_ops(fused.graph(), "gelu_backward"), 0);
-  std::vector<Tensor> params;
-  for (const Var& p : plain.parameters()) params.push_back(p.tensor());
+  const std::vector<Tensor> params = test::parameter_tensors(plain);
   const std::vector<Tensor> x{test::random_tensor({2, 3, 8}, 11)};
   const auto a = execute(plain.graph(), x, params), b = execute(fused.graph(), x, params);
   ASSERT_EQ(a.size(), b.size());

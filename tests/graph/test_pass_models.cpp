@@ -21,11 +21,6 @@ using namespace troupe::graph;
 namespace {
 const SymDim kBatch = SymDim::symbol("batch");
 
-std::vector<Tensor> parameter_tensors(const TracedFunction& fn) {
-  std::vector<Tensor> out;
-  for (const Var& p : fn.parameters()) out.push_back(p.tensor());
-  return out;
-}
 
 // Optimises fn's graph at level 2 with checks on, prints the counts under `name`, expects the
 // same bits for each input set, and returns the per-pass statistics.
@@ -36,7 +31,7 @@ std::vector<PassStat> expect_pipeline_exact(const std::string& name, const Trace
   std::cout << name << ":";
   for (const PassStat& s : stats) std::cout << ' ' << s.pass << ' ' << s.nodes_before << "->" << s.nodes_after;
   std::cout << '\n';
-  for (const auto& inputs : input_sets) test::expect_same_results(fn.graph(), optimized, inputs, parameter_tensors(fn));
+  for (const auto& inputs : input_sets) test::expect_same_results(fn.graph(), optimized, inputs, test::parameter_tensors(fn));
   return stats;
 }
 

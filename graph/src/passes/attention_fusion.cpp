@@ -60,10 +60,7 @@ std::optional<Match> match_at(const Graph& g, const Node& last, const std::vecto
 }  // namespace
 
 Graph fuse_attention(const Graph& g) {
-  std::vector<int> readers(g.values().size(), 0);
-  for (const Node& n : g.nodes())
-    for (ValueId v : n.inputs) ++readers[static_cast<std::size_t>(v)];
-  for (ValueId v : g.outputs()) ++readers[static_cast<std::size_t>(v)];
+  const std::vector<int> readers = passes::reader_counts(g);
   std::map<NodeId, Match> fused;
   std::vector<bool> dropped(g.nodes().size(), false);
   for (const Node& n : g.nodes())

@@ -24,10 +24,7 @@ const Node* fusible_add(const Graph& g, const Node& n, const std::vector<int>& r
 }  // namespace
 
 Graph fuse_bias_gelu(const Graph& g) {
-  std::vector<int> readers(g.values().size(), 0);
-  for (const Node& n : g.nodes())
-    for (ValueId v : n.inputs) ++readers[static_cast<std::size_t>(v)];
-  for (ValueId v : g.outputs()) ++readers[static_cast<std::size_t>(v)];
+  const std::vector<int> readers = passes::reader_counts(g);
   std::vector<const Node*> add_of(g.nodes().size(), nullptr);  // by gelu node
   std::vector<bool> dropped(g.nodes().size(), false);
   for (const Node& n : g.nodes())

@@ -106,4 +106,12 @@ bool known_dense(const Graph& g, ValueId v) {
   return false;
 }
 
+std::vector<int> reader_counts(const Graph& g) {
+  std::vector<int> readers(g.values().size(), 0);
+  for (const Node& n : g.nodes())
+    for (ValueId v : n.inputs) ++readers[static_cast<std::size_t>(v)];
+  for (ValueId v : g.outputs()) ++readers[static_cast<std::size_t>(v)];
+  return readers;
+}
+
 }  // namespace troupe::graph::passes

@@ -58,6 +58,10 @@ class Rewriter {
 /// applies if the graph is differentiated later.
 bool rewritable(const Node& n);
 
+/// How many readers each value of `g` has: node inputs (a node reading it twice counts twice) and
+/// graph outputs. Fusions use it to see that a chain's values have no reader outside the chain.
+std::vector<int> reader_counts(const Graph& g);
+
 /// True when value `v` of `g` is known, from how it is computed, to be a dense row-major tensor at
 /// run time: the output of a kernel op (freshly allocated) or a reshape of such a value. Rewrites
 /// that hand a consumer another tensor than the one it read require this, so the consumer sees
