@@ -19,6 +19,8 @@ struct BucketState {
   std::uint64_t step = 0;  // the step in progress
   std::size_t filled = 0;  // its gradients written so far
   caf::abstract_actor* self = nullptr;
+  /// Counts a new step's gradients from zero (current_step).
+  void start_step() { filled = 0; }
   ~BucketState() { state_closing(&self); }
   static inline const char* name = "troupe.bucket";
 };
@@ -57,10 +59,7 @@ void pass_on(Self self, std::uint64_t step, const Tensor& flat) {
 }
 
 BucketActor::behavior_type bucket_actor(Self self, int index, std::uint32_t track, PeersPtr peers) {
-  spawn_acquired();
-  HandlerSync init_sync(self);  // what init writes is published like a handler's writes
-  self->state.self = self;
-  init_published();
+  const ActorInit init(self);
   self->state.index = index;
   self->state.track = track;
   self->state.peers = std::move(peers);
@@ -68,11 +67,7 @@ BucketActor::behavior_type bucket_actor(Self self, int index, std::uint32_t trac
       [=](filled_atom, const StepContextPtr& ctx, int, std::uint64_t flow) {
         Handling h(self, track, "filled", flow, ctx->step, -1);
         BucketState& s = self->state;
-        if (ctx->step < s.step) return;  // a late message of a failed step
-        if (ctx->step > s.step) {
-          s.step = ctx->step;
-          s.filled = 0;
-        }
+        if (!current_step(s, ctx->step)) return;
         if (++s.filled < entries(s).size()) return;
         const Tensor& flat = ctx->buckets[static_cast<std::size_t>(s.index)];
         tell(self, track, s.peers->gradients.communicator, SendTag{"reduce", s.step, -1, flat.nbytes()}, reduce_atom::value,

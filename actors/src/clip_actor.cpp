@@ -21,22 +21,17 @@ struct ClipState {
   std::vector<Tensor> gradients;
   int in = 0;
   caf::abstract_actor* self = nullptr;
+  /// Clears the slots for a new step (current_step).
+  void start_step() {
+    norms.assign(static_cast<std::size_t>(setup.slots), 0.0);
+    gradients.assign(setup.takes_norms ? 0 : static_cast<std::size_t>(setup.slots), Tensor());
+    in = 0;
+  }
   ~ClipState() { state_closing(&self); }
   static inline const char* name = "troupe.clip";
 };
 using Self = ClipActor::stateful_pointer<ClipState>;
 
-// True when the message belongs to the step in progress, which a newer step replaces.
-bool current(ClipState& s, std::uint64_t step) {
-  if (step < s.step) return false;  // a late message of a failed step
-  if (step > s.step) {
-    s.step = step;
-    s.norms.assign(static_cast<std::size_t>(s.setup.slots), 0.0);
-    s.gradients.assign(s.setup.takes_norms ? 0 : static_cast<std::size_t>(s.setup.slots), Tensor());
-    s.in = 0;
-  }
-  return true;
-}
 
 // The global norm, once every slot is in.
 double global_norm(const ClipState& s) {
@@ -69,22 +64,19 @@ void slot_in(Self self) {
 }
 
 ClipActor::behavior_type clip_actor(Self self, ClipSetup setup) {
-  spawn_acquired();
-  HandlerSync init_sync(self);  // what init writes is published like a handler's writes
-  self->state.self = self;
-  init_published();
+  const ActorInit init(self);
   self->state.setup = std::move(setup);
   const std::uint32_t track = self->state.setup.track;
   return {
       [=](norm_atom, std::uint64_t step, int slot, double squared_norm, std::uint64_t flow) {
         Handling h(self, track, "norm", flow, step, -1);
-        if (!current(self->state, step)) return;
+        if (!current_step(self->state, step)) return;
         self->state.norms.at(static_cast<std::size_t>(slot)) = squared_norm;
         slot_in(self);
       },
       [=](gradient_atom, std::uint64_t step, int slot, const Tensor& gradient, std::uint64_t flow) {
         Handling h(self, track, "gradient", flow, step, -1);
-        if (!current(self->state, step)) return;
+        if (!current_step(self->state, step)) return;
         self->state.gradients.at(static_cast<std::size_t>(slot)) = gradient;
         slot_in(self);
       },

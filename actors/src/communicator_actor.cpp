@@ -21,22 +21,17 @@ struct CommunicatorState {
   std::size_t full = 0, next = 0;
   Tensor outputs;
   caf::abstract_actor* self = nullptr;
+  /// Clears the buckets' queue for a new step (current_step).
+  void start_step() {
+    waiting.assign(setup.peers->gradients.bucket_actors.size(), Tensor());
+    full = next = 0;
+    outputs = Tensor();
+  }
   ~CommunicatorState() { state_closing(&self); }
   static inline const char* name = "troupe.communicator";
 };
 using Self = CommunicatorActor::stateful_pointer<CommunicatorState>;
 
-// True when the message belongs to the step in progress, which a newer step replaces.
-bool current(CommunicatorState& s, std::uint64_t step) {
-  if (step < s.step) return false;  // a late message of a failed step
-  if (step > s.step) {
-    s.step = step;
-    s.waiting.assign(s.setup.peers->gradients.bucket_actors.size(), Tensor());
-    s.full = s.next = 0;
-    s.outputs = Tensor();
-  }
-  return true;
-}
 
 // A collective failed on the communicator thread: the step fails with what was being reduced and
 // why (any exception, so none escapes into the communicator's loop).
@@ -99,24 +94,21 @@ void issue_ready(CommunicatorState& s) {
 }
 
 CommunicatorActor::behavior_type communicator_actor(Self self, CommunicatorSetup setup) {
-  spawn_acquired();
-  HandlerSync init_sync(self);  // what init writes is published like a handler's writes
-  self->state.self = self;
-  init_published();
+  const ActorInit init(self);
   self->state.setup = std::move(setup);
   const std::uint32_t track = self->state.setup.track;
   return {
       [=](reduce_atom, std::uint64_t step, int bucket, const Tensor& flat, std::uint64_t flow) {
         Handling h(self, track, "reduce", flow, step, -1);
         CommunicatorState& s = self->state;
-        if (!current(s, step)) return;
+        if (!current_step(s, step)) return;
         s.waiting.at(static_cast<std::size_t>(bucket)) = flat;
         ++s.full;
         issue_ready(s);
       },
       [=](mean_atom, std::uint64_t step, const Tensor& outputs, std::uint64_t flow) {
         Handling h(self, track, "mean", flow, step, -1);
-        if (!current(self->state, step)) return;
+        if (!current_step(self->state, step)) return;
         self->state.outputs = outputs;
         issue_ready(self->state);
       },

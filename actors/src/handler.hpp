@@ -60,6 +60,39 @@ class HandlerSync {
   caf::abstract_actor* self_;
 };
 
+/// The opening of every actor's init: acquires what the spawner wrote, orders the init like a
+/// handler run (its writes are published to the first handler) and publishes the state's self
+/// pointer, which the state's destructor reads (state_closing).
+class ActorInit {
+ public:
+  template <class Self>
+  explicit ActorInit(Self self) : sync_(acquired(self)) {
+    self->state.self = self;
+    init_published();
+  }
+
+ private:
+  template <class Self>
+  static caf::abstract_actor* acquired(Self self) {
+    spawn_acquired();
+    return self;
+  }
+  HandlerSync sync_;
+};
+
+/// True when a message of step `step` belongs to the step in progress of a step-keyed state: a
+/// message of an older step is late (that step failed) and is dropped; the first message of a
+/// newer step starts it, clearing the old one's state (`State::start_step`).
+template <class State>
+bool current_step(State& s, std::uint64_t step) {
+  if (step < s.step) return false;
+  if (step > s.step) {
+    s.step = step;
+    s.start_step();
+  }
+  return true;
+}
+
 /// The opening of every handler: ordered after the actor's previous run, and traced as a span of
 /// `kind` on track `track` answering the send `flow`.
 class Handling {

@@ -115,10 +115,7 @@ struct NodeState {
 
 NodeActor::behavior_type node_actor(NodeActor::stateful_pointer<NodeState> self, std::shared_ptr<const ActorPlan> plan, int index,
                          int registers, PeersPtr peers, std::shared_ptr<NodeKind> kind) {
-  spawn_acquired();
-  HandlerSync init_sync(self);  // what init writes is published like a handler's writes
-  self->state.self = self;
-  init_published();
+  const ActorInit init(self);
   self->state.node = std::make_unique<Node>(self, std::move(plan), index, registers, std::move(peers), std::move(kind));
   Node* n = self->state.node.get();
   return {

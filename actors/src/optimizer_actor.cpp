@@ -20,22 +20,17 @@ struct OptimizerState {
   int gradients_in = 0, scales_in = 0, updates_in = 0;
   double scale = 1.0;
   caf::abstract_actor* self = nullptr;
+  /// Clears what arrived for a new step (current_step).
+  void start_step() {
+    gradients.clear();
+    gradients_in = scales_in = updates_in = 0;
+    scale = 1.0;
+  }
   ~OptimizerState() { state_closing(&self); }
   static inline const char* name = "troupe.optimizer";
 };
 using Self = OptimizerActor::stateful_pointer<OptimizerState>;
 
-// True when the message belongs to the step in progress, which a newer step replaces.
-bool current(OptimizerState& s, std::uint64_t step) {
-  if (step < s.step) return false;  // a late message of a failed step
-  if (step > s.step) {
-    s.step = step;
-    s.gradients.clear();
-    s.gradients_in = s.scales_in = s.updates_in = 0;
-    s.scale = 1.0;
-  }
-  return true;
-}
 
 // Scales and applies the gradients; a troupe::Error names the step and what failed.
 void apply(OptimizerState& s) {
@@ -79,31 +74,28 @@ void update_if_ready(Self self) {
 }
 
 OptimizerActor::behavior_type optimizer_actor(Self self, OptimizerSetup setup) {
-  spawn_acquired();
-  HandlerSync init_sync(self);  // what init writes is published like a handler's writes
-  self->state.self = self;
-  init_published();
+  const ActorInit init(self);
   self->state.setup = std::move(setup);
   const std::uint32_t track = self->state.setup.track;
   return {
       [=](gradient_atom, std::uint64_t step, int sink, const Tensor& gradient, std::uint64_t flow) {
         Handling h(self, track, "gradient", flow, step, -1);
         OptimizerState& s = self->state;
-        if (!current(s, step)) return;
+        if (!current_step(s, step)) return;
         s.gradients[s.setup.names->at(static_cast<std::size_t>(sink))] = gradient;
         ++s.gradients_in;
         update_if_ready(self);
       },
       [=](clip_atom, std::uint64_t step, double scale, std::uint64_t flow) {
         Handling h(self, track, "clip", flow, step, -1);
-        if (!current(self->state, step)) return;
+        if (!current_step(self->state, step)) return;
         self->state.scale = scale;
         ++self->state.scales_in;
         update_if_ready(self);
       },
       [=](update_atom, std::uint64_t step, std::uint64_t flow) {
         Handling h(self, track, "update", flow, step, -1);
-        if (!current(self->state, step)) return;
+        if (!current_step(self->state, step)) return;
         ++self->state.updates_in;
         update_if_ready(self);
       },

@@ -237,10 +237,7 @@ caf::behavior updating(Self* self) {
 }
 
 caf::behavior program_actor(Self* self, std::shared_ptr<const ProgramSetup> setup) {
-  spawn_acquired();
-  HandlerSync init_sync(self);  // what init writes is published like a handler's writes
-  self->state.self = self;
-  init_published();
+  const ActorInit init(self);
   self->state.setup = std::move(setup);
   // A message the current phase does not handle waits for the phase that does (a late one of a
   // failed step is then dropped by the step check). CAF's drop would answer its sender with an
