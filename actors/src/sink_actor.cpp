@@ -18,8 +18,7 @@ Tensor weighted_sum(const std::vector<Tensor>& parts, const std::vector<double>&
   for (std::size_t k = 1; k + 1 < parts.size(); ++k) value = kernels::add(value, kernels::mul(parts[k], weights[k]));
   const Tensor last = kernels::mul(parts.back(), weights.back());
   if (!into.defined()) return kernels::add(value, last);
-  std::vector<Tensor> out{into};
-  dispatch(kernels::to_string(kernels::BinaryOp::add), {value, last}, out);  // kernels::add's kernel, into `into`
+  kernels::binary_into(kernels::BinaryOp::add, value, last, into);
   return into;
 }
 

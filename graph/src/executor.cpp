@@ -1,5 +1,7 @@
 #include "troupe/graph/executor.hpp"
 
+#include <algorithm>
+
 #include "troupe/graph/op_def.hpp"
 #include "troupe/kernels/error.hpp"
 
@@ -42,8 +44,28 @@ SymBindings bind_inputs(const Graph& g, const std::vector<Tensor>& inputs) {
   return bindings;
 }
 
+namespace {
+
+// The input of node `n` whose buffer its output 0 can take: an op_output of the output's shape,
+// dtype and dense layout, read by n alone (once) and last, whose storage nothing else shares.
+int reusable_input(const Graph& g, const Node& n, const std::vector<Tensor>& values, const std::vector<NodeId>& last_use,
+                   const Shape& shape, DType dtype) {
+  for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+    const ValueId v = n.inputs[i];
+    const Tensor& t = values[static_cast<std::size_t>(v)];
+    if (g.value(v).kind != ValueKind::op_output || last_use[static_cast<std::size_t>(v)] != n.id) continue;
+    if (std::count(n.inputs.begin(), n.inputs.end(), v) != 1) continue;
+    if (!t.defined() || t.shape() != shape || t.dtype() != dtype || !t.is_contiguous()) continue;
+    if (t.storage().use_count() != 1 || t.offset_bytes() != 0) continue;
+    return static_cast<int>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
 std::vector<Tensor> execute(const Graph& g, const std::vector<Tensor>& inputs, const std::vector<Tensor>& parameters,
-                            std::vector<ValueId> fetch) {
+                            std::vector<ValueId> fetch, bool in_place) {
   if (fetch.empty()) fetch = g.outputs();
   const SymBindings bindings = bind_inputs(g, inputs);
   TROUPE_CHECK(parameters.size() == g.parameters().size(), invalid_argument, "graph has ", g.parameters().size(),
@@ -79,12 +101,14 @@ std::vector<Tensor> execute(const Graph& g, const std::vector<Tensor>& inputs, c
     in.clear();
     shapes.clear();
     dtypes.clear();
-    for (ValueId v : n.inputs) in.push_back(values[static_cast<std::size_t>(v)]);
     for (ValueId o : n.outputs) {
       shapes.push_back(bind(g.value(o).info.shape, bindings));
       dtypes.push_back(g.value(o).info.dtype);
     }
-    std::vector<Tensor> out = def.run(in, ComputeContext{n.attrs, shapes, dtypes, n.label});
+    const int reuse = in_place && def.in_place ? reusable_input(g, n, values, last_use, shapes[0], dtypes[0]) : -1;
+    for (ValueId v : n.inputs) in.push_back(values[static_cast<std::size_t>(v)]);
+    const ComputeContext ctx{n.attrs, shapes, dtypes, n.label};
+    std::vector<Tensor> out = reuse >= 0 ? def.run_in_place(in, ctx, static_cast<std::size_t>(reuse)) : def.run(in, ctx);
     for (std::size_t i = 0; i < out.size(); ++i) {
       const ValueId o = n.outputs[i];
       if (last_use[static_cast<std::size_t>(o)] >= 0) values[static_cast<std::size_t>(o)] = std::move(out[i]);

@@ -24,6 +24,18 @@ std::vector<Tensor> allocate_outputs(const char* op, const std::vector<Tensor>& 
   return outputs;
 }
 
+// Checks a node's computed outputs against its inferred shapes and dtypes.
+void check_outputs(const char* name, const std::vector<Tensor>& outputs, const ComputeContext& ctx) {
+  // A compute function that disagrees with its op's inference is a bug in the op; caught here, it
+  // cannot reach the next op as a wrongly shaped tensor.
+  TROUPE_CHECK(outputs.size() == ctx.output_shapes.size(), runtime, name, ": computed ", outputs.size(),
+               " outputs, inference gave ", ctx.output_shapes.size());
+  for (std::size_t i = 0; i < outputs.size(); ++i)
+    TROUPE_CHECK(outputs[i].shape() == ctx.output_shapes[i] && outputs[i].dtype() == ctx.output_dtypes[i], runtime,
+                 name, ": output ", i, " is ", dtype_name(outputs[i].dtype()), " ", shape_str(outputs[i].shape()),
+                 " but inference gave ", dtype_name(ctx.output_dtypes[i]), " ", shape_str(ctx.output_shapes[i]));
+}
+
 }  // namespace
 
 std::vector<Tensor> OpDef::run(const std::vector<Tensor>& inputs, const ComputeContext& ctx) const {
@@ -34,14 +46,21 @@ std::vector<Tensor> OpDef::run(const std::vector<Tensor>& inputs, const ComputeC
     outputs = allocate_outputs(name, inputs, ctx);
     dispatch(kernel, inputs, outputs, ctx.attrs);
   }
-  // A compute function that disagrees with its op's inference is a bug in the op; caught here, it
-  // cannot reach the next op as a wrongly shaped tensor.
-  TROUPE_CHECK(outputs.size() == ctx.output_shapes.size(), runtime, name, ": computed ", outputs.size(),
-               " outputs, inference gave ", ctx.output_shapes.size());
-  for (std::size_t i = 0; i < outputs.size(); ++i)
-    TROUPE_CHECK(outputs[i].shape() == ctx.output_shapes[i] && outputs[i].dtype() == ctx.output_dtypes[i], runtime,
-                 name, ": output ", i, " is ", dtype_name(outputs[i].dtype()), " ", shape_str(outputs[i].shape()),
-                 " but inference gave ", dtype_name(ctx.output_dtypes[i]), " ", shape_str(ctx.output_shapes[i]));
+  check_outputs(name, outputs, ctx);
+  return outputs;
+}
+
+std::vector<Tensor> OpDef::run_in_place(const std::vector<Tensor>& inputs, const ComputeContext& ctx,
+                                        std::size_t input) const {
+  TROUPE_CHECK(in_place && kernel && ctx.output_shapes.size() == 1 && input < inputs.size(), invalid_argument, name,
+               ": cannot run in place over input ", input);
+  const Tensor& target = inputs[input];
+  TROUPE_CHECK(target.is_contiguous() && target.shape() == ctx.output_shapes[0] && target.dtype() == ctx.output_dtypes[0],
+               invalid_argument, name, ": input ", input, " ", target.str(), " cannot hold output ",
+               dtype_name(ctx.output_dtypes[0]), shape_str(ctx.output_shapes[0]));
+  std::vector<Tensor> outputs{target};
+  dispatch(kernel, inputs, outputs, ctx.attrs);
+  check_outputs(name, outputs, ctx);
   return outputs;
 }
 
@@ -65,6 +84,8 @@ void OpRegistry::add(OpDef def) {
   // A kernel name is a dispatch key, so a misspelt one fails here, at load time, not in the first step.
   TROUPE_CHECK(!def.kernel || KernelRegistry::instance().contains(def.kernel, DeviceKind::cpu, DType::f32),
                invalid_argument, "op '", name, "' runs kernel '", def.kernel, "', which has no CPU f32 kernel");
+  TROUPE_CHECK(!def.in_place || def.kernel, invalid_argument, "op '", name,
+               "' is marked in_place, which only kernel ops (written elementwise) may be");
   TROUPE_CHECK(ops_.emplace(name, std::move(def)).second, invalid_argument, "op '", name, "' is defined twice");
 }
 

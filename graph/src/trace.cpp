@@ -89,12 +89,14 @@ TracedFunction TracedFunction::with_gradients(const std::vector<Var>& params) co
   }
   f.grad_parameters_ = kept;
   f.graph_ = std::move(g);
+  f.memory_ = nullptr;  // plans are per graph: optimized(3) plans the new one
   return f;
 }
 
 TracedFunction TracedFunction::optimized(int level) const {
   TracedFunction f = *this;
   f.graph_ = std::make_shared<const Graph>(optimize(*graph_, level));
+  f.memory_ = level >= 3 ? std::make_shared<MemoryPlanCache>() : nullptr;
   return f;
 }
 
@@ -103,14 +105,35 @@ std::vector<Tensor> TracedFunction::operator()(const std::vector<Tensor>& inputs
                " inputs, got ", inputs.size());
   std::vector<Tensor> params;
   for (const Var& p : parameters_) params.push_back(p.tensor());
-  std::vector<Tensor> results = execute(*graph_, inputs, params);
-  for (std::size_t k = 0; k < grad_parameters_.size(); ++k) {
-    const Var& p = parameters_[grad_parameters_[k]];
-    const Tensor& g = results[outputs_ + k];
-    p.set_grad(p.grad().defined() ? kernels::add(p.grad(), g) : g);
+  std::vector<Tensor> results;
+  auto call = [&] {
+    results = execute(*graph_, inputs, params, {}, memory_ != nullptr);
+    for (std::size_t k = 0; k < grad_parameters_.size(); ++k) {
+      const Var& p = parameters_[grad_parameters_[k]];
+      const Tensor& g = results[outputs_ + k];
+      // As PyTorch's AccumulateGrad does: add in place unless someone else holds the gradient.
+      if (!p.grad().defined())
+        p.set_grad(g);
+      else if (p.grad().storage().use_count() == 1 && p.grad().is_contiguous())
+        kernels::binary_into(kernels::BinaryOp::add, p.grad(), g, p.grad());
+      else
+        p.set_grad(kernels::add(p.grad(), g));
+    }
+    results.resize(outputs_);
+  };
+  if (!memory_) {
+    call();
+    return results;
   }
-  results.resize(outputs_);
+  std::vector<Shape> key;
+  for (const Tensor& t : inputs) key.push_back(t.shape());
+  memory_->run(key, call);
   return results;
+}
+
+MemoryPlanReport TracedFunction::memory_report() const {
+  TROUPE_CHECK(memory_, invalid_argument, "memory_report: this function is not memory-planned (JIT level 3 plans)");
+  return memory_->report();
 }
 
 int jit_level() {

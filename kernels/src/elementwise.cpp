@@ -43,6 +43,18 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   return out[0];
 }
 
+void binary_into(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  const char* name = to_string(op);
+  check_float(name, "input a", a);
+  check_float_like(name, "input b", b, "input a", a);
+  check_float_like(name, "output", out, "input a", a);
+  const Shape out_shape = broadcast_shapes(a.shape(), b.shape(), name);
+  TROUPE_CHECK(out.shape() == out_shape, shape_mismatch, name, ": output ", out.str(), " must have the broadcast shape ",
+               shape_str(out_shape));
+  std::vector<Tensor> outs{out};
+  dispatch(name, {a, b}, outs);
+}
+
 Tensor binary(BinaryOp op, const Tensor& a, double s) {
   const std::string name = std::string(to_string(op)) + "_scalar";
   check_float(name.c_str(), "input", a);

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "graph/gradcheck.hpp"
+#include "graph/models.hpp"
 #include "graph/pass_testing.hpp"
 #include "kernels/reference.hpp"
 #include "troupe/graph/custom_gradient.hpp"
@@ -41,29 +42,6 @@ std::size_t removed_by(const std::vector<PassStat>& stats, const std::string& pa
   return 0;
 }
 
-// conv, activation, residual blocks (conv, activation, conv, + skip), conv, pixel shuffle: the
-// shape of sr-lite, small; the activation is custom_relu (a custom-gradient region) or relu.
-class SrLike : public Module {
- public:
-  explicit SrLike(bool custom_relu) : custom_(custom_relu) {
-    head_ = register_module("head", std::make_shared<Conv2d>(3, 8, 3, gen_, 1, 1));
-    for (int k = 0; k < 4; ++k)
-      body_.push_back(register_module("body" + std::to_string(k), std::make_shared<Conv2d>(8, 8, 3, gen_, 1, 1)));
-    tail_ = register_module("tail", std::make_shared<Conv2d>(8, 12, 3, gen_, 1, 1));
-  }
-  Var operator()(const Var& x) {
-    Var h = act((*head_)(x));
-    for (std::size_t k = 0; k < body_.size(); k += 2) h = h + (*body_[k + 1])(act((*body_[k])(h)));
-    return pixel_shuffle((*tail_)(h), 2);
-  }
-
- private:
-  Var act(const Var& x) const { return custom_ ? custom_relu(x) : relu(x); }
-  Generator gen_{11};
-  bool custom_;
-  std::shared_ptr<Conv2d> head_, tail_;
-  std::vector<std::shared_ptr<Conv2d>> body_;
-};
 }  // namespace
 
 TEST(PassModels, GptBlockTrainingAndInference) {
@@ -84,7 +62,7 @@ TEST(PassModels, GptBlockTrainingAndInference) {
 
 TEST(PassModels, SrLiteLikeConvNets) {
   for (bool custom : {true, false}) {
-    SrLike net(custom);
+    test::SrLike net(custom);
     auto loss = [&](const std::vector<Var>& in) { return std::vector<Var>{mse_loss(net(in[0]), in[1])}; };
     auto forward = [&](const std::vector<Var>& in) { return std::vector<Var>{net(in[0])}; };
     const std::vector<InputSpec> sig{{"x", {kBatch, 3, 8, 8}}, {"y", {kBatch, 3, 16, 16}}};

@@ -14,8 +14,10 @@ namespace troupe::graph {
 SymBindings bind_inputs(const Graph& g, const std::vector<Tensor>& inputs);
 
 /// Evaluates the values `fetch` (default: g.outputs()) from `inputs` (in the order of g.inputs())
-/// and `parameters` (in the order of g.parameters()).
+/// and `parameters` (in the order of g.parameters()). With `in_place`, an op marked in_place
+/// writes its output over an input of the same shape and dtype that no later node reads and no
+/// other tensor shares (never a graph input, parameter or constant).
 std::vector<Tensor> execute(const Graph& g, const std::vector<Tensor>& inputs, const std::vector<Tensor>& parameters,
-                            std::vector<ValueId> fetch = {});
+                            std::vector<ValueId> fetch = {}, bool in_place = false);
 
 }  // namespace troupe::graph

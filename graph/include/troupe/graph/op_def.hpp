@@ -56,11 +56,16 @@ struct OpDef {
   std::vector<int> no_grad_inputs;   // inputs that never get a gradient (ids, targets, shape sources)
   bool side_effects = false;         // runs for an effect besides its outputs (printing): graph passes
                                      // never remove, merge or fold such a node
+  bool in_place = false;             // kernel op computing output 0 elementwise: it may be written over
+                                     // an input of its shape and dtype (the executor's buffer reuse)
   /// True when a gradient can flow into input `i`.
   bool differentiable(std::size_t i) const;
   /// Runs the op on tensors, its kernel or its compute function, and checks the outputs against
   /// the context's shapes and dtypes: the one way eager mode, the executor and op actors run an op.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, const ComputeContext& ctx) const;
+  /// Runs an in_place op like run() with output 0 written over inputs[input], which must be
+  /// dense and of output 0's shape and dtype, and which nothing may read afterwards.
+  std::vector<Tensor> run_in_place(const std::vector<Tensor>& inputs, const ComputeContext& ctx, std::size_t input) const;
 };
 
 /// A gradient rule that fails with an error naming `op`: for ops without a rule of their own that

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "troupe/graph/graph.hpp"
+#include "troupe/graph/memory_plans.hpp"
 #include "troupe/graph/var.hpp"
 
 namespace troupe::graph {
@@ -34,10 +35,14 @@ class TracedFunction {
   /// the function read); calling it fills their grad() like eager backward().
   TracedFunction with_gradients(const std::vector<Var>& params = {}) const;
   /// A copy whose graph went through the pass pipeline of JIT level `level` (graph/passes.hpp):
-  /// the same signature and results (bit for bit at level 2; level 3 fuses) with less work. For
+  /// the same signature and results (bit for bit at level 2; level 3 fuses) with less work. Level
+  /// 3 also plans memory: each input shape gets an arena (memory_plans.hpp) after its first call,
+  /// and elementwise ops write over inputs that die at them. For
   /// training, run it before with_gradients (fusion rewrites forward chains, and autodiff then
   /// takes the fused ops' gradients) and again after (the passes see forward and backward together).
   TracedFunction optimized(int level) const;
+  /// Planned and measured peaks of the latest input shape (level 3 only; throws otherwise).
+  MemoryPlanReport memory_report() const;
   /// The recorded graph.
   const Graph& graph() const { return *graph_; }
   /// The signature it was traced with, dims resolved to symbols.
@@ -56,6 +61,7 @@ class TracedFunction {
   std::vector<Var> parameters_;
   std::size_t outputs_ = 0;                   // the function's own outputs; gradients follow them
   std::vector<std::size_t> grad_parameters_;  // parameter index of each gradient output
+  std::shared_ptr<MemoryPlanCache> memory_;    // level 3: the arenas, one per input shape
 };
 
 /// Traces `fn` against `signature`. Errors in shapes are raised here, naming the op.

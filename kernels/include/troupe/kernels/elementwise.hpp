@@ -18,6 +18,9 @@ const char* to_string(UnaryOp op);
 
 /// a (op) b with broadcasting; both f32 or both f64, on the same device.
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+/// Writes a (op) b into `out`, which has the broadcast shape and a's dtype and may be a or b
+/// itself (elementwise, so an in-place update reads each element before writing it).
+void binary_into(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
 /// a (op) s for a scalar s (rounded to the dtype of a).
 Tensor binary(BinaryOp op, const Tensor& a, double s);
 /// Elementwise a + b (broadcasting).

@@ -6,13 +6,16 @@
 #include <memory>
 
 #include "troupe/kernels/allocator.hpp"
+#include "troupe/kernels/planned_memory.hpp"
 
 namespace troupe {
 
-/// Owns `bytes` bytes from an allocator and gives them back when the last tensor lets go.
+/// Owns `bytes` bytes from an allocator (or from a planned arena, on a host thread running a planned
+/// step) and gives them back when the last tensor lets go.
 class Storage {
  public:
-  /// Allocates `bytes` bytes on `device` from its allocator.
+  /// Allocates `bytes` bytes on `device` from its allocator, or takes them from the thread's
+  /// planned arena (planned_memory.hpp).
   Storage(std::size_t bytes, const Device& device);
   ~Storage();
   Storage(const Storage&) = delete;
@@ -32,6 +35,7 @@ class Storage {
   std::size_t bytes_ = 0;
   Device device_;
   Allocator* allocator_ = nullptr;
+  MemoryLease lease_;  // the planned place, or the recorder to tell, when a host scope saw this block
   std::uint64_t id_ = 0;
 };
 

@@ -1,0 +1,111 @@
+#include "troupe/kernels/memory_plan.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "troupe/kernels/error.hpp"
+
+namespace troupe {
+
+namespace {
+
+std::size_t rounded(std::size_t bytes) {
+  return std::max<std::size_t>(1, (bytes + MemoryPlan::alignment - 1) / MemoryPlan::alignment) * MemoryPlan::alignment;
+}
+
+bool lifetimes_overlap(const PlannedBlock& a, const PlannedBlock& b) { return a.begin < b.end && b.begin < a.end; }
+
+}  // namespace
+
+MemoryPlan MemoryPlan::build(std::vector<PlannedBlock> blocks, int escape_slots) {
+  TROUPE_CHECK(escape_slots >= 1, invalid_argument, "a memory plan needs at least one slot per escaping block");
+  MemoryPlan plan;
+  plan.blocks = std::move(blocks);
+  plan.escape_slots = escape_slots;
+  plan.offset.assign(plan.blocks.size(), 0);
+
+  std::vector<std::size_t> order;
+  for (std::size_t k = 0; k < plan.blocks.size(); ++k)
+    if (!plan.blocks[k].escaped()) order.push_back(k);
+  // Largest first: big blocks fix the arena's shape, small ones fill the gaps they leave.
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return rounded(plan.blocks[a].bytes) > rounded(plan.blocks[b].bytes);
+  });
+
+  std::vector<std::size_t> placed;
+  std::vector<std::pair<std::size_t, std::size_t>> busy;  // [offset, end) of overlapping placed blocks
+  for (std::size_t k : order) {
+    const PlannedBlock& block = plan.blocks[k];
+    const std::size_t size = rounded(block.bytes);
+    busy.clear();
+    for (std::size_t j : placed)
+      if (lifetimes_overlap(block, plan.blocks[j]))
+        busy.emplace_back(plan.offset[j], plan.offset[j] + rounded(plan.blocks[j].bytes));
+    std::sort(busy.begin(), busy.end());
+    // Walk the gaps between busy ranges; keep the smallest one that fits, else go above them all.
+    std::size_t best = 0, best_gap = 0, cursor = 0;
+    bool found = false;
+    for (const auto& [start, stop] : busy) {
+      if (start > cursor) {
+        const std::size_t gap = start - cursor;
+        if (gap >= size && (!found || gap < best_gap)) {
+          best = cursor;
+          best_gap = gap;
+          found = true;
+        }
+      }
+      cursor = std::max(cursor, stop);
+    }
+    plan.offset[k] = found ? best : cursor;
+    plan.arena_bytes = std::max(plan.arena_bytes, plan.offset[k] + size);
+    placed.push_back(k);
+  }
+
+  // Escaping blocks: each its own slots above the arena, never shared with anything.
+  std::size_t top = plan.arena_bytes;
+  for (std::size_t k = 0; k < plan.blocks.size(); ++k) {
+    if (!plan.blocks[k].escaped()) continue;
+    plan.offset[k] = top;
+    top += rounded(plan.blocks[k].bytes) * static_cast<std::size_t>(escape_slots);
+  }
+  plan.total_bytes = top;
+  return plan;
+}
+
+std::size_t MemoryPlan::unplanned_bytes() const {
+  return std::accumulate(blocks.begin(), blocks.end(), std::size_t{0},
+                         [](std::size_t sum, const PlannedBlock& b) { return b.escaped() ? sum : sum + rounded(b.bytes); });
+}
+
+void check_memory_plan(const MemoryPlan& plan) {
+  TROUPE_CHECK(plan.offset.size() == plan.blocks.size(), invalid_argument, "memory plan: ", plan.offset.size(),
+               " offsets for ", plan.blocks.size(), " blocks");
+  // Sweep the blocks in order of their start; compare each with those still alive.
+  std::vector<std::size_t> by_start(plan.blocks.size());
+  std::iota(by_start.begin(), by_start.end(), std::size_t{0});
+  std::stable_sort(by_start.begin(), by_start.end(),
+                   [&](std::size_t a, std::size_t b) { return plan.blocks[a].begin < plan.blocks[b].begin; });
+  std::vector<std::size_t> alive;
+  for (std::size_t k : by_start) {
+    const PlannedBlock& block = plan.blocks[k];
+    const std::size_t size = rounded(block.bytes) * (block.escaped() ? static_cast<std::size_t>(plan.escape_slots) : 1);
+    TROUPE_CHECK(plan.offset[k] % MemoryPlan::alignment == 0 && plan.offset[k] + size <= plan.total_bytes, runtime,
+                 "memory plan: block ", k, " (", block.bytes, " bytes at ", plan.offset[k],
+                 ") is misaligned or outside the ", plan.total_bytes, " planned bytes");
+    alive.erase(std::remove_if(alive.begin(), alive.end(),
+                               [&](std::size_t j) { return plan.blocks[j].end <= block.begin; }),
+                alive.end());
+    for (std::size_t j : alive) {
+      const std::size_t other = rounded(plan.blocks[j].bytes) *
+                                (plan.blocks[j].escaped() ? static_cast<std::size_t>(plan.escape_slots) : 1);
+      const bool disjoint = plan.offset[k] + size <= plan.offset[j] || plan.offset[j] + other <= plan.offset[k];
+      TROUPE_CHECK(disjoint, runtime, "memory plan: blocks ", j, " and ", k, " are alive together (ticks [",
+                   plan.blocks[j].begin, ", ", plan.blocks[j].end, ") and [", block.begin, ", ", block.end,
+                   ")) but share bytes (offsets ", plan.offset[j], " and ", plan.offset[k], ")");
+    }
+    alive.push_back(k);
+  }
+}
+
+}  // namespace troupe
