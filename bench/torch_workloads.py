@@ -3,7 +3,9 @@
 written the plain way a PyTorch user would (nn.Module, autograd, torch.optim, clip_grad_norm_).
 Thread counts come from the caller: torch's via the argument, OpenBLAS's via OPENBLAS_NUM_THREADS.
 
-usage: torch_workloads.py WORKLOAD TORCH_THREADS [relu|custom-relu|custom-relu-fn] [STEPS]
+usage: torch_workloads.py WORKLOAD TORCH_THREADS [relu|custom-relu|custom-relu-fn] [STEPS] [SIZE] [VARIANT]
+sr-infer takes the image SIZE (default 128) and a VARIANT for bench/run jit: eager (default),
+channels_last, or jit-freeze (torch.jit.trace, torch.jit.freeze, torch.jit.optimize_for_inference).
 Prints {"workload":...,"ms":median}.
 """
 import json, math, sys, time
@@ -109,7 +111,18 @@ def main():
                 loss.backward()
                 opt.step()
         else:
-            x = torch.rand(1, 3, 128, 128)
+            size = int(sys.argv[5]) if len(sys.argv) > 5 else 128
+            variant = sys.argv[6] if len(sys.argv) > 6 else "eager"
+            x = torch.rand(1, 3, size, size)
+            model.eval()
+            if variant == "channels_last":
+                model = model.to(memory_format=torch.channels_last)
+                x = x.contiguous(memory_format=torch.channels_last)
+            elif variant == "jit-freeze":
+                with torch.no_grad():
+                    model = torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.trace(model, x)))
+            elif variant != "eager":
+                raise SystemExit(f"unknown sr-infer variant {variant}")
 
             def step():
                 with torch.no_grad():

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""bench/run jit: what graph mode buys, the apps' workloads at each JIT level, runs alternating in
+one invocation (ROUNDS rounds, medians), next to PyTorch's own inference modes. One JSON line per
+measurement on stdout:
+  sr-infer-jit   sr-lite on one image (128 and 256 pixels): Troupe at JIT_LEVEL 0/1/2/3 against the
+                 fastest of PyTorch eager, channels_last and jit.trace+freeze+optimize_for_inference,
+                 each with its best thread setting for the core count (as bench/run vs-torch picks)
+  gpt-forward-jit, gpt-train-jit   gpt-mini logits and training step at JIT_LEVEL 0/1/3
+Peak bytes and allocator calls per step come from the Troupe side (bench/jit_bench.cpp).
+"""
+import json, os, statistics, subprocess, sys
+
+ROUNDS = 3
+TORCH_PYTHON = "/usr/bin/python3"
+TORCH_VARIANTS = ["eager", "channels_last", "jit-freeze"]
+
+
+def log(msg):
+    print(f"jit: {msg}", file=sys.stderr, flush=True)
+
+
+def run_json(cmd, env):
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def troupe(build, workload, level, threads, size=128, steps=6):
+    return [os.path.join(build, "bench", "troupe-bench-jit"), workload, str(level), str(threads), str(size), str(steps)]
+
+
+def torch_settings(threads):
+    if threads == 1:
+        return [("torch 1, BLAS 1", 1, {"OPENBLAS_NUM_THREADS": "1"})]
+    return [(f"torch {threads}, BLAS {threads}", threads, {"OPENBLAS_NUM_THREADS": str(threads)}),
+            (f"torch 1, BLAS {threads}", 1, {"OPENBLAS_NUM_THREADS": str(threads)})]
+
+
+def alternate(runs):
+    """ROUNDS rounds of every run in turn; for each run the result of its median round."""
+    results = [[] for _ in runs]
+    for _ in range(ROUNDS):
+        for k, run in enumerate(runs):
+            results[k].append(run())
+    return [sorted(r, key=lambda x: x["ms"])[len(r) // 2] for r in results]
+
+
+def sr_infer(build, env, threads, size):
+    steps = 6 if size <= 128 else 3
+    # PyTorch's fastest variant and thread setting, from one try each.
+    tried = []
+    for variant in TORCH_VARIANTS:
+        for name, th, extra in torch_settings(threads):
+            cmd = [TORCH_PYTHON, os.path.join(os.path.dirname(__file__), "torch_workloads.py"), "sr-infer", str(th),
+                   "relu", str(steps), str(size), variant]
+            tried.append((run_json(cmd, {**env, **extra})["ms"], f"{variant}, {name}", cmd, {**env, **extra}))
+    _, torch_name, torch_cmd, torch_env = min(tried, key=lambda t: t[0])
+    levels = [0, 1, 2, 3]
+    runs = [lambda l=l: run_json(troupe(build, "sr-infer", l, threads, size, steps), env) for l in levels]
+    runs.append(lambda: run_json(torch_cmd, torch_env))
+    *ours, theirs = alternate(runs)
+    line = {"bench": "sr-infer-jit", "size": size, "threads": threads}
+    for l, r in zip(levels, ours):
+        line[f"jit{l}_ms"] = round(r["ms"], 2)
+    line.update({"torch_best_ms": round(theirs["ms"], 2), "torch_best": torch_name,
+                 "speedup_jit3_vs_jit0": round(ours[0]["ms"] / ours[3]["ms"], 3),
+                 "ratio_vs_torch_best": round(ours[3]["ms"] / theirs["ms"], 3),
+                 "peak_bytes_jit0": ours[0]["peak_bytes"], "peak_bytes_jit1": ours[1]["peak_bytes"],
+                 "peak_bytes_jit3": ours[3]["peak_bytes"], "allocs_per_step_jit1": ours[1]["allocs_per_step"],
+                 "allocs_per_step_jit3": ours[3]["allocs_per_step"]})
+    print(json.dumps(line), flush=True)
+
+
+def gpt(build, env, threads, workload):
+    levels = [0, 1, 3]
+    ours = alternate([lambda l=l: run_json(troupe(build, workload, l, threads, 128, 4), env) for l in levels])
+    line = {"bench": f"{workload}-jit", "threads": threads}
+    for l, r in zip(levels, ours):
+        line[f"jit{l}_ms"] = round(r["ms"], 2)
+    line["ratio_jit3_vs_jit1"] = round(ours[2]["ms"] / ours[1]["ms"], 3)
+    for l, r in zip(levels, ours):
+        line[f"peak_bytes_jit{l}"] = r["peak_bytes"]
+    for l, r in zip(levels, ours):
+        line[f"allocs_per_step_jit{l}"] = r["allocs_per_step"]
+    line["allocs_per_step"] = ours[2]["allocs_per_step"]
+    print(json.dumps(line), flush=True)
+
+
+def main():
+    build = sys.argv[1]
+    with open("/proc/cpuinfo") as f:
+        model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "unknown")
+    log(f"cpu: {model}")
+    env = dict(os.environ)
+    for threads in sorted({1, os.cpu_count() or 1}):
+        for size in (128, 256):
+            log(f"sr-infer {size}, {threads} thread(s)")
+            sr_infer(build, env, threads, size)
+        for workload in ("gpt-forward", "gpt-train"):
+            log(f"{workload}, {threads} thread(s)")
+            gpt(build, env, threads, workload)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+// The Troupe side of `bench/run jit`: one workload at one JIT level, timed over a few calls after
+// warm-up, the way the apps run it; prints {"workload":...,"level":L,"ms":median,"peak_bytes":...,
+// "allocs_per_step":...} for bench/jit.py to pair with the other levels and with PyTorch.
+//   sr-infer SIZE   sr-lite (app defaults) on one 1x3xSIZExSIZE image: troupe-sr infer's graph::Jit
+//   gpt-forward     gpt-mini logits of batch 8 x 128: troupe-gpt generate's graph::Jit
+//   gpt-train       gpt-mini, batch 8 x 128, AdamW, clip 1.0: the apps' TrainStep (actor program,
+//                   1 scheduler thread, 1 micro-batch; eager at level 0)
+// peak_bytes: the allocator's peak during a steady-state call above what was held before it, plus
+// the planned arena a level-3 function keeps between calls; planned_bytes: that arena;
+// allocs_per_step: allocator requests in that call.
+// usage: troupe-bench-jit WORKLOAD LEVEL KERNEL_THREADS [SIZE] [STEPS]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "troupe/apps/gpt_model.hpp"
+#include "troupe/apps/sr_model.hpp"
+#include "troupe/apps/train_step.hpp"
+#include "troupe/graph/optim.hpp"
+#include "troupe/graph/trace.hpp"
+#include "troupe/kernels/threading.hpp"
+
+using namespace troupe;
+using graph::Var;
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: troupe-bench-jit sr-infer|gpt-forward|gpt-train LEVEL KERNEL_THREADS [SIZE] [STEPS]\n");
+    return 2;
+  }
+  const std::string workload = argv[1];
+  const int level = std::atoi(argv[2]), threads = std::atoi(argv[3]);
+  const std::int64_t size = argc > 4 ? std::atoll(argv[4]) : 128;
+  const int steps = argc > 5 ? std::atoi(argv[5]) : 6;
+  set_kernel_threads(threads);
+  Generator gen(1);
+  const graph::SymDim b = graph::SymDim::symbol("batch");
+  std::function<void()> call;
+  std::unique_ptr<apps::SrLite> sr;
+  std::unique_ptr<apps::Gpt> gpt;
+  std::unique_ptr<graph::Jit> jit;
+  std::unique_ptr<apps::TrainStep> train;
+  std::vector<Tensor> inputs;
+  if (workload == "sr-infer") {
+    sr = std::make_unique<apps::SrLite>(apps::SrConfig{}, gen);
+    jit = std::make_unique<graph::Jit>([&](const std::vector<Var>& in) { return std::vector<Var>{(*sr)(in[0])}; },
+                                       std::vector<graph::InputSpec>{{"image", {1, 3, -1, -1}}}, false, level);
+    Tensor x = Tensor::empty({1, 3, size, size});
+    gen.uniform_(x);
+    inputs = {x};
+    call = [&] { (*jit)(inputs); };
+  } else {
+    gpt = std::make_unique<apps::Gpt>(apps::GptConfig{}, gen);
+    Tensor ids = Tensor::empty({8, 128}, DType::i64), targets = Tensor::empty({8, 128}, DType::i64);
+    for (std::int64_t i = 0; i < ids.numel(); ++i) {
+      ids.data<std::int64_t>()[i] = (i * 7919) % 256;
+      targets.data<std::int64_t>()[i] = (i * 104729) % 256;
+    }
+    if (workload == "gpt-forward") {
+      jit = std::make_unique<graph::Jit>([&](const std::vector<Var>& in) { return std::vector<Var>{gpt->logits(in[0])}; },
+                                         std::vector<graph::InputSpec>{{"ids", {b, 128}, DType::i64}}, false, level);
+      inputs = {ids};
+      call = [&] { (*jit)(inputs); };
+    } else if (workload == "gpt-train") {
+      kernels::AdamWParams hp;
+      hp.lr = 3e-4;
+      hp.weight_decay = 0.01;
+      apps::TrainStepOptions options;
+      options.clip = 1.0;
+      options.jit_level = level;
+      train = std::make_unique<apps::TrainStep>(
+          [&](const std::vector<Var>& in) { return std::vector<Var>{gpt->loss(in[0], in[1])}; },
+          std::vector<graph::InputSpec>{{"ids", {b, 128}, DType::i64}, {"targets", {b, 128}, DType::i64}}, *gpt,
+          std::make_shared<graph::AdamW>(gpt->parameters(), hp), options);
+      train->measure_gradients(false);
+      inputs = {ids, targets};
+      call = [&] { (*train)(inputs); };
+    } else {
+      std::fprintf(stderr, "troupe-bench-jit: unknown workload '%s'\n", workload.c_str());
+      return 2;
+    }
+  }
+  // The arena a memory-planned (level 3) Jit keeps: part of its peak though held between calls.
+  const auto planned = [&]() -> std::size_t {
+    if (!jit || level < 3) return 0;
+    return jit->traced_function().memory_report().reserved_bytes;
+  };
+  std::vector<double> ms;
+  std::size_t peak = 0;
+  std::uint64_t allocs = 0;
+  for (int i = 0; i < steps + 2; ++i) {
+    const std::size_t held = cpu_allocator().stats().current_bytes;
+    cpu_allocator().reset_stats();
+    const auto t0 = std::chrono::steady_clock::now();
+    call();
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3;
+    const AllocatorStats s = cpu_allocator().stats();
+    if (i < 2) continue;  // warm-up: caches, plans
+    ms.push_back(elapsed);
+    peak = std::max(peak, s.peak_bytes - held + planned());
+    allocs = std::max(allocs, s.requests);
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf("{\"workload\":\"%s\",\"level\":%d,\"threads\":%d,\"size\":%lld,\"ms\":%.3f,\"peak_bytes\":%zu,"
+              "\"planned_bytes\":%zu,\"allocs_per_step\":%llu}\n",
+              workload.c_str(), level, threads, static_cast<long long>(size), ms[ms.size() / 2], peak, planned(),
+              static_cast<unsigned long long>(allocs));
+  return 0;
+}
