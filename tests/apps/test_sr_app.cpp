@@ -51,6 +51,23 @@ TEST(SrApp, TrainsOnProceduralImagesAndReportsPsnr) {
   EXPECT_GT(psnr[8], psnr[2]) << "held-out PSNR did not improve";
 }
 
+// Eager (JIT_LEVEL 0), traced as written (1) and optimised (3) train alike: 20 steps' losses
+// within 1e-5.
+TEST(SrApp, EagerStepsEqualActorStepsAtEveryLevel) {
+  const std::string dir = test::fresh_dir("sr_levels");
+  std::vector<std::vector<double>> losses;
+  for (const char* level : {"0", "1", "3"}) {
+    const std::string csv = dir + "/level" + level + ".csv";
+    const auto r = run_app(std::string("JIT_LEVEL=") + level + " " + tiny() + " --steps 20 --metrics " + csv);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    losses.push_back(test::csv_column(csv, "loss"));
+    ASSERT_EQ(losses.back().size(), 20u) << "level " << level;
+  }
+  for (std::size_t k = 1; k < losses.size(); ++k)
+    for (std::size_t i = 0; i < losses[0].size(); ++i)
+      EXPECT_NEAR(losses[k][i], losses[0][i], 1e-5 * std::abs(losses[0][i])) << "run " << k << ", step " << i + 1;
+}
+
 TEST(SrApp, GradModeStandardUsesThePlainGradient) {
   const auto r = run_app("GRAD_MODE=standard " + tiny() + " --steps 1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
