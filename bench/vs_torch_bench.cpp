@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
       inputs = {ids, targets};
     } else {
       auto fn = [&](const std::vector<Var>& in) { return std::vector<Var>{gpt->logits(in[0])}; };
-      program = engine.compile(graph::trace(fn, {sig[0]}).optimized(level), po);
+      program = engine.compile(graph::trace(fn, {sig[0]}).for_inference().optimized(level), po);
       inputs = {ids};
     }
   } else {
@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
       inputs = {x, y};
     } else {
       auto fn = [&](const std::vector<Var>& in) { return std::vector<Var>{(*sr)(in[0])}; };
-      program = engine.compile(graph::trace(fn, {{"x", {b, 3, 128, 128}}}).optimized(level), po);
+      program = engine.compile(graph::trace(fn, {{"x", {b, 3, 128, 128}}}).for_inference().optimized(level), po);
       Tensor x = Tensor::empty({1, 3, 128, 128});
       gen.uniform_(x);
       inputs = {x};

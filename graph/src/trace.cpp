@@ -66,6 +66,9 @@ TracedFunction trace(const TraceableFn& fn, const std::vector<InputSpec>& signat
 TracedFunction TracedFunction::with_gradients(const std::vector<Var>& params) const {
   TROUPE_CHECK(outputs_ > 0, invalid_argument, "with_gradients: the traced function has no output to differentiate");
   TROUPE_CHECK(grad_parameters_.empty(), invalid_argument, "with_gradients: this function already has gradients");
+  TROUPE_CHECK(!inference_, invalid_argument,
+               "with_gradients: this function was made for inference (custom gradients dropped); take the "
+               "gradients of the traced function before for_inference()");
   TracedFunction f = *this;
   auto g = std::make_shared<Graph>(*graph_);
   std::vector<ValueId> wrt;
@@ -90,6 +93,16 @@ TracedFunction TracedFunction::with_gradients(const std::vector<Var>& params) co
   f.grad_parameters_ = kept;
   f.graph_ = std::move(g);
   f.memory_ = nullptr;  // plans are per graph: optimized(3) plans the new one
+  return f;
+}
+
+TracedFunction TracedFunction::for_inference() const {
+  TROUPE_CHECK(grad_parameters_.empty(), invalid_argument,
+               "for_inference: this function computes gradients; trace the forward function alone");
+  TracedFunction f = *this;
+  f.graph_ = std::make_shared<const Graph>(graph_->inference_graph());
+  f.inference_ = true;
+  f.memory_ = nullptr;
   return f;
 }
 
@@ -150,7 +163,10 @@ Jit::Jit(TraceableFn fn, std::vector<InputSpec> signature, bool gradients, int l
   TROUPE_CHECK(level >= 0 && level <= 3, invalid_argument, "jit level ", level, " is not in 0..3");
   if (level == 0) return;
   TracedFunction t = trace(fn_, signature_);
-  if (gradients_) t = t.optimized(level).with_gradients();  // fuse forward chains before autodiff
+  if (gradients_)
+    t = t.optimized(level).with_gradients();  // fuse forward chains before autodiff
+  else
+    t = t.for_inference();
   traced_ = std::make_shared<TracedFunction>(t.optimized(level));
 }
 

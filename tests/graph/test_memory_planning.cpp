@@ -70,7 +70,9 @@ TEST(MemoryPlanning, TrainingStepsAccumulateExactGradientsWithoutAllocatorCalls)
     for (const Var& p : fn.parameters()) p.zero_grad();
     cpu_allocator().reset_stats();
     const std::vector<Tensor> out = fn(inputs);
-    if (step >= 2) EXPECT_EQ(cpu_allocator().stats().requests, 0u) << "step " << step;
+    if (step >= 2) {
+      EXPECT_EQ(cpu_allocator().stats().requests, 0u) << "step " << step;
+    }
     EXPECT_TRUE(test::same_bits(out[0], plain[0]));
     for (std::size_t k = 0; k < fn.gradient_parameters().size(); ++k)
       EXPECT_TRUE(test::same_bits(fn.parameters()[fn.gradient_parameters()[k]].grad(), plain[fn.output_count() + k]))

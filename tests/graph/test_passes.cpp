@@ -329,6 +329,7 @@ TEST(Pipeline, RunsThePassesOfEachLevel) {
   EXPECT_EQ(two, (std::vector<std::string>{"constant-folding", "algebraic-simplification", "cse", "dce"}));
   two.push_back("attention-fusion");
   two.push_back("bias-gelu-fusion");
+  two.push_back("conv-relu-fusion");
   EXPECT_EQ(three, two);
   EXPECT_THROW(pipeline(4), Error);
   const Graph g = arithmetic_graph("mul_scalar", value_attr(1.0));

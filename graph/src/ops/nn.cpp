@@ -123,7 +123,7 @@ std::vector<Tensor> compute_cross_entropy_backward(const std::vector<Tensor>& in
 
 kernels::Conv2dParams conv_params(const Attrs& a) {
   const auto s = a.get_int("stride"), p = a.get_int("padding");
-  return kernels::Conv2dParams{s, s, p, p};
+  return kernels::Conv2dParams{s, s, p, p, a.has("relu") && a.get_int("relu") != 0};
 }
 // Output size of one spatial dim; symbolic sizes are allowed only where the output equals the input.
 SymDim conv_out(const InferContext& c, const SymDim& in, const SymDim& k, std::int64_t stride, std::int64_t pad) {
@@ -153,7 +153,9 @@ std::vector<ValueInfo> infer_conv2d(const InferContext& c) {
   return one(c.inputs[0].dtype, {x[0], w[0], conv_out(c, x[2], w[2], s, p), conv_out(c, x[3], w[3], s, p)});
 }
 std::vector<Var> grad_conv2d(const GradContext& c) {
-  const Var dy = c.grad_output(0);
+  // With a relu epilogue (conv-relu fusion), the output is positive exactly where the conv's was.
+  const bool relu = c.attrs.has("relu") && c.attrs.get_int("relu") != 0;
+  const Var dy = relu ? relu_backward(c.grad_output(0), c.outputs[0], 0.0) : c.grad_output(0);
   std::vector<Var> g(c.inputs.size());
   if (c.needs_grad[0]) g[0] = apply1("conv2d_backward_data", {dy, c.inputs[1], c.inputs[0]}, c.attrs);
   if (c.needs_grad[1]) g[1] = apply1("conv2d_backward_weight", {dy, c.inputs[0], c.inputs[1]}, c.attrs);
@@ -269,6 +271,7 @@ Var mse_loss(const Var& y, const Var& target) {
 }
 
 // compute: kernels::conv2d (oneDNN or im2col + GEMM); each backward op's input 2 gives only a shape.
+// Attribute relu=1 (set by conv-relu fusion) adds a relu epilogue.
 Var conv2d(const Var& x, const Var& w, const Var& bias, std::int64_t stride, std::int64_t padding) {
   return apply1("conv2d", {x, w, bias}, Attrs().set("stride", stride).set("padding", padding));
 }

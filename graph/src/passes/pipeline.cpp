@@ -42,6 +42,7 @@ std::vector<Pass> pipeline(int level) {
   if (level == 3) {
     passes.push_back({"attention-fusion", fuse_attention});
     passes.push_back({"bias-gelu-fusion", fuse_bias_gelu});
+    passes.push_back({"conv-relu-fusion", fuse_conv_relu});
   }
   return passes;
 }

@@ -71,6 +71,8 @@ void forward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, con
     for (std::int64_t o = 0; o < g.o; ++o) std::fill_n(yn + o * g.pixels(), g.pixels(), b ? b[o] : T(0));
     cpu::gemm(CblasNoTrans, CblasNoTrans, I(g.o), I(g.pixels()), I(g.patch()), T(1), w, I(g.patch()), col.data(),
               I(g.pixels()), T(1), yn, I(g.pixels()));
+    if (g.relu)
+      for (std::int64_t i = 0; i < g.o * g.pixels(); ++i) yn[i] = yn[i] > T(0) ? yn[i] : T(0);
   }
 }
 

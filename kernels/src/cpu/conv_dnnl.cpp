@@ -67,21 +67,27 @@ class CallBuffers {
   std::vector<std::shared_ptr<Storage>> held_;
 };
 
-// Primitive attributes: the scratchpad is ours to give (CallBuffers), not oneDNN's to allocate.
-dnnl::primitive_attr user_scratchpad() {
+// Primitive attributes: the scratchpad is ours to give (CallBuffers), not oneDNN's to allocate,
+// and a relu epilogue when asked (a post-op on the accumulator: the bits of conv, then relu).
+dnnl::primitive_attr primitive_attributes(bool relu = false) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    attr.set_post_ops(ops);
+  }
   return attr;
 }
 
-dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, bool bias) {
+dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, bool bias, bool relu = false) {
   const auto desc = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
                                                            dnnl::algorithm::convolution_direct, d.any_src,
                                                            d.any_weights, d.bias, d.any_dst, d.strides, d.pad_l, d.pad_r)
                          : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
                                                            dnnl::algorithm::convolution_direct, d.any_src,
                                                            d.any_weights, d.any_dst, d.strides, d.pad_l, d.pad_r);
-  return {desc, user_scratchpad(), cpu_engine()};
+  return {desc, primitive_attributes(relu), cpu_engine()};
 }
 
 // The user's buffer as `want`: itself when the layouts agree, otherwise a reordered copy.
@@ -120,7 +126,7 @@ void execute_with_scratchpad(const dnnl::primitive& primitive, const Pd& pd, std
 void dnnl_conv_forward(const kernels::ConvGeometry& s, const float* x, const float* w, const float* b, float* y) {
   limit_threads_here();
   const Descs d = descs(s);
-  const auto pd = forward_pd(d, b != nullptr);
+  const auto pd = forward_pd(d, b != nullptr, s.relu);
   dnnl::stream stream(cpu_engine());
   CallBuffers buffers;
   memory src = as_layout(d.src, const_cast<float*>(x), pd.src_desc(), stream, buffers);
@@ -140,7 +146,7 @@ void dnnl_conv_backward_data(const kernels::ConvGeometry& s, const float* dy, co
   const dnnl::convolution_backward_data::primitive_desc pd(
       dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, d.any_src, d.any_weights, d.any_dst,
                                             d.strides, d.pad_l, d.pad_r),
-      user_scratchpad(), cpu_engine(), hint);
+      primitive_attributes(), cpu_engine(), hint);
   dnnl::stream stream(cpu_engine());
   CallBuffers buffers;
   memory ddst = as_layout(d.dst, const_cast<float*>(dy), pd.diff_dst_desc(), stream, buffers);
@@ -160,7 +166,7 @@ void dnnl_conv_backward_weights(const kernels::ConvGeometry& s, const float* dy,
   const dnnl::convolution_backward_weights::primitive_desc pd(
       dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.any_src, d.any_weights,
                                                d.any_dst, d.strides, d.pad_l, d.pad_r),
-      user_scratchpad(), cpu_engine(), hint);
+      primitive_attributes(), cpu_engine(), hint);
   dnnl::stream stream(cpu_engine());
   CallBuffers buffers;
   memory ddst = as_layout(d.dst, const_cast<float*>(dy), pd.diff_dst_desc(), stream, buffers);

@@ -43,7 +43,7 @@ struct OptimizeOptions {
 
 /// The passes JIT level `level` runs, in order: none at levels 0 and 1; at levels 2 and 3,
 /// constant folding, algebraic simplification, common-subexpression elimination, dead-code
-/// elimination; at level 3 then attention fusion and bias-gelu fusion. Throws for a level outside
+/// elimination; at level 3 then attention, bias-gelu and conv-relu fusion. Throws for a level outside
 /// 0..3.
 std::vector<Pass> pipeline(int level);
 
@@ -70,6 +70,9 @@ Graph fuse_attention(const Graph& g);
 /// Replaces gelu(add(h, b)), b a bias over h's last dim, by one bias_gelu(h, b) (the same bits)
 /// where the sum has no other reader: in a forward graph, before the gradients are taken.
 Graph fuse_bias_gelu(const Graph& g);
+/// Replaces relu(conv2d(x, w, b)) by conv2d with a relu epilogue (attribute relu=1; the same
+/// bits) where the conv's output has no other reader: in a forward graph, before the gradients.
+Graph fuse_conv_relu(const Graph& g);
 /// Removes nodes whose outputs nobody reads, except nodes with side effects; a custom-gradient
 /// region goes or stays as a whole. Constants nobody reads go too.
 Graph eliminate_dead_code(const Graph& g);

@@ -41,6 +41,10 @@ class TracedFunction {
   /// training, run it before with_gradients (fusion rewrites forward chains, and autodiff then
   /// takes the fused ops' gradients) and again after (the passes see forward and backward together).
   TracedFunction optimized(int level) const;
+  /// A copy for inference only: its graph without custom-gradient regions and gradient overrides
+  /// (Graph::inference_graph; the forward computation is unchanged), so fusion sees through a
+  /// custom_relu. with_gradients() on it is refused. Jit uses it when no gradients are asked for.
+  TracedFunction for_inference() const;
   /// Planned and measured peaks of the latest input shape (level 3 only; throws otherwise).
   MemoryPlanReport memory_report() const;
   /// The recorded graph.
@@ -62,6 +66,7 @@ class TracedFunction {
   std::size_t outputs_ = 0;                   // the function's own outputs; gradients follow them
   std::vector<std::size_t> grad_parameters_;  // parameter index of each gradient output
   std::shared_ptr<MemoryPlanCache> memory_;    // level 3: the arenas, one per input shape
+  bool inference_ = false;                     // for_inference(): no gradients may be added
 };
 
 /// Traces `fn` against `signature`. Errors in shapes are raised here, naming the op.

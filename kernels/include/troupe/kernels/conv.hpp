@@ -7,12 +7,14 @@
 
 namespace troupe::kernels {
 
-/// Stride and padding of a convolution.
+/// Stride and padding of a convolution, and its epilogue.
 struct Conv2dParams {
   std::int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  bool relu = false;  // max(y, 0) applied as each result is stored (the bits of conv, then relu)
 };
 
-/// y[N, O, Ho, Wo] = conv(x[N, C, H, W], w[O, C, kh, kw]) + bias[O] (bias may be undefined).
+/// y[N, O, Ho, Wo] = conv(x[N, C, H, W], w[O, C, kh, kw]) + bias[O] (bias may be undefined), then
+/// max(y, 0) when p.relu.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p);
 /// d loss / d x from grad[N, O, Ho, Wo] and the weight.
 Tensor conv2d_backward_data(const Tensor& grad, const Tensor& w, const Shape& input_shape, const Conv2dParams& p);
