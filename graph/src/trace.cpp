@@ -108,7 +108,9 @@ TracedFunction TracedFunction::for_inference() const {
 
 TracedFunction TracedFunction::optimized(int level) const {
   TracedFunction f = *this;
-  f.graph_ = std::make_shared<const Graph>(optimize(*graph_, level));
+  OptimizeOptions options;
+  options.inference = inference_;
+  f.graph_ = std::make_shared<const Graph>(optimize(*graph_, level, options));
   f.memory_ = level >= 3 ? std::make_shared<MemoryPlanCache>() : nullptr;
   return f;
 }

@@ -8,19 +8,35 @@
 
 namespace troupe::kernels {
 
+Shape channel_blocked_shape(const Shape& nchw) {
+  TROUPE_CHECK(nchw.size() == 4 && nchw[1] % kChannelBlock == 0, shape_mismatch, "channel blocks: ", shape_str(nchw),
+               " is not NCHW with a channel count divisible by ", kChannelBlock);
+  return {nchw[0], nchw[1] / kChannelBlock, nchw[2], nchw[3], kChannelBlock};
+}
+
+Shape channel_unblocked_shape(const Shape& blocked) {
+  TROUPE_CHECK(blocked.size() == 5 && blocked[4] == kChannelBlock, shape_mismatch, "channel blocks: ",
+               shape_str(blocked), " is not [N, C/", kChannelBlock, ", H, W, ", kChannelBlock, "]");
+  return {blocked[0], blocked[1] * kChannelBlock, blocked[2], blocked[3]};
+}
+
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
   check_float("conv2d", "input", x);
   check_float_like("conv2d", "weight", w, "input", x);
-  const ConvGeometry g = conv_geometry("conv2d", x.shape(), w.shape(), p);
+  TROUPE_CHECK(!(p.blocked_input || p.blocked_output) || x.dtype() == DType::f32, unsupported,
+               "conv2d: channel-blocked layouts are f32 only, got ", x.str());
+  const Shape x_shape = p.blocked_input ? channel_unblocked_shape(x.shape()) : x.shape();
+  const ConvGeometry g = conv_geometry("conv2d", x_shape, w.shape(), p);
   if (bias.defined()) {
     check_float_like("conv2d", "bias", bias, "input", x);
     TROUPE_CHECK(bias.shape() == Shape{g.o}, shape_mismatch, "conv2d: bias ", shape_str(bias.shape()), " must be [",
                  g.o, "]");
   }
-  std::vector<Tensor> out{Tensor::empty(g.output_shape(), x.dtype(), x.device())};
+  const Shape y_shape = p.blocked_output ? channel_blocked_shape(g.output_shape()) : g.output_shape();
+  std::vector<Tensor> out{Tensor::empty(y_shape, x.dtype(), x.device())};
   std::vector<Tensor> in{x.contiguous(), w.contiguous()};
   if (bias.defined()) in.push_back(bias.contiguous());
-  dispatch("conv2d", in, out, conv_geometry_attrs(x.shape(), w.shape(), p));
+  dispatch("conv2d", in, out, conv_geometry_attrs(x_shape, w.shape(), p));
   return out[0];
 }
 

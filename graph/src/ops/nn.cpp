@@ -121,9 +121,23 @@ std::vector<Tensor> compute_cross_entropy_backward(const std::vector<Tensor>& in
   return {g.view(in[1].shape())};
 }
 
+// An optional 0/1 attribute of conv2d (set by level-3 passes).
+bool conv_flag(const Attrs& a, const char* name) { return a.has(name) && a.get_int(name) != 0; }
 kernels::Conv2dParams conv_params(const Attrs& a) {
   const auto s = a.get_int("stride"), p = a.get_int("padding");
-  return kernels::Conv2dParams{s, s, p, p, a.has("relu") && a.get_int("relu") != 0};
+  return kernels::Conv2dParams{s, s, p, p, conv_flag(a, "relu"), conv_flag(a, "blocked_input"),
+                               conv_flag(a, "blocked_output")};
+}
+// [N, C/16, H, W, 16] <-> [N, C, H, W] for symbolic shapes (the channel count is always fixed).
+SymShape unblocked(const InferContext& c, const SymShape& x) {
+  if (x.size() != 5 || x[4] != SymDim(kernels::kChannelBlock) || !x[1].is_static())
+    shape_error(c, "a channel-blocked input must be [N, C/16, H, W, 16]");
+  return {x[0], SymDim(x[1].size() * kernels::kChannelBlock), x[2], x[3]};
+}
+SymShape blocked(const InferContext& c, const SymShape& y) {
+  if (!y[1].is_static() || y[1].size() % kernels::kChannelBlock != 0)
+    shape_error(c, "a channel-blocked output needs a channel count divisible by 16");
+  return {y[0], SymDim(y[1].size() / kernels::kChannelBlock), y[2], y[3], SymDim(kernels::kChannelBlock)};
 }
 // Output size of one spatial dim; symbolic sizes are allowed only where the output equals the input.
 SymDim conv_out(const InferContext& c, const SymDim& in, const SymDim& k, std::int64_t stride, std::int64_t pad) {
@@ -140,9 +154,11 @@ std::vector<ValueInfo> infer_conv2d(const InferContext& c) {
   expect_arity(c, 2, 3);
   expect_floating(c, 0);
   expect_same_dtype(c, 0, 1);
-  expect_rank(c, 0, 4, "x [N, C, H, W]");
+  const bool blocked_in = conv_flag(c.attrs, "blocked_input"), blocked_out = conv_flag(c.attrs, "blocked_output");
+  if (!blocked_in) expect_rank(c, 0, 4, "x [N, C, H, W]");
   expect_rank(c, 1, 4, "w [O, C, kh, kw]");
-  const SymShape &x = c.inputs[0].shape, &w = c.inputs[1].shape;
+  const SymShape x = blocked_in ? unblocked(c, c.inputs[0].shape) : c.inputs[0].shape;
+  const SymShape& w = c.inputs[1].shape;
   if (x[1] != w[1]) shape_error(c, "input channels " + x[1].str() + " differ from the weight's " + w[1].str());
   if (c.inputs.size() == 3) {
     expect_same_dtype(c, 0, 2);
@@ -150,11 +166,15 @@ std::vector<ValueInfo> infer_conv2d(const InferContext& c) {
   }
   const auto s = c.attrs.get_int("stride"), p = c.attrs.get_int("padding");
   if (s < 1 || p < 0) shape_error(c, "stride must be >= 1 and padding >= 0");
-  return one(c.inputs[0].dtype, {x[0], w[0], conv_out(c, x[2], w[2], s, p), conv_out(c, x[3], w[3], s, p)});
+  const SymShape y{x[0], w[0], conv_out(c, x[2], w[2], s, p), conv_out(c, x[3], w[3], s, p)};
+  return one(c.inputs[0].dtype, blocked_out ? blocked(c, y) : y);
 }
 std::vector<Var> grad_conv2d(const GradContext& c) {
   // With a relu epilogue (conv-relu fusion), the output is positive exactly where the conv's was.
-  const bool relu = c.attrs.has("relu") && c.attrs.get_int("relu") != 0;
+  const bool relu = conv_flag(c.attrs, "relu");
+  if (conv_flag(c.attrs, "blocked_input") || conv_flag(c.attrs, "blocked_output"))
+    fail(ErrorKind::unsupported, "conv2d in channel-blocked layout has no gradient: layouts are chosen for inference "
+         "graphs only (TracedFunction::for_inference)");
   const Var dy = relu ? relu_backward(c.grad_output(0), c.outputs[0], 0.0) : c.grad_output(0);
   std::vector<Var> g(c.inputs.size());
   if (c.needs_grad[0]) g[0] = apply1("conv2d_backward_data", {dy, c.inputs[1], c.inputs[0]}, c.attrs);

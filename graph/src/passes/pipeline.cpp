@@ -30,11 +30,12 @@ std::string dump_dir_from_env() {
   return env ? std::string(env) : std::string();
 }
 
-std::vector<Pass> pipeline(int level) {
+std::vector<Pass> pipeline(int level, bool inference) {
   TROUPE_CHECK(level >= 0 && level <= 3, invalid_argument, "jit level ", level, " is not in 0..3");
   if (level < 2) return {};  // level 1 runs the graph as traced
   // Folding and simplification first: they leave nodes for CSE to merge and dead ones for DCE.
-  // Level 3 fuses after them; memory planning and layout choice will follow fusion.
+  // Level 3 fuses after them, then (inference only) chooses layouts for the fused convolutions;
+  // its memory planning happens when the graph runs (TracedFunction, memory_plans.hpp).
   std::vector<Pass> passes{{"constant-folding", fold_constants},
                            {"algebraic-simplification", simplify_algebra},
                            {"cse", eliminate_common_subexpressions},
@@ -43,12 +44,13 @@ std::vector<Pass> pipeline(int level) {
     passes.push_back({"attention-fusion", fuse_attention});
     passes.push_back({"bias-gelu-fusion", fuse_bias_gelu});
     passes.push_back({"conv-relu-fusion", fuse_conv_relu});
+    if (inference) passes.push_back({"layout-choice", choose_layouts});
   }
   return passes;
 }
 
 Graph optimize(const Graph& g, int level, const OptimizeOptions& options, std::vector<PassStat>* stats) {
-  const std::vector<Pass> passes = pipeline(level);
+  const std::vector<Pass> passes = pipeline(level, options.inference);
   if (options.check) check_graph(g);
   if (!options.dump_dir.empty()) write_dump(options.dump_dir, "input", g);
   Graph current = g;

@@ -70,6 +70,23 @@ NodeId Rewriter::emit_for(const Node& n, const std::string& op, const std::vecto
   return m;
 }
 
+NodeId Rewriter::emit_relaid_for(const Node& n, const std::string& op, const std::vector<ValueId>& inputs,
+                                 const Attrs& attrs) {
+  for (ValueId o : n.outputs)
+    TROUPE_CHECK(!is_output_[static_cast<std::size_t>(o)], runtime, "graph pass: graph output %", o,
+                 " cannot change its layout (a pass bug)");
+  enter_region(n.region);
+  const NodeId m = out_.add_node(op, inputs, attrs, n.target);
+  Node& node = out_.mutable_node(m);
+  node.label = n.label;
+  node.gradient = n.gradient;
+  node.backward = n.backward;
+  TROUPE_CHECK(node.outputs.size() == n.outputs.size(), runtime, "graph pass: ", op, " in place of ", n.op,
+               " has another output count (a pass bug)");
+  for (std::size_t i = 0; i < n.outputs.size(); ++i) map_[static_cast<std::size_t>(n.outputs[i])] = node.outputs[i];
+  return m;
+}
+
 bool Rewriter::can_replace(ValueId v, ValueId to) const {
   const ValueInfo &a = src_.value(v).info, &b = out_.value(to).info;
   if (a.dtype != b.dtype || a.shape != b.shape) return false;

@@ -29,6 +29,9 @@ class Rewriter {
   /// beyond n's (a fused op's saved statistics) are new values.
   NodeId emit_for(const Node& n, const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs,
                   const SymShape& target = {});
+  /// Like emit_for, for a node whose outputs hold n's values in another layout, so another shape
+  /// (layout choice): none of n's outputs may be a graph output, whose info must not change.
+  NodeId emit_relaid_for(const Node& n, const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs);
   /// True when old value `v` may stand for new value `to`: the infos are equal, and when `v` is a
   /// graph output, `to` is an op output no other graph output stands for yet (so outputs never
   /// alias an input, a parameter, a constant or each other, whatever the caller does with them).

@@ -30,7 +30,7 @@ void limit_threads_here() {
 }
 
 struct Descs {
-  memory::desc src, weights, bias, dst;       // NCHW / OIHW, the tensors' own layouts
+  memory::desc src, weights, bias, dst;       // the tensors' own layouts: NCHW or nChw16c, OIHW
   memory::desc any_src, any_weights, any_dst;  // what oneDNN may pick
   memory::dims strides, pad_l, pad_r;
 };
@@ -38,10 +38,10 @@ struct Descs {
 Descs descs(const kernels::ConvGeometry& s) {
   Descs d;
   const memory::dims src{s.n, s.c, s.h, s.w}, wei{s.o, s.c, s.kh, s.kw}, dst{s.n, s.o, s.ho, s.wo};
-  d.src = memory::desc(src, dt::f32, tag::nchw);
+  d.src = memory::desc(src, dt::f32, s.blocked_src ? tag::nChw16c : tag::nchw);
   d.weights = memory::desc(wei, dt::f32, tag::oihw);
   d.bias = memory::desc({s.o}, dt::f32, tag::x);
-  d.dst = memory::desc(dst, dt::f32, tag::nchw);
+  d.dst = memory::desc(dst, dt::f32, s.blocked_dst ? tag::nChw16c : tag::nchw);
   d.any_src = memory::desc(src, dt::f32, tag::any);
   d.any_weights = memory::desc(wei, dt::f32, tag::any);
   d.any_dst = memory::desc(dst, dt::f32, tag::any);

@@ -1,7 +1,8 @@
 #pragma once
 // f32 convolution through oneDNN: its direct convolutions (blocked layouts, JIT-compiled AVX2 /
 // AVX-512 kernels) run 2-3x faster than im2col + GEMM at the channel counts of vision models.
-// Tensors stay NCHW / OIHW; oneDNN's reorders to and from its own layouts happen inside each call.
+// Activations are NCHW, or channel-blocked (nChw16c, which oneDNN computes in: no reorder), weights
+// OIHW; oneDNN's reorders to and from its own layouts happen inside each call.
 
 #include "conv_geometry.hpp"
 

@@ -39,13 +39,15 @@ std::string dump_dir_from_env();
 struct OptimizeOptions {
   bool check = kCheckGraphsByDefault;        // check_graph and check_rewrite after each pass
   std::string dump_dir = dump_dir_from_env();  // text dumps before and after each pass; empty = none
+  bool inference = false;                      // the graph will never be differentiated: level 3
+                                               // also chooses layouts
 };
 
 /// The passes JIT level `level` runs, in order: none at levels 0 and 1; at levels 2 and 3,
 /// constant folding, algebraic simplification, common-subexpression elimination, dead-code
-/// elimination; at level 3 then attention, bias-gelu and conv-relu fusion. Throws for a level outside
-/// 0..3.
-std::vector<Pass> pipeline(int level);
+/// elimination; at level 3 then attention, bias-gelu and conv-relu fusion, and for an `inference`
+/// graph layout choice. Throws for a level outside 0..3.
+std::vector<Pass> pipeline(int level, bool inference = false);
 
 /// Runs pipeline(level) on `g` and returns the result; `stats`, when given, receives one entry per
 /// pass. Dumps go to `<dump_dir>/NN-<pass>.txt` (NN counts on across the graphs of a process, and
@@ -73,6 +75,10 @@ Graph fuse_bias_gelu(const Graph& g);
 /// Replaces relu(conv2d(x, w, b)) by conv2d with a relu epilogue (attribute relu=1; the same
 /// bits) where the conv's output has no other reader: in a forward graph, before the gradients.
 Graph fuse_conv_relu(const Graph& g);
+/// Keeps activations channel-blocked ([N, C/16, H, W, 16]) where they flow only between conv2d
+/// nodes and elementwise ops of one shape, so the convolutions run without reorders; graph outputs
+/// and other readers keep NCHW. For inference graphs (a blocked conv has no gradient).
+Graph choose_layouts(const Graph& g);
 /// Removes nodes whose outputs nobody reads, except nodes with side effects; a custom-gradient
 /// region goes or stays as a whole. Constants nobody reads go too.
 Graph eliminate_dead_code(const Graph& g);

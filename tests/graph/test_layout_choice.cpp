@@ -1,0 +1,112 @@
+// Layout choice (level 3, inference): activations between convolutions and elementwise ops stay
+// channel-blocked, graph outputs and other readers keep NCHW, results equal the NCHW graph's (the
+// same convolutions, so the same bits), and a blocked conv refuses to be differentiated.
+#include <gtest/gtest.h>
+
+#include "graph/models.hpp"
+#include "graph/pass_testing.hpp"
+#include "kernels/reference.hpp"
+#include "troupe/graph/executor.hpp"
+#include "troupe/graph/ops.hpp"
+#include "troupe/graph/passes.hpp"
+#include "troupe/graph/trace.hpp"
+#include "troupe/kernels/conv.hpp"
+#include "troupe/kernels/error.hpp"
+
+using namespace troupe;
+using namespace troupe::graph;
+
+namespace {
+const SymDim kBatch = SymDim::symbol("batch");
+
+// Named convolutions, so a trace can tell their parameters apart.
+struct Convs : Module {
+  Generator gen{3};
+  std::vector<std::shared_ptr<Conv2d>> c;
+  explicit Convs(const std::vector<std::pair<std::int64_t, std::int64_t>>& channels) {
+    for (const auto& [in, out] : channels)
+      c.push_back(register_module("c" + std::to_string(c.size()), std::make_shared<Conv2d>(in, out, 3, gen, 1, 1)));
+  }
+};
+
+int blocked_outputs(const Graph& g) {
+  int n = 0;
+  for (const Node& node : g.nodes()) n += g.value(node.outputs[0]).info.shape.size() == 5;
+  return n;
+}
+}  // namespace
+
+TEST(ChannelBlocks, ShapesRoundTripAndBadShapesAreRefused) {
+  EXPECT_EQ(kernels::channel_blocked_shape({2, 32, 5, 7}), (Shape{2, 2, 5, 7, 16}));
+  EXPECT_EQ(kernels::channel_unblocked_shape({2, 2, 5, 7, 16}), (Shape{2, 32, 5, 7}));
+  EXPECT_THROW(kernels::channel_blocked_shape({2, 12, 5, 7}), Error);
+  EXPECT_THROW(kernels::channel_unblocked_shape({2, 12, 5, 7}), Error);
+}
+
+TEST(ChannelBlocks, BlockedConvolutionsEqualNchwOnes) {
+  const Tensor x = test::random_tensor({2, 16, 6, 5}, 1), w = test::random_tensor({32, 16, 3, 3}, 2),
+               b = test::random_tensor({32}, 3);
+  const kernels::Conv2dParams nchw{1, 1, 1, 1};
+  const Tensor expected = kernels::conv2d(x, w, b, nchw);
+  // x in blocks, by hand: [N, C/16, 16, H, W] -> [N, C/16, H, W, 16].
+  const Tensor xb = x.reshape({2, 1, 16, 6, 5}).permute({0, 1, 3, 4, 2}).contiguous();
+  kernels::Conv2dParams p = nchw;
+  p.blocked_input = true;
+  EXPECT_TRUE(test::same_bits(kernels::conv2d(xb, w, b, p), expected));
+  p.blocked_output = true;
+  const Tensor yb = kernels::conv2d(xb, w, b, p);
+  ASSERT_EQ(yb.shape(), (Shape{2, 2, 6, 5, 16}));
+  EXPECT_TRUE(test::same_bits(yb.permute({0, 1, 4, 2, 3}).reshape({2, 32, 6, 5}).contiguous(), expected));
+  EXPECT_THROW(kernels::conv2d(xb.to(DType::f64), w.to(DType::f64), b.to(DType::f64), p), Error);
+}
+
+TEST(LayoutChoice, BlocksTheConvBodyOfAnInferenceGraph) {
+  for (bool custom : {false, true}) {
+    test::SrLike net(custom);
+    auto forward = [&](const std::vector<Var>& in) { return std::vector<Var>{net(in[0])}; };
+    const TracedFunction fn = trace(forward, {{"x", {kBatch, 3, 8, 8}}});
+    const TracedFunction chosen = fn.for_inference().optimized(3);
+    // SrLike has 8 channels, fewer than a block: nothing may change.
+    EXPECT_EQ(blocked_outputs(chosen.graph()), 0);
+    const Tensor x = test::random_tensor({2, 3, 8, 8}, 4);
+    EXPECT_TRUE(test::same_bits(chosen({x})[0], fn({x})[0]));
+  }
+  // 16 channels: head conv (+relu), a residual block, the tail; the outputs of every conv but the
+  // tail's and the residual add are blocked; pixel_shuffle reads the NCHW tail output.
+  Convs m({{3, 16}, {16, 16}, {16, 16}, {16, 12}});
+  auto forward = [&](const std::vector<Var>& in) {
+    const Var h = relu((*m.c[0])(in[0]));
+    const Var r = h + (*m.c[2])(relu((*m.c[1])(h)));
+    return std::vector<Var>{pixel_shuffle((*m.c[3])(r), 2)};
+  };
+  const TracedFunction fn = trace(forward, {{"x", {kBatch, 3, -1, -1}}});
+  const TracedFunction chosen = fn.for_inference().optimized(3);
+  EXPECT_EQ(blocked_outputs(chosen.graph()), 4) << chosen.graph().dump();
+  for (const Tensor& x : {test::random_tensor({1, 3, 9, 7}, 5), test::random_tensor({2, 3, 4, 6}, 6)}) {
+    const Tensor plain = fn({x})[0];
+    for (int call = 0; call < 3; ++call) EXPECT_TRUE(test::same_bits(chosen({x})[0], plain)) << "call " << call;
+  }
+}
+
+TEST(LayoutChoice, OutputsAndOtherReadersKeepNchw) {
+  Convs m({{16, 16}, {16, 16}});
+  auto forward = [&](const std::vector<Var>& in) {
+    const Var y = (*m.c[0])(in[0]);  // read by the second conv and by the graph output: NCHW
+    const Var z = (*m.c[1])(y);      // read by sum: NCHW
+    return std::vector<Var>{y, sum(z)};
+  };
+  const Graph g = choose_layouts(trace(forward, {{"x", {1, 16, 5, 5}}}).graph());
+  check_graph(g);
+  EXPECT_EQ(blocked_outputs(g), 0);
+  // Training graphs never get here (pipeline(3) without inference), and a blocked conv refuses a gradient.
+  std::vector<std::string> names;
+  for (const Pass& p : pipeline(3)) names.push_back(p.name);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "layout-choice"), 0);
+  Var w = Var::leaf(test::random_tensor({16, 16, 3, 3}, 7));
+  auto blocked_conv = [&](const std::vector<Var>& in) {
+    return std::vector<Var>{sum(apply1("conv2d", {in[0], w},
+                                       Attrs().set("stride", std::int64_t{1}).set("padding", std::int64_t{1})
+                                           .set("blocked_input", std::int64_t{0}).set("blocked_output", std::int64_t{1})))};
+  };
+  EXPECT_THROW(trace(blocked_conv, {{"x", {1, 16, 4, 4}}}).with_gradients(), Error);
+}
