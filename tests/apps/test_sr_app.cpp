@@ -90,10 +90,14 @@ TEST(SrApp, ResumeEqualsAnUninterruptedRunAndInferUpscales) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const Tensor out = apps::read_png(dir + "/out.png");
   EXPECT_EQ(out.shape(), (Shape{3, 48, 60}));
-  // The traced and optimised upscaling (JIT_LEVEL 3, the default, above) equals the eager one.
+  // The traced and optimised upscaling (JIT_LEVEL 3, the default, above) equals the eager one, to
+  // one 8-bit step: level 3 may pick Winograd convolutions, which round differently (~1e-6), so a
+  // pixel right at a rounding boundary may land one step away.
   const auto eager = run_app("JIT_LEVEL=0 " + kSr + " infer --weights " + dir + "/ck " + dir + "/in.png " + dir + "/eager.png");
   ASSERT_EQ(eager.exit_code, 0) << eager.output;
-  EXPECT_EQ(test::values(apps::read_png(dir + "/eager.png")), test::values(out));
+  const auto e = test::values(apps::read_png(dir + "/eager.png")), o = test::values(out);
+  ASSERT_EQ(e.size(), o.size());
+  for (std::size_t i = 0; i < e.size(); ++i) EXPECT_NEAR(o[i], e[i], 1.0 / 255 + 1e-6) << "pixel value " << i;
 }
 
 TEST(SrApp, TrainsOnAPngFolder) {

@@ -74,7 +74,8 @@ TEST(ConvReluFusion, CustomReluFusesOnlyForInference) {
   const TracedFunction inference = fn.for_inference().optimized(3);
   EXPECT_EQ(fused_convs(inference.graph()), 3);
   const Tensor x = test::random_tensor({1, 3, 8, 8}, 6);
-  EXPECT_TRUE(test::same_bits(inference({x})[0], fn({x})[0]));
+  // Inference also picks Winograd for the 3x3 convolutions: equal to rounding.
+  EXPECT_LE(test::scaled_max_error(inference({x})[0], fn({x})[0]), 1e-5);
   EXPECT_THROW(fn.for_inference().with_gradients(), Error);
 }
 

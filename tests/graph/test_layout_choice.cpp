@@ -1,7 +1,10 @@
-// Layout choice (level 3, inference): activations between convolutions and elementwise ops stay
-// channel-blocked, graph outputs and other readers keep NCHW, results equal the NCHW graph's (the
-// same convolutions, so the same bits), and a blocked conv refuses to be differentiated.
+// Layout and algorithm choice (level 3, inference): activations between convolutions and
+// elementwise ops stay channel-blocked, graph outputs and other readers keep NCHW, the results
+// equal the NCHW graph's (the same bits with the direct convolution; within 1e-5 of the output's
+// scale with Winograd), and a blocked or Winograd conv refuses to be differentiated.
 #include <gtest/gtest.h>
+
+#include <iostream>
 
 #include "graph/models.hpp"
 #include "graph/pass_testing.hpp"
@@ -69,7 +72,7 @@ TEST(LayoutChoice, BlocksTheConvBodyOfAnInferenceGraph) {
     // SrLike has 8 channels, fewer than a block: nothing may change.
     EXPECT_EQ(blocked_outputs(chosen.graph()), 0);
     const Tensor x = test::random_tensor({2, 3, 8, 8}, 4);
-    EXPECT_TRUE(test::same_bits(chosen({x})[0], fn({x})[0]));
+    EXPECT_LE(test::scaled_max_error(chosen({x})[0], fn({x})[0]), 1e-5);
   }
   // 16 channels: head conv (+relu), a residual block, the tail; the outputs of every conv but the
   // tail's and the residual add are blocked; pixel_shuffle reads the NCHW tail output.
@@ -84,8 +87,40 @@ TEST(LayoutChoice, BlocksTheConvBodyOfAnInferenceGraph) {
   EXPECT_EQ(blocked_outputs(chosen.graph()), 4) << chosen.graph().dump();
   for (const Tensor& x : {test::random_tensor({1, 3, 9, 7}, 5), test::random_tensor({2, 3, 4, 6}, 6)}) {
     const Tensor plain = fn({x})[0];
-    for (int call = 0; call < 3; ++call) EXPECT_TRUE(test::same_bits(chosen({x})[0], plain)) << "call " << call;
+    for (int call = 0; call < 3; ++call) EXPECT_LE(test::scaled_max_error(chosen({x})[0], plain), 1e-5) << "call " << call;
   }
+  // Layouts alone (no Winograd, no fusion: the relus are blocked too) give the NCHW graph's bits.
+  const Graph blocked_only = choose_layouts(fn.for_inference().optimized(2).graph());
+  EXPECT_EQ(blocked_outputs(blocked_only), 6);
+  for (const Tensor& x : {test::random_tensor({1, 3, 9, 7}, 5)}) {
+    test::expect_same_results(fn.graph(), blocked_only, {x}, test::parameter_tensors(fn));
+  }
+}
+
+TEST(ConvAlgorithmChoice, WinogradIsWithinRoundingOfTheDirectConvolution) {
+  const Tensor x = test::random_tensor({1, 64, 20, 18}, 8), w = test::random_tensor({64, 64, 3, 3}, 9, -0.05, 0.05),
+               b = test::random_tensor({64}, 10);
+  for (std::int64_t stride : {1, 2}) {
+    kernels::Conv2dParams p{stride, stride, 1, 1};
+    const Tensor direct = kernels::conv2d(x, w, b, p);
+    p.winograd = true;
+    const Tensor winograd = kernels::conv2d(x, w, b, p);
+    const double error = test::scaled_max_error(winograd, direct);
+    std::cout << "winograd vs direct, stride " << stride << ": scaled error " << error << '\n';
+    EXPECT_LE(error, 1e-5) << "stride " << stride;
+    if (stride == 2) {
+      EXPECT_TRUE(test::same_bits(winograd, direct)) << "no Winograd for stride 2: the direct kernel";
+    }
+  }
+  // The pass marks 3x3 stride-1 f32 convolutions only.
+  Convs m({{16, 16}});
+  auto forward = [&](const std::vector<Var>& in) {
+    return std::vector<Var>{(*m.c[0])(in[0]), conv2d(in[0], Var(test::random_tensor({4, 16, 1, 1}, 11)), 1, 0)};
+  };
+  const Graph g = choose_conv_algorithms(trace(forward, {{"x", {1, 16, 6, 6}}}).graph());
+  int marked = 0;
+  for (const Node& n : g.nodes()) marked += n.attrs.has("winograd");
+  EXPECT_EQ(marked, 1);
 }
 
 TEST(LayoutChoice, OutputsAndOtherReadersKeepNchw) {

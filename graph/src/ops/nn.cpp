@@ -126,7 +126,7 @@ bool conv_flag(const Attrs& a, const char* name) { return a.has(name) && a.get_i
 kernels::Conv2dParams conv_params(const Attrs& a) {
   const auto s = a.get_int("stride"), p = a.get_int("padding");
   return kernels::Conv2dParams{s, s, p, p, conv_flag(a, "relu"), conv_flag(a, "blocked_input"),
-                               conv_flag(a, "blocked_output")};
+                               conv_flag(a, "blocked_output"), conv_flag(a, "winograd")};
 }
 // [N, C/16, H, W, 16] <-> [N, C, H, W] for symbolic shapes (the channel count is always fixed).
 SymShape unblocked(const InferContext& c, const SymShape& x) {
@@ -172,9 +172,9 @@ std::vector<ValueInfo> infer_conv2d(const InferContext& c) {
 std::vector<Var> grad_conv2d(const GradContext& c) {
   // With a relu epilogue (conv-relu fusion), the output is positive exactly where the conv's was.
   const bool relu = conv_flag(c.attrs, "relu");
-  if (conv_flag(c.attrs, "blocked_input") || conv_flag(c.attrs, "blocked_output"))
-    fail(ErrorKind::unsupported, "conv2d in channel-blocked layout has no gradient: layouts are chosen for inference "
-         "graphs only (TracedFunction::for_inference)");
+  if (conv_flag(c.attrs, "blocked_input") || conv_flag(c.attrs, "blocked_output") || conv_flag(c.attrs, "winograd"))
+    fail(ErrorKind::unsupported, "conv2d with a channel-blocked layout or Winograd has no gradient: both are chosen "
+         "for inference graphs only (TracedFunction::for_inference)");
   const Var dy = relu ? relu_backward(c.grad_output(0), c.outputs[0], 0.0) : c.grad_output(0);
   std::vector<Var> g(c.inputs.size());
   if (c.needs_grad[0]) g[0] = apply1("conv2d_backward_data", {dy, c.inputs[1], c.inputs[0]}, c.attrs);

@@ -34,7 +34,7 @@ std::vector<Pass> pipeline(int level, bool inference) {
   TROUPE_CHECK(level >= 0 && level <= 3, invalid_argument, "jit level ", level, " is not in 0..3");
   if (level < 2) return {};  // level 1 runs the graph as traced
   // Folding and simplification first: they leave nodes for CSE to merge and dead ones for DCE.
-  // Level 3 fuses after them, then (inference only) chooses layouts for the fused convolutions;
+  // Level 3 fuses after them, then (inference only) chooses algorithms and layouts for the convolutions;
   // its memory planning happens when the graph runs (TracedFunction, memory_plans.hpp).
   std::vector<Pass> passes{{"constant-folding", fold_constants},
                            {"algebraic-simplification", simplify_algebra},
@@ -44,7 +44,10 @@ std::vector<Pass> pipeline(int level, bool inference) {
     passes.push_back({"attention-fusion", fuse_attention});
     passes.push_back({"bias-gelu-fusion", fuse_bias_gelu});
     passes.push_back({"conv-relu-fusion", fuse_conv_relu});
-    if (inference) passes.push_back({"layout-choice", choose_layouts});
+    if (inference) {
+      passes.push_back({"conv-algorithm-choice", choose_conv_algorithms});
+      passes.push_back({"layout-choice", choose_layouts});
+    }
   }
   return passes;
 }

@@ -80,14 +80,23 @@ dnnl::primitive_attr primitive_attributes(bool relu = false) {
   return attr;
 }
 
-dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, bool bias, bool relu = false) {
-  const auto desc = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                                           dnnl::algorithm::convolution_direct, d.any_src,
-                                                           d.any_weights, d.bias, d.any_dst, d.strides, d.pad_l, d.pad_r)
-                         : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                                           dnnl::algorithm::convolution_direct, d.any_src,
-                                                           d.any_weights, d.any_dst, d.strides, d.pad_l, d.pad_r);
-  return {desc, primitive_attributes(relu), cpu_engine()};
+dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, bool bias, bool relu = false,
+                                                     bool winograd = false) {
+  auto make = [&](dnnl::prop_kind kind, dnnl::algorithm algorithm) -> dnnl::convolution_forward::primitive_desc {
+    const auto desc = bias ? dnnl::convolution_forward::desc(kind, algorithm, d.any_src, d.any_weights, d.bias,
+                                                             d.any_dst, d.strides, d.pad_l, d.pad_r)
+                           : dnnl::convolution_forward::desc(kind, algorithm, d.any_src, d.any_weights, d.any_dst,
+                                                             d.strides, d.pad_l, d.pad_r);
+    return {desc, primitive_attributes(relu), cpu_engine()};
+  };
+  if (winograd) {
+    try {
+      return make(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_winograd);
+    } catch (const dnnl::error&) {
+      // No Winograd implementation for this shape or CPU: the direct convolution below.
+    }
+  }
+  return make(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct);
 }
 
 // The user's buffer as `want`: itself when the layouts agree, otherwise a reordered copy.
@@ -126,7 +135,7 @@ void execute_with_scratchpad(const dnnl::primitive& primitive, const Pd& pd, std
 void dnnl_conv_forward(const kernels::ConvGeometry& s, const float* x, const float* w, const float* b, float* y) {
   limit_threads_here();
   const Descs d = descs(s);
-  const auto pd = forward_pd(d, b != nullptr, s.relu);
+  const auto pd = forward_pd(d, b != nullptr, s.relu, s.winograd);
   dnnl::stream stream(cpu_engine());
   CallBuffers buffers;
   memory src = as_layout(d.src, const_cast<float*>(x), pd.src_desc(), stream, buffers);

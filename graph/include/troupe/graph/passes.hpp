@@ -40,13 +40,13 @@ struct OptimizeOptions {
   bool check = kCheckGraphsByDefault;        // check_graph and check_rewrite after each pass
   std::string dump_dir = dump_dir_from_env();  // text dumps before and after each pass; empty = none
   bool inference = false;                      // the graph will never be differentiated: level 3
-                                               // also chooses layouts
+                                               // also chooses convolution algorithms and layouts
 };
 
 /// The passes JIT level `level` runs, in order: none at levels 0 and 1; at levels 2 and 3,
 /// constant folding, algebraic simplification, common-subexpression elimination, dead-code
 /// elimination; at level 3 then attention, bias-gelu and conv-relu fusion, and for an `inference`
-/// graph layout choice. Throws for a level outside 0..3.
+/// graph the choice of convolution algorithms and of layouts. Throws for a level outside 0..3.
 std::vector<Pass> pipeline(int level, bool inference = false);
 
 /// Runs pipeline(level) on `g` and returns the result; `stats`, when given, receives one entry per
@@ -75,6 +75,9 @@ Graph fuse_bias_gelu(const Graph& g);
 /// Replaces relu(conv2d(x, w, b)) by conv2d with a relu epilogue (attribute relu=1; the same
 /// bits) where the conv's output has no other reader: in a forward graph, before the gradients.
 Graph fuse_conv_relu(const Graph& g);
+/// Asks 3x3 stride-1 f32 convolutions for Winograd (attribute winograd=1; within about 1e-6 of
+/// the direct convolution). For inference graphs (oneDNN has no Winograd gradient).
+Graph choose_conv_algorithms(const Graph& g);
 /// Keeps activations channel-blocked ([N, C/16, H, W, 16]) where they flow only between conv2d
 /// nodes and elementwise ops of one shape, so the convolutions run without reorders; graph outputs
 /// and other readers keep NCHW. For inference graphs (a blocked conv has no gradient).

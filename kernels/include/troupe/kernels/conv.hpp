@@ -17,6 +17,8 @@ struct Conv2dParams {
   bool relu = false;            // max(y, 0) applied as each result is stored (the bits of conv, then relu)
   bool blocked_input = false;   // x is channel-blocked: [N, C/16, H, W, 16] (f32 only)
   bool blocked_output = false;  // y is channel-blocked: [N, O/16, Ho, Wo, 16] (f32 only)
+  bool winograd = false;        // for inference: Winograd F(2x2, 3x3) where oneDNN has it (f32,
+                                // 3x3, stride 1), else direct; it rounds differently (~1e-6)
 };
 
 /// The channel-blocked shape [N, C/16, H, W, 16] of an NCHW shape; throws unless C divides by 16.
