@@ -6,6 +6,8 @@ measurement on stdout:
                  fastest of PyTorch eager, channels_last and jit.trace+freeze+optimize_for_inference,
                  each with its best thread setting for the core count (as bench/run vs-torch picks)
   gpt-forward-jit, gpt-train-jit   gpt-mini logits and training step at JIT_LEVEL 0/1/3
+  jit-pass-gain  per level-3 pass, the workload at level 3 with that pass switched off
+                 (TROUPE_DISABLE_PASSES) against the full level 3, at the machine's core count
 Peak bytes and allocator calls per step come from the Troupe side (bench/jit_bench.cpp).
 """
 import json, os, statistics, subprocess, sys
@@ -85,6 +87,26 @@ def gpt(build, env, threads, workload):
     print(json.dumps(line), flush=True)
 
 
+PASS_GAINS = {  # the level-3 passes that act on each workload
+    ("sr-infer", 128): ["conv-algorithm-choice", "layout-choice", "conv-relu-fusion", "memory-planning"],
+    ("gpt-forward", 128): ["attention-fusion", "bias-gelu-fusion", "memory-planning"],
+    ("gpt-train", 128): ["attention-fusion", "bias-gelu-fusion"],
+}
+
+
+def pass_gains(build, env, threads):
+    for (workload, size), names in PASS_GAINS.items():
+        cmd = troupe(build, workload, 3, threads, size, 4)
+        runs = [lambda: run_json(cmd, env)]
+        runs += [lambda n=n: run_json(cmd, {**env, "TROUPE_DISABLE_PASSES": n}) for n in names]
+        full, *without = alternate(runs)
+        for name, r in zip(names, without):
+            print(json.dumps({"bench": "jit-pass-gain", "workload": workload, "size": size, "threads": threads,
+                              "pass": name, "jit3_ms": round(full["ms"], 2), "without_ms": round(r["ms"], 2),
+                              "gain": round(r["ms"] / full["ms"], 3), "peak_bytes": full["peak_bytes"],
+                              "peak_bytes_without": r["peak_bytes"]}), flush=True)
+
+
 def main():
     build = sys.argv[1]
     with open("/proc/cpuinfo") as f:
@@ -98,6 +120,9 @@ def main():
         for workload in ("gpt-forward", "gpt-train"):
             log(f"{workload}, {threads} thread(s)")
             gpt(build, env, threads, workload)
+    threads = os.cpu_count() or 1
+    log(f"per-pass gains, {threads} thread(s)")
+    pass_gains(build, env, threads)
 
 
 if __name__ == "__main__":

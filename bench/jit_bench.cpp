@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   }
   // The arena a memory-planned (level 3) Jit keeps: part of its peak though held between calls.
   const auto planned = [&]() -> std::size_t {
-    if (!jit || level < 3) return 0;
+    if (!jit || !jit->traced() || !jit->traced_function().plans_memory()) return 0;
     return jit->traced_function().memory_report().reserved_bytes;
   };
   std::vector<double> ms;

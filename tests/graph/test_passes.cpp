@@ -320,6 +320,26 @@ TEST(GraphChecker, RejectsRewritesThatChangeTheSignature) {
   }
 }
 
+TEST(Pipeline, TroupeDisablePassesSkipsTheNamedPasses) {
+  const Graph g = arithmetic_graph("mul_scalar", value_attr(1.0));
+  ::setenv("TROUPE_DISABLE_PASSES", "algebraic-simplification,memory-planning", 1);
+  OptimizeOptions options;
+  std::vector<PassStat> stats;
+  const Graph kept = optimize(g, 2, options, &stats);
+  EXPECT_EQ(kept.nodes().size(), 3u) << "x*1 stays without algebraic simplification";
+  EXPECT_EQ(stats.size(), 3u);
+  ::setenv("TROUPE_DISABLE_PASSES", "constant-folding,no-such-pass", 1);
+  try {
+    disabled_passes_from_env();
+    FAIL() << "an unknown pass name was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown pass 'no-such-pass'; the passes are:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layout-choice"), std::string::npos) << e.what();
+  }
+  ::unsetenv("TROUPE_DISABLE_PASSES");
+  EXPECT_TRUE(disabled_passes_from_env().empty());
+}
+
 TEST(Pipeline, RunsThePassesOfEachLevel) {
   EXPECT_TRUE(pipeline(0).empty());
   EXPECT_TRUE(pipeline(1).empty());

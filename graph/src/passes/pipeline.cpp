@@ -1,4 +1,5 @@
 // The pass manager: the fixed pipeline of each JIT level, run with checks and dumps.
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +31,28 @@ std::string dump_dir_from_env() {
   return env ? std::string(env) : std::string();
 }
 
+std::set<std::string> disabled_passes_from_env() {
+  const char* env = std::getenv("TROUPE_DISABLE_PASSES");
+  std::set<std::string> names;
+  if (!env) return names;
+  std::set<std::string> known{kMemoryPlanningPass};
+  for (const Pass& p : pipeline(3, true)) known.insert(p.name);
+  std::string list = env;
+  for (std::size_t start = 0; start <= list.size();) {
+    const std::size_t end = std::min(list.find(',', start), list.size());
+    const std::string name = list.substr(start, end - start);
+    start = end + 1;
+    if (name.empty()) continue;
+    if (!known.count(name)) {
+      std::string all;
+      for (const std::string& k : known) all += " " + k;
+      fail(ErrorKind::invalid_argument, "TROUPE_DISABLE_PASSES: unknown pass '", name, "'; the passes are:", all);
+    }
+    names.insert(name);
+  }
+  return names;
+}
+
 std::vector<Pass> pipeline(int level, bool inference) {
   TROUPE_CHECK(level >= 0 && level <= 3, invalid_argument, "jit level ", level, " is not in 0..3");
   if (level < 2) return {};  // level 1 runs the graph as traced
@@ -58,6 +81,7 @@ Graph optimize(const Graph& g, int level, const OptimizeOptions& options, std::v
   if (!options.dump_dir.empty()) write_dump(options.dump_dir, "input", g);
   Graph current = g;
   for (const Pass& pass : passes) {
+    if (options.disabled.count(pass.name)) continue;
     Graph next = pass.run(current);
     if (options.check) {
       check_graph(next);

@@ -6,6 +6,7 @@
 // each pass (debug builds, or when asked) and can dump it before and after each pass.
 
 #include <cstddef>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,12 +36,22 @@ inline constexpr bool kCheckGraphsByDefault = true;
 /// The TROUPE_DUMP_GRAPH environment variable (a folder for graph dumps), or empty.
 std::string dump_dir_from_env();
 
+/// The name that switches level 3's memory planning (arenas and buffer reuse) off in
+/// TROUPE_DISABLE_PASSES, next to the pipeline's pass names.
+inline constexpr const char* kMemoryPlanningPass = "memory-planning";
+
+/// The TROUPE_DISABLE_PASSES environment variable: comma-separated pass names that optimize()
+/// skips (and kMemoryPlanningPass), to measure what each pass gives or to bisect a suspect one.
+/// An unknown name is an error listing the known ones.
+std::set<std::string> disabled_passes_from_env();
+
 /// How optimize() runs its passes.
 struct OptimizeOptions {
   bool check = kCheckGraphsByDefault;        // check_graph and check_rewrite after each pass
   std::string dump_dir = dump_dir_from_env();  // text dumps before and after each pass; empty = none
   bool inference = false;                      // the graph will never be differentiated: level 3
                                                // also chooses convolution algorithms and layouts
+  std::set<std::string> disabled = disabled_passes_from_env();  // passes to skip
 };
 
 /// The passes JIT level `level` runs, in order: none at levels 0 and 1; at levels 2 and 3,

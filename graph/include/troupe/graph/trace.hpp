@@ -45,7 +45,9 @@ class TracedFunction {
   /// (Graph::inference_graph; the forward computation is unchanged), so fusion sees through a
   /// custom_relu. with_gradients() on it is refused. Jit uses it when no gradients are asked for.
   TracedFunction for_inference() const;
-  /// Planned and measured peaks of the latest input shape (level 3 only; throws otherwise).
+  /// True when calls run in planned arenas (level 3, unless TROUPE_DISABLE_PASSES names memory-planning).
+  bool plans_memory() const { return memory_ != nullptr; }
+  /// Planned and measured peaks of the latest input shape (throws unless plans_memory()).
   MemoryPlanReport memory_report() const;
   /// The recorded graph.
   const Graph& graph() const { return *graph_; }
