@@ -24,23 +24,9 @@ const Node* fusible_add(const Graph& g, const Node& n, const std::vector<int>& r
 }  // namespace
 
 Graph fuse_bias_gelu(const Graph& g) {
-  const std::vector<int> readers = passes::reader_counts(g);
-  std::vector<const Node*> add_of(g.nodes().size(), nullptr);  // by gelu node
-  std::vector<bool> dropped(g.nodes().size(), false);
-  for (const Node& n : g.nodes())
-    if (const Node* add = fusible_add(g, n, readers)) {
-      add_of[static_cast<std::size_t>(n.id)] = add;
-      dropped[static_cast<std::size_t>(add->id)] = true;
-    }
-  passes::Rewriter r(g);
-  for (const Node& n : g.nodes()) {
-    if (dropped[static_cast<std::size_t>(n.id)]) continue;
-    if (const Node* add = add_of[static_cast<std::size_t>(n.id)])
-      r.emit_for(n, "bias_gelu", {r.map(add->inputs[0]), r.map(add->inputs[1])}, {});
-    else
-      r.copy(n);
-  }
-  return r.finish();
+  return passes::fuse_pairs(g, fusible_add, [](passes::Rewriter& r, const Node& gelu, const Node& add) {
+    r.emit_for(gelu, "bias_gelu", {r.map(add.inputs[0]), r.map(add.inputs[1])}, {});
+  });
 }
 
 }  // namespace troupe::graph

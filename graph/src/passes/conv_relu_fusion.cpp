@@ -26,23 +26,9 @@ const Node* fusible_conv(const Graph& g, const Node& n, const std::vector<int>& 
 }  // namespace
 
 Graph fuse_conv_relu(const Graph& g) {
-  const std::vector<int> readers = passes::reader_counts(g);
-  std::vector<const Node*> conv_of(g.nodes().size(), nullptr);  // by relu node
-  std::vector<bool> dropped(g.nodes().size(), false);
-  for (const Node& n : g.nodes())
-    if (const Node* conv = fusible_conv(g, n, readers)) {
-      conv_of[static_cast<std::size_t>(n.id)] = conv;
-      dropped[static_cast<std::size_t>(conv->id)] = true;
-    }
-  passes::Rewriter r(g);
-  for (const Node& n : g.nodes()) {
-    if (dropped[static_cast<std::size_t>(n.id)]) continue;
-    if (const Node* conv = conv_of[static_cast<std::size_t>(n.id)])
-      r.emit_for(n, "conv2d", r.map(conv->inputs), Attrs(conv->attrs).set("relu", std::int64_t{1}));
-    else
-      r.copy(n);
-  }
-  return r.finish();
+  return passes::fuse_pairs(g, fusible_conv, [](passes::Rewriter& r, const Node& relu, const Node& conv) {
+    r.emit_for(relu, "conv2d", r.map(conv.inputs), Attrs(conv.attrs).set("relu", std::int64_t{1}));
+  });
 }
 
 }  // namespace troupe::graph

@@ -123,6 +123,26 @@ bool known_dense(const Graph& g, ValueId v) {
   return false;
 }
 
+Graph fuse_pairs(const Graph& g, const PairMatch& match, const PairEmit& emit) {
+  const std::vector<int> readers = reader_counts(g);
+  std::vector<const Node*> producer_of(g.nodes().size(), nullptr);  // by consumer node
+  std::vector<bool> dropped(g.nodes().size(), false);
+  for (const Node& n : g.nodes())
+    if (const Node* producer = match(g, n, readers)) {
+      producer_of[static_cast<std::size_t>(n.id)] = producer;
+      dropped[static_cast<std::size_t>(producer->id)] = true;
+    }
+  Rewriter r(g);
+  for (const Node& n : g.nodes()) {
+    if (dropped[static_cast<std::size_t>(n.id)]) continue;
+    if (const Node* producer = producer_of[static_cast<std::size_t>(n.id)])
+      emit(r, n, *producer);
+    else
+      r.copy(n);
+  }
+  return r.finish();
+}
+
 std::vector<int> reader_counts(const Graph& g) {
   std::vector<int> readers(g.values().size(), 0);
   for (const Node& n : g.nodes())

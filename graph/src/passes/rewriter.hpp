@@ -5,6 +5,7 @@
 // Graph::add_node re-runs every op's inference, and the signature (inputs, parameters, outputs)
 // carries over unchanged, so a TracedFunction's parameter and gradient bookkeeping stays valid.
 
+#include <functional>
 #include <vector>
 
 #include "troupe/graph/graph.hpp"
@@ -70,5 +71,14 @@ std::vector<int> reader_counts(const Graph& g);
 /// that hand a consumer another tensor than the one it read require this, so the consumer sees
 /// exactly the strides it saw before and computes exactly the same bits.
 bool known_dense(const Graph& g, ValueId v);
+
+/// Which producer node `n` absorbs in a two-node fusion (null: none), given each value's reader count.
+using PairMatch = std::function<const Node*(const Graph& g, const Node& n, const std::vector<int>& readers)>;
+/// Emits the fused node in place of consumer `n` and its absorbed `producer`.
+using PairEmit = std::function<void(Rewriter& r, const Node& n, const Node& producer)>;
+
+/// The skeleton of the two-node fusions (bias-gelu, conv-relu): every node that `match` pairs with
+/// a producer becomes what `emit` writes in its place, and the producer is dropped.
+Graph fuse_pairs(const Graph& g, const PairMatch& match, const PairEmit& emit);
 
 }  // namespace troupe::graph::passes
