@@ -145,11 +145,12 @@ TEST(NonFinite, SoftmaxRowsFollowIeee) {
       };
       const std::string what = std::string(log ? "log_softmax " : "softmax ") + dtype_name(dtype);
       // A NaN or +Inf score makes the whole row NaN (e^(x - max) meets NaN or inf - inf).
-      for (double bad : {kNan, kInf}) {
-        std::vector<double> row(19, 0.5);
-        row[11] = bad;
-        for (double y : run(row)) EXPECT_TRUE(std::isnan(y)) << what << " with " << bad;
-      }
+      for (double bad : {kNan, kInf})
+        for (std::size_t at : {std::size_t{11}, std::size_t{17}}) {  // in the vector lanes, in the tail
+          std::vector<double> row(19, 0.5);
+          row[at] = bad;
+          for (double y : run(row)) EXPECT_TRUE(std::isnan(y)) << what << " with " << bad << " at " << at;
+        }
       // Masked (-Inf) scores get exactly 0 probability (-Inf log-probability); the rest stay finite.
       std::vector<double> row(19, 0.0);
       for (std::size_t i = 10; i < row.size(); ++i) row[i] = -kInf;

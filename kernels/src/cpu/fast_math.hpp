@@ -17,15 +17,9 @@
 
 namespace troupe::cpu {
 
-/// e^x for float, accurate to ~2e-7 relative where the result is a normal float; IEEE at the
-/// edges: NaN gives NaN, +Inf and x > ln(FLT_MAX) give +Inf, -Inf and x < -104 give 0, and the
-/// denormal range between is covered.
-inline float fast_exp(float x) {
-  // Every step is a select or plain arithmetic so the loop vectorises. The polynomial runs on a
-  // clamped, NaN-free copy (a NaN must never reach the float-to-int conversion below).
-  float c = x != x ? 0.0f : x;
-  c = c < -104.0f ? -104.0f : c;
-  c = c > 89.0f ? 89.0f : c;
+/// The body of fast_exp for a NaN-free x <= 89: clamps below at -104 (so -Inf gives 0).
+inline float exp_of_clamped(float x) {
+  const float c = x < -104.0f ? -104.0f : x;
   // c = n ln2 + r with |r| <= ln2 / 2; adding 1.5 * 2^23 rounds to the nearest integer.
   const float shifter = 12582912.0f;
   const float n = (c * 1.44269504088896341f + shifter) - shifter;
@@ -46,8 +40,23 @@ inline float fast_exp(float x) {
   float scale_a, scale_b;
   std::memcpy(&scale_a, &bits_a, sizeof scale_a);
   std::memcpy(&scale_b, &bits_b, sizeof scale_b);
-  const float e = p * scale_a * scale_b;
+  return p * scale_a * scale_b;
+}
+
+/// e^x for float, accurate to ~2e-7 relative where the result is a normal float; IEEE at the
+/// edges: NaN gives NaN, +Inf and x > ln(FLT_MAX) give +Inf, -Inf and x < -104 give 0, and the
+/// denormal range between is covered.
+inline float fast_exp(float x) {
+  // Every step is a select or plain arithmetic so the loop vectorises. The polynomial runs on a
+  // clamped, NaN-free copy (a NaN must never reach the float-to-int conversion inside).
+  float c = x != x ? 0.0f : x;
+  c = c > 89.0f ? 89.0f : c;
+  const float e = exp_of_clamped(c);
   return x != x ? x : e;
 }
+
+/// fast_exp for x <= 0 or -Inf, never NaN (softmax's x - max): the same bits without the NaN and
+/// overflow selects.
+inline float fast_exp_nonpositive(float x) { return exp_of_clamped(x); }
 
 }  // namespace troupe::cpu

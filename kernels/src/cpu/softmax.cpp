@@ -2,6 +2,7 @@
 // as [outer, n, inner] with the softmax axis of length n and element stride inner.
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -25,8 +26,8 @@ Layout layout_of(const Shape& s, int axis) {
 }
 
 // Softmax of one dense f32 row (the last-axis case: attention scores, logits), vectorised: a
-// select for the max, the fast exp (masked -inf scores give exactly 0; a NaN or +Inf score makes
-// the sum and so the whole row NaN, as in IEEE arithmetic), eight partial sums.
+// select for the max, the fast exp of x - max <= 0 (masked -inf scores give exactly 0; a NaN or
+// +Inf score makes the whole row NaN, as in IEEE arithmetic), eight partial sums.
 // `next` is the row after this one (or null): its bytes are prefetched while this row's
 // exponentials run, so the next max pass does not wait on memory.
 TROUPE_VECTOR_CLONES void softmax_row(const float* __restrict x, float* __restrict y, std::int64_t n, bool log,
@@ -35,18 +36,34 @@ TROUPE_VECTOR_CLONES void softmax_row(const float* __restrict x, float* __restri
   // does not vectorise without -ffinite-math-only, and this pass is the one that reads the row
   // from memory. A NaN never wins the comparison, as in the scalar form.
   using Lanes = float __attribute__((vector_size(32)));
+  using Mask = int __attribute__((vector_size(32)));
   Lanes top = {};
   top -= std::numeric_limits<float>::infinity();
+  Mask nan = {};
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     Lanes v;
     std::memcpy(&v, x + i, sizeof v);
     top = v > top ? v : top;
+    nan |= v != v;
   }
   float m = -std::numeric_limits<float>::infinity();
-  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-  for (int l = 0; l < 8; ++l) m = top[l] > m ? top[l] : m;
-  if (std::isinf(m) && m < 0) m = 0.0f;  // all -inf row: avoid inf - inf
+  bool bad = false;
+  for (; i < n; ++i) {
+    m = x[i] > m ? x[i] : m;
+    bad = bad || x[i] != x[i];
+  }
+  for (int l = 0; l < 8; ++l) {
+    m = top[l] > m ? top[l] : m;
+    bad = bad || nan[l] != 0;
+  }
+  // A NaN or +Inf score makes the whole row NaN, as the IEEE arithmetic would (x - max is NaN
+  // there, and so is the sum); every other x - max is <= 0 or -Inf, for the exp without edge selects.
+  if (bad || m == std::numeric_limits<float>::infinity()) {
+    std::fill(y, y + n, std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
+  if (std::isinf(m)) m = 0.0f;  // all -inf row: avoid inf - inf
   // The exponentials and their sum in eight double lanes (lane l takes the elements k + l), in one
   // pass; x and y are __restrict, or GCC re-checks their overlap every eight elements.
   double lanes[8] = {};
@@ -54,14 +71,14 @@ TROUPE_VECTOR_CLONES void softmax_row(const float* __restrict x, float* __restri
   for (; k + 8 <= n; k += 8) {
     if (next && k % 16 == 0) __builtin_prefetch(next + k);  // one 64-byte line per 16 floats
     for (int l = 0; l < 8; ++l) {
-      const float e = cpu::fast_exp(x[k + l] - m);
+      const float e = cpu::fast_exp_nonpositive(x[k + l] - m);
       y[k + l] = e;
       lanes[l] += e;
     }
   }
   double s = 0.0;
   for (; k < n; ++k) {
-    const float e = cpu::fast_exp(x[k] - m);
+    const float e = cpu::fast_exp_nonpositive(x[k] - m);
     y[k] = e;
     s += e;
   }
