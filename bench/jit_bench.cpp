@@ -39,6 +39,10 @@ int main(int argc, char** argv) {
   set_kernel_threads(threads);
   Generator gen(1);
   const graph::SymDim b = graph::SymDim::symbol("batch");
+  // Inference runs without recording gradients, as troupe-sr infer and troupe-gpt generate do
+  // (eager mode would otherwise keep the autograd tape of every call).
+  std::unique_ptr<graph::NoGradGuard> no_grad;
+  if (workload != "gpt-train") no_grad = std::make_unique<graph::NoGradGuard>();
   std::function<void()> call;
   std::unique_ptr<apps::SrLite> sr;
   std::unique_ptr<apps::Gpt> gpt;
