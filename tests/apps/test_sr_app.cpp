@@ -90,6 +90,8 @@ TEST(SrApp, ResumeEqualsAnUninterruptedRunAndInferUpscales) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const Tensor out = apps::read_png(dir + "/out.png");
   EXPECT_EQ(out.shape(), (Shape{3, 48, 60}));
+  EXPECT_NE(r.output.find("MiB peak measured"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("MiB planned"), std::string::npos) << r.output;
   // The traced and optimised upscaling (JIT_LEVEL 3, the default, above) equals the eager one, to
   // one 8-bit step: level 3 may pick Winograd convolutions, which round differently (~1e-6), so a
   // pixel right at a rounding boundary may land one step away.
