@@ -88,7 +88,8 @@ struct PlannedArena::State final : MemoryLeaseOwner {
   void released(std::size_t slot) override {
     std::lock_guard<std::mutex> lock(mutex);
     live[slot] = 0;
-    live_slots.erase(std::find(live_slots.begin(), live_slots.end(), slot));
+    const auto it = std::find(live_slots.begin(), live_slots.end(), slot);
+    if (it != live_slots.end()) live_slots.erase(it);
   }
 
   // Takes `slot` if neither it nor any live slot sharing its bytes is in use (the caller locks).
