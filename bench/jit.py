@@ -88,7 +88,8 @@ def gpt(build, env, threads, workload):
 
 
 PASS_GAINS = {  # the level-3 passes that act on each workload
-    ("sr-infer", 128): ["conv-algorithm-choice", "layout-choice", "conv-relu-fusion", "memory-planning"],
+    ("sr-infer", 128): ["conv-algorithm-choice", "layout-choice", "conv-relu-fusion", "conv-residual-fusion",
+                        "memory-planning"],
     ("gpt-forward", 128): ["attention-fusion", "bias-gelu-fusion", "memory-planning"],
     ("gpt-train", 128): ["attention-fusion", "bias-gelu-fusion"],
 }

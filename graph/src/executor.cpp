@@ -48,9 +48,10 @@ namespace {
 
 // The input of node `n` whose buffer its output 0 can take: an op_output of the output's shape,
 // dtype and dense layout, read by n alone (once) and last, whose storage nothing else shares.
-int reusable_input(const Graph& g, const Node& n, const std::vector<Tensor>& values, const std::vector<NodeId>& last_use,
-                   const Shape& shape, DType dtype) {
+int reusable_input(const Graph& g, const Node& n, const OpDef& def, const std::vector<Tensor>& values,
+                   const std::vector<NodeId>& last_use, const Shape& shape, DType dtype) {
   for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+    if (def.in_place_input >= 0 && i != static_cast<std::size_t>(def.in_place_input)) continue;
     const ValueId v = n.inputs[i];
     const Tensor& t = values[static_cast<std::size_t>(v)];
     if (g.value(v).kind != ValueKind::op_output || last_use[static_cast<std::size_t>(v)] != n.id) continue;
@@ -105,7 +106,7 @@ std::vector<Tensor> execute(const Graph& g, const std::vector<Tensor>& inputs, c
       shapes.push_back(bind(g.value(o).info.shape, bindings));
       dtypes.push_back(g.value(o).info.dtype);
     }
-    const int reuse = in_place && def.in_place ? reusable_input(g, n, values, last_use, shapes[0], dtypes[0]) : -1;
+    const int reuse = in_place && def.in_place ? reusable_input(g, n, def, values, last_use, shapes[0], dtypes[0]) : -1;
     for (ValueId v : n.inputs) in.push_back(values[static_cast<std::size_t>(v)]);
     const ComputeContext ctx{n.attrs, shapes, dtypes, n.label};
     std::vector<Tensor> out = reuse >= 0 ? def.run_in_place(in, ctx, static_cast<std::size_t>(reuse)) : def.run(in, ctx);

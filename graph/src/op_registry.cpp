@@ -86,6 +86,8 @@ void OpRegistry::add(OpDef def) {
                invalid_argument, "op '", name, "' runs kernel '", def.kernel, "', which has no CPU f32 kernel");
   TROUPE_CHECK(!def.in_place || def.kernel, invalid_argument, "op '", name,
                "' is marked in_place, which only kernel ops (written elementwise) may be");
+  TROUPE_CHECK(def.in_place_input < 0 || def.in_place, invalid_argument, "op '", name,
+               "' names an in_place_input but is not in_place");
   TROUPE_CHECK(ops_.emplace(name, std::move(def)).second, invalid_argument, "op '", name, "' is defined twice");
 }
 

@@ -17,6 +17,7 @@ namespace troupe::kernels {
 struct ConvGeometry {
   std::int64_t n, c, h, w, o, kh, kw, ho, wo, sh, sw, ph, pw;
   bool relu = false, blocked_src = false, blocked_dst = false, winograd = false;
+  bool accumulate = false;  // the forward adds the convolution to what y holds (a residual)
   /// Elements of one receptive field (a column of im2col).
   std::int64_t patch() const { return c * kh * kw; }
   /// Output pixels per image and filter.

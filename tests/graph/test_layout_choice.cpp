@@ -6,6 +6,7 @@
 
 #include <iostream>
 
+#include "graph/gradcheck.hpp"
 #include "graph/models.hpp"
 #include "graph/pass_testing.hpp"
 #include "kernels/reference.hpp"
@@ -14,7 +15,9 @@
 #include "troupe/graph/passes.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/kernels/conv.hpp"
+#include "troupe/kernels/elementwise.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/kernels/registry.hpp"
 
 using namespace troupe;
 using namespace troupe::graph;
@@ -84,7 +87,8 @@ TEST(LayoutChoice, BlocksTheConvBodyOfAnInferenceGraph) {
   };
   const TracedFunction fn = trace(forward, {{"x", {kBatch, 3, -1, -1}}});
   const TracedFunction chosen = fn.for_inference().optimized(3);
-  EXPECT_EQ(blocked_outputs(chosen.graph()), 4) << chosen.graph().dump();
+  // (the residual add is then folded into the second body conv: 3 nodes make blocked values)
+  EXPECT_EQ(blocked_outputs(chosen.graph()), 3) << chosen.graph().dump();
   for (const Tensor& x : {test::random_tensor({1, 3, 9, 7}, 5), test::random_tensor({2, 3, 4, 6}, 6)}) {
     const Tensor plain = fn({x})[0];
     for (int call = 0; call < 3; ++call) EXPECT_LE(test::scaled_max_error(chosen({x})[0], plain), 1e-5) << "call " << call;
@@ -144,4 +148,58 @@ TEST(LayoutChoice, OutputsAndOtherReadersKeepNchw) {
                                            .set("blocked_input", std::int64_t{0}).set("blocked_output", std::int64_t{1})))};
   };
   EXPECT_THROW(trace(blocked_conv, {{"x", {1, 16, 4, 4}}}).with_gradients(), Error);
+}
+
+TEST(ConvResidualFusion, FoldsTheSkipAddIntoTheConvolutionInItsBuffer) {
+  // head conv, then h + conv(relu(conv(h))): the add's residual h dies at the add.
+  Convs m({{3, 16}, {16, 16}, {16, 16}});
+  auto forward = [&](const std::vector<Var>& in) {
+    const Var h = (*m.c[0])(in[0]);
+    return std::vector<Var>{sum(h + (*m.c[2])(relu((*m.c[1])(h))))};
+  };
+  const TracedFunction fn = trace(forward, {{"x", {1, 3, 9, 7}}});
+  // Without Winograd (level 2, then the layout and residual passes), so the bits can be compared.
+  const Graph blocked = choose_layouts(fn.for_inference().optimized(2).graph());
+  const Graph fused = fuse_conv_residual(blocked);
+  check_graph(fused);
+  EXPECT_EQ(test::count_ops(fused, "conv2d_residual"), 1);
+  EXPECT_EQ(test::count_ops(fused, "add"), 0);
+  const Tensor x = test::random_tensor({1, 3, 9, 7}, 12);
+  test::expect_same_results(blocked, fused, {x}, test::parameter_tensors(fn));
+  // With buffer reuse the fused conv writes into the residual's buffer: one allocation fewer.
+  cpu_allocator().reset_stats();
+  execute(blocked, {x}, test::parameter_tensors(fn), {}, true);
+  const std::uint64_t before = cpu_allocator().stats().requests;
+  cpu_allocator().reset_stats();
+  const Tensor reused = execute(fused, {x}, test::parameter_tensors(fn), {}, true)[0];
+  EXPECT_LT(cpu_allocator().stats().requests, before);
+  EXPECT_TRUE(test::same_bits(reused, execute(blocked, {x}, test::parameter_tensors(fn))[0]));
+}
+
+TEST(ConvResidualFusion, AResidualThatIsAlsoTheConvInputIsNotOverwritten) {
+  Convs m({{16, 16}});
+  auto forward = [&](const std::vector<Var>& in) {
+    const Var h = relu(in[0]);
+    return std::vector<Var>{sum(h + (*m.c[0])(h))};  // the residual is the conv's own input
+  };
+  const TracedFunction fn = trace(forward, {{"x", {1, 16, 6, 5}}});
+  const Graph fused = fuse_conv_residual(fn.graph());
+  EXPECT_EQ(test::count_ops(fused, "conv2d_residual"), 1);
+  const Tensor x = test::random_tensor({1, 16, 6, 5}, 13);
+  const Tensor a = execute(fn.graph(), {x}, test::parameter_tensors(fn))[0];
+  EXPECT_TRUE(test::same_bits(execute(fused, {x}, test::parameter_tensors(fn), {}, true)[0], a));
+  // The f64 kernel (im2col) adds the same way, the residual overwritten in place or copied first.
+  const Tensor r = test::random_f64({1, 16, 6, 5}, 14), xd = test::random_f64({1, 16, 6, 5}, 15),
+               w = test::random_f64({16, 16, 3, 3}, 16), b = test::random_f64({16}, 17);
+  const Tensor expected = kernels::add(kernels::conv2d(xd, w, b, {1, 1, 1, 1}), r);
+  const Attrs attrs = Attrs().set("stride", std::int64_t{1}).set("padding", std::int64_t{1});
+  std::vector<Tensor> copied{Tensor::empty(r.shape(), DType::f64)}, in_place{r.clone()};
+  dispatch("conv2d_residual", {r, xd, w, b}, copied, attrs);
+  dispatch("conv2d_residual", {in_place[0], xd, w, b}, in_place, attrs);
+  EXPECT_LE(test::scaled_max_error(copied[0], expected), 1e-12);
+  EXPECT_TRUE(test::same_bits(in_place[0], copied[0]));
+  // No gradient: training graphs keep the add (the pass runs for inference graphs only).
+  std::vector<std::string> names;
+  for (const Pass& p : pipeline(3)) names.push_back(p.name);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "conv-residual-fusion"), 0);
 }

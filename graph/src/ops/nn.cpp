@@ -169,6 +169,14 @@ std::vector<ValueInfo> infer_conv2d(const InferContext& c) {
   const SymShape y{x[0], w[0], conv_out(c, x[2], w[2], s, p), conv_out(c, x[3], w[3], s, p)};
   return one(c.inputs[0].dtype, blocked_out ? blocked(c, y) : y);
 }
+std::vector<ValueInfo> infer_conv2d_residual(const InferContext& c) {
+  expect_arity(c, 3, 4);
+  const std::vector<ValueInfo> conv_inputs(c.inputs.begin() + 1, c.inputs.end());
+  const std::vector<ValueInfo> out = infer_conv2d(InferContext{c.op, conv_inputs, c.attrs, c.target});
+  if (c.inputs[0].dtype != out[0].dtype || c.inputs[0].shape != out[0].shape)
+    shape_error(c, "the residual must have the output's dtype and shape " + sym_shape_str(out[0].shape));
+  return out;
+}
 std::vector<Var> grad_conv2d(const GradContext& c) {
   // With a relu epilogue (conv-relu fusion), the output is positive exactly where the conv's was.
   const bool relu = conv_flag(c.attrs, "relu");
@@ -299,6 +307,11 @@ Var conv2d(const Var& x, const Var& w, std::int64_t stride, std::int64_t padding
   return apply1("conv2d", {x, w}, Attrs().set("stride", stride).set("padding", padding));
 }
 TROUPE_DEFINE_OP({.name = "conv2d", .infer = infer_conv2d, .compute = compute_conv2d, .grad = grad_conv2d});
+// conv2d_residual(r, x, w[, b]) = conv2d(x, w[, b]) + r, conv2d's attributes: the residual add fused
+// into the convolution by conv-residual fusion (level 3, inference graphs; no gradient). Output 0
+// may be written over r when r dies there; the kernel adds the convolution to it.
+TROUPE_DEFINE_OP({.name = "conv2d_residual", .infer = infer_conv2d_residual, .kernel = "conv2d_residual",
+                  .in_place = true, .in_place_input = 0});
 TROUPE_DEFINE_OP({.name = "conv2d_backward_data", .infer = infer_conv_backward, .compute = compute_conv2d_backward_data,
                   .no_grad_inputs = {2}});
 TROUPE_DEFINE_OP({.name = "conv2d_backward_weight", .infer = infer_conv_backward,

@@ -22,7 +22,8 @@ bool is_conv(const Node& n) { return n.op == "conv2d" && !n.backward; }
 // An elementwise op (in_place kernel op) whose tensor inputs all have its output's shape, so the
 // same loop over a blocked layout computes the same elements.
 bool is_layout_free(const Graph& g, const Node& n) {
-  if (n.backward || n.outputs.size() != 1 || !OpRegistry::instance().get(n.op).in_place) return false;
+  const OpDef& def = OpRegistry::instance().get(n.op);
+  if (n.backward || n.outputs.size() != 1 || !def.in_place || def.in_place_input >= 0) return false;
   const SymShape& shape = g.value(n.outputs[0]).info.shape;
   return std::all_of(n.inputs.begin(), n.inputs.end(), [&](ValueId v) { return g.value(v).info.shape == shape; });
 }

@@ -70,6 +70,7 @@ std::vector<Pass> pipeline(int level, bool inference) {
     if (inference) {
       passes.push_back({"conv-algorithm-choice", choose_conv_algorithms});
       passes.push_back({"layout-choice", choose_layouts});
+      passes.push_back({"conv-residual-fusion", fuse_conv_residual});
     }
   }
   return passes;

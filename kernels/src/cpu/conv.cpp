@@ -57,9 +57,9 @@ void col2im(const ConvGeometry& g, const T* col, T* img) {
 
 int I(std::int64_t v) { return static_cast<int>(v); }
 
+// The forward of geometry g on inputs (x, w[, b]) into out[0].
 template <class T>
-void forward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
-  const ConvGeometry g = conv_geometry_of(a);
+void forward(const ConvGeometry& g, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
   const T *x = in[0].data<T>(), *w = in[1].data<T>();
   const T* b = in.size() > 2 && in[2].defined() ? in[2].data<T>() : nullptr;
   T* y = out[0].data<T>();
@@ -68,12 +68,42 @@ void forward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, con
   for (std::int64_t n = 0; n < g.n; ++n) {
     im2col(g, x + n * g.c * g.h * g.w, col.data());
     T* yn = y + n * g.o * g.pixels();
-    for (std::int64_t o = 0; o < g.o; ++o) std::fill_n(yn + o * g.pixels(), g.pixels(), b ? b[o] : T(0));
+    for (std::int64_t o = 0; o < g.o; ++o) {
+      T* plane = yn + o * g.pixels();
+      if (!g.accumulate) std::fill_n(plane, g.pixels(), b ? b[o] : T(0));
+      else if (b) std::for_each(plane, plane + g.pixels(), [&](T& v) { v += b[o]; });
+    }
     cpu::gemm(CblasNoTrans, CblasNoTrans, I(g.o), I(g.pixels()), I(g.patch()), T(1), w, I(g.patch()), col.data(),
               I(g.pixels()), T(1), yn, I(g.pixels()));
     if (g.relu)
       for (std::int64_t i = 0; i < g.o * g.pixels(); ++i) yn[i] = yn[i] > T(0) ? yn[i] : T(0);
   }
+}
+
+template <class T>
+void forward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
+  forward<T>(conv_geometry_of(a), in, out);
+}
+
+// conv2d_residual: y = conv(x, w) + b + r for inputs (r, x, w[, b]) and the graph op's attributes
+// (stride, padding; blocked_input, blocked_output, winograd when set). y may be r itself (the
+// executor's buffer reuse); otherwise r is copied into y, and the convolution adds to it.
+template <class T>
+void residual_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
+  const auto flag = [&](const char* name) { return a.has(name) && a.get_int(name) != 0; };
+  const std::int64_t s = a.get_int("stride"), pad = a.get_int("padding");
+  const Conv2dParams p{s, s, pad, pad, false, flag("blocked_input"), flag("blocked_output"), flag("winograd")};
+  constexpr bool is_f32 = std::is_same_v<T, float>;
+  TROUPE_CHECK(is_f32 || !(p.blocked_input || p.blocked_output), unsupported,
+               "conv2d_residual: channel-blocked layouts are f32 only");
+  const Tensor r = in[0].contiguous(), x = in[1].contiguous(), w = in[2].contiguous();
+  const Tensor b = in.size() > 3 ? in[3].contiguous() : Tensor();
+  ConvGeometry g = conv_geometry("conv2d_residual", p.blocked_input ? channel_unblocked_shape(x.shape()) : x.shape(),
+                                 w.shape(), p);
+  g.accumulate = true;
+  T* y = out[0].data<T>();
+  if (y != r.data<T>()) std::copy_n(r.data<T>(), r.numel(), y);
+  forward<T>(g, {x, w, b}, out);
 }
 
 template <class T>
@@ -109,6 +139,7 @@ void backward_weight_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& 
 }  // namespace
 
 TROUPE_REGISTER_FLOAT_KERNELS("conv2d", forward_kernel);
+TROUPE_REGISTER_FLOAT_KERNELS("conv2d_residual", residual_kernel);
 TROUPE_REGISTER_FLOAT_KERNELS("conv2d_backward_data", backward_data_kernel);
 TROUPE_REGISTER_FLOAT_KERNELS("conv2d_backward_weight", backward_weight_kernel);
 

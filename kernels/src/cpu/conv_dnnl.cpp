@@ -69,25 +69,25 @@ class CallBuffers {
 
 // Primitive attributes: the scratchpad is ours to give (CallBuffers), not oneDNN's to allocate,
 // and a relu epilogue when asked (a post-op on the accumulator: the bits of conv, then relu).
-dnnl::primitive_attr primitive_attributes(bool relu = false) {
+// With `accumulate`, a sum post-op adds the result to what the destination holds (a residual).
+dnnl::primitive_attr primitive_attributes(bool relu = false, bool accumulate = false) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (relu) {
-    dnnl::post_ops ops;
-    ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-    attr.set_post_ops(ops);
-  }
+  dnnl::post_ops ops;
+  if (accumulate) ops.append_sum(1.f);
+  if (relu) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+  if (accumulate || relu) attr.set_post_ops(ops);
   return attr;
 }
 
 dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, bool bias, bool relu = false,
-                                                     bool winograd = false) {
+                                                     bool winograd = false, bool accumulate = false) {
   auto make = [&](dnnl::prop_kind kind, dnnl::algorithm algorithm) -> dnnl::convolution_forward::primitive_desc {
     const auto desc = bias ? dnnl::convolution_forward::desc(kind, algorithm, d.any_src, d.any_weights, d.bias,
                                                              d.any_dst, d.strides, d.pad_l, d.pad_r)
                            : dnnl::convolution_forward::desc(kind, algorithm, d.any_src, d.any_weights, d.any_dst,
                                                              d.strides, d.pad_l, d.pad_r);
-    return {desc, primitive_attributes(relu), cpu_engine()};
+    return {desc, primitive_attributes(relu, accumulate), cpu_engine()};
   };
   if (winograd) {
     try {
@@ -135,12 +135,14 @@ void execute_with_scratchpad(const dnnl::primitive& primitive, const Pd& pd, std
 void dnnl_conv_forward(const kernels::ConvGeometry& s, const float* x, const float* w, const float* b, float* y) {
   limit_threads_here();
   const Descs d = descs(s);
-  const auto pd = forward_pd(d, b != nullptr, s.relu, s.winograd);
+  const auto pd = forward_pd(d, b != nullptr, s.relu, s.winograd, s.accumulate);
   dnnl::stream stream(cpu_engine());
   CallBuffers buffers;
   memory src = as_layout(d.src, const_cast<float*>(x), pd.src_desc(), stream, buffers);
   memory wei = as_layout(d.weights, const_cast<float*>(w), pd.weights_desc(), stream, buffers);
   Output dst = output_in(d.dst, y, pd.dst_desc(), buffers);
+  // The sum post-op reads the destination: in oneDNN's layout, if that is not the user's.
+  if (s.accumulate && dst.target != dst.user) dnnl::reorder(dst.user, dst.target).execute(stream, dst.user, dst.target);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst.target}};
   if (b) args.emplace(DNNL_ARG_BIAS, memory(d.bias, cpu_engine(), const_cast<float*>(b)));
   execute_with_scratchpad(dnnl::convolution_forward(pd), pd, args, stream, buffers);

@@ -8,8 +8,8 @@
 
 namespace troupe::cpu {
 
-/// y = conv(x, w) + b (b may be null), then max(y, 0) when s.relu; Winograd when s.winograd and
-/// oneDNN has it for the shape.
+/// y = conv(x, w) + b (b may be null), plus what y holds when s.accumulate, then max(y, 0) when
+/// s.relu; Winograd when s.winograd and oneDNN has it for the shape.
 void dnnl_conv_forward(const kernels::ConvGeometry& s, const float* x, const float* w, const float* b, float* y);
 /// dx = the gradient of the input from dy.
 void dnnl_conv_backward_data(const kernels::ConvGeometry& s, const float* dy, const float* w, float* dx);

@@ -58,6 +58,8 @@ struct OpDef {
                                      // never remove, merge or fold such a node
   bool in_place = false;             // kernel op computing output 0 elementwise: it may be written over
                                      // an input of its shape and dtype (the executor's buffer reuse)
+  int in_place_input = -1;           // with in_place: the one input output 0 may take (-1: any), for a
+                                     // kernel that reads its other inputs after writing (a conv's residual)
   /// True when a gradient can flow into input `i`.
   bool differentiable(std::size_t i) const;
   /// Runs the op on tensors, its kernel or its compute function, and checks the outputs against

@@ -57,7 +57,8 @@ struct OptimizeOptions {
 /// The passes JIT level `level` runs, in order: none at levels 0 and 1; at levels 2 and 3,
 /// constant folding, algebraic simplification, common-subexpression elimination, dead-code
 /// elimination; at level 3 then attention, bias-gelu and conv-relu fusion, and for an `inference`
-/// graph the choice of convolution algorithms and of layouts. Throws for a level outside 0..3.
+/// graph the choice of convolution algorithms and of layouts and conv-residual fusion. Throws for a
+/// level outside 0..3.
 std::vector<Pass> pipeline(int level, bool inference = false);
 
 /// Runs pipeline(level) on `g` and returns the result; `stats`, when given, receives one entry per
@@ -93,6 +94,10 @@ Graph choose_conv_algorithms(const Graph& g);
 /// nodes and elementwise ops of one shape, so the convolutions run without reorders; graph outputs
 /// and other readers keep NCHW. For inference graphs (a blocked conv has no gradient).
 Graph choose_layouts(const Graph& g);
+/// Replaces add(r, conv2d(x, w, b)) by conv2d_residual(r, x, w, b) (the conv adds itself to r, in
+/// r's buffer when r dies there) where the conv has no relu epilogue and no other reader. For
+/// inference graphs (conv2d_residual has no gradient); after layout choice.
+Graph fuse_conv_residual(const Graph& g);
 /// Removes nodes whose outputs nobody reads, except nodes with side effects; a custom-gradient
 /// region goes or stays as a whole. Constants nobody reads go too.
 Graph eliminate_dead_code(const Graph& g);
