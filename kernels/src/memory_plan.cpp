@@ -10,13 +10,13 @@ namespace troupe {
 
 namespace {
 
-std::size_t rounded(std::size_t bytes) {
-  return std::max<std::size_t>(1, (bytes + MemoryPlan::alignment - 1) / MemoryPlan::alignment) * MemoryPlan::alignment;
-}
-
 bool lifetimes_overlap(const PlannedBlock& a, const PlannedBlock& b) { return a.begin < b.end && b.begin < a.end; }
 
 }  // namespace
+
+std::size_t PlannedBlock::planned_bytes() const {
+  return std::max<std::size_t>(1, (bytes + MemoryPlan::alignment - 1) / MemoryPlan::alignment) * MemoryPlan::alignment;
+}
 
 MemoryPlan MemoryPlan::build(std::vector<PlannedBlock> blocks, int escape_slots) {
   TROUPE_CHECK(escape_slots >= 1, invalid_argument, "a memory plan needs at least one slot per escaping block");
@@ -30,18 +30,18 @@ MemoryPlan MemoryPlan::build(std::vector<PlannedBlock> blocks, int escape_slots)
     if (!plan.blocks[k].escaped()) order.push_back(k);
   // Largest first: big blocks fix the arena's shape, small ones fill the gaps they leave.
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return rounded(plan.blocks[a].bytes) > rounded(plan.blocks[b].bytes);
+    return plan.blocks[a].planned_bytes() > plan.blocks[b].planned_bytes();
   });
 
   std::vector<std::size_t> placed;
   std::vector<std::pair<std::size_t, std::size_t>> busy;  // [offset, end) of overlapping placed blocks
   for (std::size_t k : order) {
     const PlannedBlock& block = plan.blocks[k];
-    const std::size_t size = rounded(block.bytes);
+    const std::size_t size = block.planned_bytes();
     busy.clear();
     for (std::size_t j : placed)
       if (lifetimes_overlap(block, plan.blocks[j]))
-        busy.emplace_back(plan.offset[j], plan.offset[j] + rounded(plan.blocks[j].bytes));
+        busy.emplace_back(plan.offset[j], plan.offset[j] + plan.blocks[j].planned_bytes());
     std::sort(busy.begin(), busy.end());
     // Walk the gaps between busy ranges; keep the smallest one that fits, else go above them all.
     std::size_t best = 0, best_gap = 0, cursor = 0;
@@ -67,7 +67,7 @@ MemoryPlan MemoryPlan::build(std::vector<PlannedBlock> blocks, int escape_slots)
   for (std::size_t k = 0; k < plan.blocks.size(); ++k) {
     if (!plan.blocks[k].escaped()) continue;
     plan.offset[k] = top;
-    top += rounded(plan.blocks[k].bytes) * static_cast<std::size_t>(escape_slots);
+    top += plan.blocks[k].planned_bytes() * static_cast<std::size_t>(escape_slots);
   }
   plan.total_bytes = top;
   return plan;
@@ -75,7 +75,7 @@ MemoryPlan MemoryPlan::build(std::vector<PlannedBlock> blocks, int escape_slots)
 
 std::size_t MemoryPlan::unplanned_bytes() const {
   return std::accumulate(blocks.begin(), blocks.end(), std::size_t{0},
-                         [](std::size_t sum, const PlannedBlock& b) { return b.escaped() ? sum : sum + rounded(b.bytes); });
+                         [](std::size_t sum, const PlannedBlock& b) { return b.escaped() ? sum : sum + b.planned_bytes(); });
 }
 
 void check_memory_plan(const MemoryPlan& plan) {
@@ -89,7 +89,7 @@ void check_memory_plan(const MemoryPlan& plan) {
   std::vector<std::size_t> alive;
   for (std::size_t k : by_start) {
     const PlannedBlock& block = plan.blocks[k];
-    const std::size_t size = rounded(block.bytes) * (block.escaped() ? static_cast<std::size_t>(plan.escape_slots) : 1);
+    const std::size_t size = block.planned_bytes() * (block.escaped() ? static_cast<std::size_t>(plan.escape_slots) : 1);
     TROUPE_CHECK(plan.offset[k] % MemoryPlan::alignment == 0 && plan.offset[k] + size <= plan.total_bytes, runtime,
                  "memory plan: block ", k, " (", block.bytes, " bytes at ", plan.offset[k],
                  ") is misaligned or outside the ", plan.total_bytes, " planned bytes");
@@ -97,7 +97,7 @@ void check_memory_plan(const MemoryPlan& plan) {
                                [&](std::size_t j) { return plan.blocks[j].end <= block.begin; }),
                 alive.end());
     for (std::size_t j : alive) {
-      const std::size_t other = rounded(plan.blocks[j].bytes) *
+      const std::size_t other = plan.blocks[j].planned_bytes() *
                                 (plan.blocks[j].escaped() ? static_cast<std::size_t>(plan.escape_slots) : 1);
       const bool disjoint = plan.offset[k] + size <= plan.offset[j] || plan.offset[j] + other <= plan.offset[k];
       TROUPE_CHECK(disjoint, runtime, "memory plan: blocks ", j, " and ", k, " are alive together (ticks [",

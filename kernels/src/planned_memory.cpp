@@ -12,10 +12,6 @@ namespace troupe {
 
 namespace {
 thread_local HostMemoryScope* current_scope = nullptr;
-
-std::size_t rounded(std::size_t bytes) {
-  return std::max<std::size_t>(1, (bytes + MemoryPlan::alignment - 1) / MemoryPlan::alignment) * MemoryPlan::alignment;
-}
 }  // namespace
 
 HostMemoryScope::HostMemoryScope() : previous_(current_scope) { current_scope = this; }
@@ -110,7 +106,7 @@ PlannedArena::PlannedArena(MemoryPlan plan) : state_(std::make_shared<State>()) 
   s.plan = std::move(plan);
   for (std::size_t k = 0; k < s.plan.blocks.size(); ++k) {
     s.first_slot.push_back(s.slots.size());
-    const std::size_t size = rounded(s.plan.blocks[k].bytes);
+    const std::size_t size = s.plan.blocks[k].planned_bytes();
     const int count = s.plan.blocks[k].escaped() ? s.plan.escape_slots : 1;
     for (int i = 0; i < count; ++i) {
       const std::size_t start = s.plan.offset[k] + static_cast<std::size_t>(i) * size;

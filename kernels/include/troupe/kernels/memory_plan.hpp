@@ -19,6 +19,8 @@ struct PlannedBlock {
   std::uint64_t end = escapes;
   /// True when the block is still alive after the step.
   bool escaped() const { return end == escapes; }
+  /// The bytes the block takes in a plan: its size rounded up to MemoryPlan::alignment (at least one line).
+  std::size_t planned_bytes() const;
 };
 
 /// Offsets for the blocks of a step. Blocks that live only within the step share one arena of
