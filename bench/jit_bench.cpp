@@ -76,11 +76,11 @@ int main(int argc, char** argv) {
       apps::TrainStepOptions options;
       options.clip = 1.0;
       options.jit_level = level;
+      options.measure_gradients = false;
       train = std::make_unique<apps::TrainStep>(
           [&](const std::vector<Var>& in) { return std::vector<Var>{gpt->loss(in[0], in[1])}; },
           std::vector<graph::InputSpec>{{"ids", {b, 128}, DType::i64}, {"targets", {b, 128}, DType::i64}}, *gpt,
           std::make_shared<graph::AdamW>(gpt->parameters(), hp), options);
-      train->measure_gradients(false);
       inputs = {ids, targets};
       call = [&] { (*train)(inputs); };
     } else {
@@ -88,8 +88,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  // The arena a memory-planned (level 3) Jit keeps: part of its peak though held between calls.
+  // The arena a memory-planned (level 3) Jit or step keeps: part of its peak though held between calls.
   const auto planned = [&]() -> std::size_t {
+    if (train) return train->memory_report() ? train->memory_report()->reserved_bytes : 0;
     if (!jit || !jit->traced() || !jit->traced_function().plans_memory()) return 0;
     return jit->traced_function().memory_report().reserved_bytes;
   };

@@ -38,6 +38,7 @@ struct OptimizerSetup {
   std::shared_ptr<const std::vector<std::string>> names;  // per sink: the parameter its gradient is for
   int gradients = 0;                            // gradients it receives per step
   bool clipping = false;                        // it waits for the clip coefficient
+  bool returns = true;                          // it hands the gradients it used to the program for the result
 };
 /// Spawns an optimizer actor (optimizer_actor.cpp).
 OptimizerActor spawn_optimizer_actor(caf::actor_system& sys, OptimizerSetup setup);

@@ -22,12 +22,13 @@ namespace {
 class ActorProgram : public Program {
  public:
   ActorProgram(std::shared_ptr<Engine::Impl> engine, PeersPtr peers, std::vector<caf::actor> helpers,
-               std::map<std::string, int> counts, std::uint32_t caller_trace_id)
+               std::map<std::string, int> counts, std::uint32_t caller_trace_id, std::shared_ptr<StepMemory> memory)
       : engine_(std::move(engine)),
         peers_(std::move(peers)),
         helpers_(std::move(helpers)),
         counts_(std::move(counts)),
-        caller_(caller_trace_id) {}
+        caller_(caller_trace_id),
+        memory_(std::move(memory)) {}
 
   ~ActorProgram() override {
     // Exit messages overtake nothing a caller waits for: open requests fail in the program
@@ -51,12 +52,18 @@ class ActorProgram : public Program {
 
   std::map<std::string, int> actor_counts() const override { return counts_; }
 
+  std::optional<graph::MemoryPlanReport> memory_report() const override {
+    if (!memory_) return std::nullopt;
+    return memory_->report();
+  }
+
  private:
   std::shared_ptr<Engine::Impl> engine_;
   PeersPtr peers_;
   std::vector<caf::actor> helpers_;  // the gradient path's actors
   std::map<std::string, int> counts_;
   std::uint32_t caller_;
+  std::shared_ptr<StepMemory> memory_;  // JIT level 3: the planned memory of the steps; null otherwise
 };
 
 }  // namespace
@@ -122,12 +129,14 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
   setup->clip_mode = options.clip_mode;
   setup->peers = peers;
   setup->comm = options.data_parallel.communicator;
+  if (traced->plans_memory()) setup->memory = std::make_shared<StepMemory>(plan, options.registers, impl_->threads == 1);
   peers->program.actor = spawn_program_actor(sys, setup);
 
   std::map<std::string, int> counts = gradient_actors.counts;
   counts.insert({{"input", 1}, {"op", plan->op_count}, {"gradient", 0}, {"output", 0}});
   for (int param : plan->sink_param) ++counts[param >= 0 ? "gradient" : "output"];
-  return std::make_unique<ActorProgram>(impl_, peers, std::move(gradient_actors.all), counts, tracer.register_actor("caller"));
+  return std::make_unique<ActorProgram>(impl_, peers, std::move(gradient_actors.all), counts, tracer.register_actor("caller"),
+                                        setup->memory);
 }
 
 }  // namespace troupe::actors

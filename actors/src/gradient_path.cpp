@@ -56,6 +56,7 @@ void spawn_optimizers(caf::actor_system& sys, const ProgramOptions& options,
     setup.peers = peers;
     setup.names = names;
     setup.clipping = options.clip_grad_norm > 0;
+    setup.returns = options.return_gradients;
     for (std::size_t k = 0; k < names->size(); ++k) {
       const std::string& name = (*names)[k];
       bool owns = !name.empty() && !setup.optimizer;

@@ -1,5 +1,9 @@
 #include "node.hpp"
 
+#include <utility>
+
+#include "step_memory.hpp"
+
 namespace troupe::actors {
 
 namespace {
@@ -37,11 +41,11 @@ void Node::on_start(const StepContextPtr& ctx) {
   pump();
 }
 
-void Node::on_ready(const ReadyPtr& r) {
+void Node::on_ready(ReadyPtr r) {
   // Messages of a finished (or failed) step are dropped; the first of a newer step begins it.
   if (r->ctx->step < step_) return;
   if (r->ctx->step > step_ || !ctx_) begin_step(r->ctx);
-  in_.push(r);
+  in_.push(std::move(r));
   pump();
 }
 
@@ -67,33 +71,45 @@ void Node::pump() {
     tell(self_, track(), peers_->program, SendTag{"done", step_}, done_atom::value, step_, index_);
 }
 
-// One firing: act, give the inputs back, pass the outputs on.
+// One firing: act, give the inputs back, pass the outputs on. What the act allocates and drops,
+// the inputs it lets go of included, belongs to the act's planned memory (step_memory.hpp).
 bool Node::fire(int mb) {
   Values values;
-  try {
-    values = kind_->act(*this, mb);
-  } catch (const Error& e) {
-    report_failure(e.message(), e.kind());
-    return false;
-  } catch (const std::exception& e) {
-    report_failure("'" + spec_->name + "' failed in step " + std::to_string(step_) + ": " + e.what(), ErrorKind::runtime);
-    return false;
+  {
+    ActMemory memory(ctx_->memory.get(), index_, mb);
+    inputs_released_ = false;
+    try {
+      values = kind_->act(*this, mb);
+    } catch (const Error& e) {
+      report_failure(e.message(), e.kind());
+      return false;
+    } catch (const std::exception& e) {
+      report_failure("'" + spec_->name + "' failed in step " + std::to_string(step_) + ": " + e.what(), ErrorKind::runtime);
+      return false;
+    }
+    release_inputs();
+    if (spec_->consumers.empty()) values.reset();  // a dead value, dropped within the act
+    if (values) memory.emitted(*values);
   }
-  release_inputs();
-  if (values && !spec_->consumers.empty()) emit(mb, std::move(values));  // no consumers: a dead value
+  if (values) emit(mb, std::move(values));
   return true;
 }
 
+// The last consumer's message takes the producer's handle, so the values live only in the
+// consumers' hands (registers.hpp).
 void Node::emit(int mb, Values values) {
-  const int reg = out_.write(values);
+  const int reg = out_.write();
   const std::uint64_t bytes = bytes_of(*values);
-  for (int c : spec_->consumers) {
-    auto msg = std::make_shared<Ready>(Ready{ctx_, index_, mb, reg, values});
-    tell(self_, track(), peers_->at(c), SendTag{"ready", step_, mb, bytes}, ready_atom::value, ReadyPtr(std::move(msg)));
+  for (std::size_t k = 0; k < spec_->consumers.size(); ++k) {
+    const bool last = k + 1 == spec_->consumers.size();
+    auto msg = std::make_shared<Ready>(Ready{ctx_, index_, mb, reg, last ? std::move(values) : values});
+    tell(self_, track(), peers_->at(spec_->consumers[k]), SendTag{"ready", step_, mb, bytes}, ready_atom::value,
+         ReadyPtr(std::move(msg)));
   }
 }
 
 void Node::release_inputs() {
+  if (std::exchange(inputs_released_, true)) return;
   in_.take([this](const Taken& t) {
     tell(self_, track(), peers_->at(t.producer), SendTag{"release", step_, t.mb}, release_atom::value, step_, t.reg);
   });
@@ -123,9 +139,10 @@ NodeActor::behavior_type node_actor(NodeActor::stateful_pointer<NodeState> self,
         Handling h(self, n->track(), "start", flow, ctx->step, -1);
         n->on_start(ctx);
       },
-      [=](ready_atom, const ReadyPtr& r, std::uint64_t flow) {
+      // By mutable reference, so the handle moves out of the message (registers.hpp).
+      [=](ready_atom, ReadyPtr& r, std::uint64_t flow) {
         Handling h(self, n->track(), "ready", flow, r->ctx->step, r->mb);
-        n->on_ready(r);
+        n->on_ready(std::move(r));
       },
       [=](release_atom, std::uint64_t step, int reg, std::uint64_t flow) {
         Handling h(self, n->track(), "release", flow, step, -1);

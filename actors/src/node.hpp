@@ -46,8 +46,12 @@ class Node {
 
   /// The handlers: a new step, a ready input register, a released output register.
   void on_start(const StepContextPtr& ctx);
-  void on_ready(const ReadyPtr& r);
+  void on_ready(ReadyPtr r);
   void on_release(std::uint64_t step, int reg);
+  /// Gives back the registers this firing read, once: fire() does it after the act, unless the
+  /// kind did it sooner because it sends something on from inside the act (a sink). Values must
+  /// die before anything leaves the act (registers.hpp).
+  void release_inputs();
   /// This node's track in traces.
   std::uint32_t track() const { return peers_->at(index_).track; }
   /// The step this node is on (0 before the first).
@@ -58,7 +62,6 @@ class Node {
   void pump();
   bool fire(int mb);
   void emit(int mb, Values values);
-  void release_inputs();
   void report_failure(const std::string& what, ErrorKind kind);
 
   NodeActor::pointer self_;
@@ -72,6 +75,7 @@ class Node {
   std::uint64_t step_ = 0;
   int next_mb_ = 0;
   bool failed_ = false;
+  bool inputs_released_ = false;  // in the firing in progress
   InRegisters in_;
   OutRegisters out_;
 };

@@ -7,6 +7,7 @@
 #include "handler.hpp"
 #include "messages.hpp"
 #include "troupe/kernels/elementwise.hpp"
+#include "troupe/kernels/optim.hpp"
 
 namespace troupe::actors {
 
@@ -32,11 +33,36 @@ struct OptimizerState {
 using Self = OptimizerActor::stateful_pointer<OptimizerState>;
 
 
+// Scales the gradients by `scale` in place, each piece of memory once: two gradients may be one
+// tensor (a value the graph hands to two parameters), and with data parallelism all are slices of
+// bucket buffers. A gradient that partly overlaps another is scaled into a copy of its own.
+void scale_gradients(std::map<std::string, Tensor>& gradients, double scale) {
+  std::vector<const Tensor*> scaled;
+  for (auto& [name, g] : gradients) {
+    const auto* begin = static_cast<const char*>(g.raw_data());
+    const auto* end = begin + g.nbytes();
+    bool same = false, overlapping = !g.is_contiguous();
+    for (const Tensor* other : scaled) {
+      const auto* b = static_cast<const char*>(other->raw_data());
+      if (b == begin && other->shape() == g.shape() && other->dtype() == g.dtype() && other->is_contiguous())
+        same = true;
+      else if (b < end && begin < b + other->nbytes())
+        overlapping = true;
+    }
+    if (same) continue;
+    if (overlapping) {
+      g = kernels::mul(g, scale);
+      continue;
+    }
+    kernels::scale_(g, scale);
+    scaled.push_back(&g);
+  }
+}
+
 // Scales and applies the gradients; a troupe::Error names the step and what failed.
 void apply(OptimizerState& s) {
   try {
-    if (s.scale != 1.0)
-      for (auto& [name, g] : s.gradients) g = kernels::mul(g, s.scale);  // out of place: gradients may share storage
+    if (s.scale != 1.0) scale_gradients(s.gradients, s.scale);
   } catch (const Error& e) {
     throw Error(e.kind(), "gradient clipping failed in step " + std::to_string(s.step) + ": " + e.message());
   }
@@ -68,7 +94,10 @@ void update_if_ready(Self self) {
          e.message());
     return;
   }
-  auto used = std::make_shared<const std::map<std::string, Tensor>>(std::move(s.gradients));
+  // Not returned, the gradients die here, and their memory is free before the step ends.
+  auto used = std::make_shared<const std::map<std::string, Tensor>>(
+      s.setup.returns ? std::move(s.gradients) : std::map<std::string, Tensor>{});
+  s.gradients.clear();
   tell(self, s.setup.track, program, SendTag{"applied", s.step}, applied_atom::value, s.step, s.setup.index,
        GradientMapPtr(std::move(used)));
 }

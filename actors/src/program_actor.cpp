@@ -30,6 +30,7 @@ struct ProgramState {
   std::shared_ptr<const ProgramSetup> setup;
   std::deque<RunRequestPtr> queue;
   RunRequestPtr current;  // the request of the step in progress
+  std::shared_ptr<StepArena> memory;  // the step's planned memory, ended with the step
   std::uint64_t step = 0;
   // What the step in progress has collected so far.
   int done = 0, outputs_in = 0, applied = 0, buckets_in = 0, norms_in = 0;
@@ -84,6 +85,7 @@ void start_next(Self* self) {
       answer(std::exchange(s.current, nullptr), nullptr, std::current_exception());
       continue;
     }
+    s.memory = ctx->memory;
     tell(self, me(s), s.setup->peers->at(0), SendTag{"start", s.step}, start_atom::value, ctx);
     self->become(running(self));
     return;
@@ -106,8 +108,10 @@ std::unique_ptr<StepResult> collect(ProgramState& s) {
   return r;
 }
 
-// Answers the caller and moves on to the next step.
+// Answers the caller and moves on to the next step. A recorded step's memory plan is made first,
+// so the caller can read its report.
 void finish(Self* self, std::unique_ptr<StepResult> result, std::exception_ptr error) {
+  if (auto memory = std::exchange(self->state.memory, nullptr)) self->state.setup->memory->end(*memory, error != nullptr);
   answer(std::exchange(self->state.current, nullptr), result.get(), error);
   start_next(self);
 }

@@ -8,6 +8,7 @@
 #include "bucket_plan.hpp"
 #include "messages.hpp"
 #include "plan.hpp"
+#include "step_memory.hpp"
 #include "troupe/graph/trace.hpp"
 
 namespace troupe::actors {
@@ -22,13 +23,15 @@ struct ProgramSetup {
   PeersPtr peers;
   // Data parallel (null when off): read for the time the step's collectives took, nothing else.
   std::shared_ptr<transport::Communicator> comm;
+  // JIT level 3: the program's planned memory (null when the function does not plan memory).
+  std::shared_ptr<StepMemory> memory;
 };
 
 /// Spawns the program actor.
 ProgramActor spawn_program_actor(caf::actor_system& sys, std::shared_ptr<const ProgramSetup> setup);
 
 /// The context of step `step` on `inputs`: split into micro-batches, parameters snapshotted, bucket
-/// buffers allocated (step_context.cpp). Throws a troupe::Error naming an input that cannot be split.
+/// buffers allocated, its planned memory begun (step_context.cpp). Throws a troupe::Error naming an input that cannot be split.
 StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, const std::vector<Tensor>& inputs);
 
 }  // namespace troupe::actors

@@ -2,9 +2,11 @@
 // The register protocol (OneFlow's regst; DESIGN.md). Every producer owns a fixed number of output
 // registers. It fires for its next micro-batch when every input is readable and a register is free:
 // it acts, releases the input registers it read, puts its outputs into a free register and tells
-// each consumer `ready`. Each consumer sends `release` when done with it; the last frees it. The
-// register count is the back-pressure (1 = lock-step, 2 = double buffering), since CAF mailboxes are
-// unbounded. This file is the whole rule, without CAF (node.cpp sends the messages), so that
+// each consumer `ready`. Each consumer drops its handle on the values and then sends `release`; the
+// last release frees the register. The values live only in the consumers' hands, so they die in
+// the last reader's thread as soon as it has read them, before anything it sends (memory planning,
+// step_memory.hpp, relies on that). The register count is the back-pressure (1 = lock-step, 2 =
+// double buffering), since CAF mailboxes are unbounded. This file is the whole rule, without CAF (node.cpp sends the messages), so that
 // tests/actors/test_registers.cpp checks it alone.
 
 #include <deque>
@@ -30,35 +32,31 @@ using ReadyPtr = std::shared_ptr<const Ready>;
 /// A producer's output registers, each read by all of its `readers` consumers.
 class OutRegisters {
  public:
-  OutRegisters(int count, int readers) : slots_(static_cast<std::size_t>(count)), readers_(readers) {}
+  OutRegisters(int count, int readers) : pending_(static_cast<std::size_t>(count), 0), readers_(readers) {}
   /// True when the producer may fire: a register is free, or nobody reads what it makes.
   bool writable() const { return readers_ == 0 || free_slot() >= 0; }
-  /// Puts `values` into a free register (writable() must hold) and returns its index.
-  int write(Values values) {
+  /// Takes a free register for a firing's outputs (writable() must hold) and returns its index.
+  int write() {
     const int r = free_slot();
     TROUPE_CHECK(r >= 0, runtime, "register protocol: a producer fired without a free register");
-    slots_[static_cast<std::size_t>(r)] = Slot{std::move(values), readers_};
+    pending_[static_cast<std::size_t>(r)] = readers_;
     return r;
   }
   /// One consumer is done with register `reg`; the last one frees it.
   void release(int reg) {
-    Slot& s = slots_.at(static_cast<std::size_t>(reg));
-    if (s.pending > 0 && --s.pending == 0) s = Slot{};
+    int& pending = pending_.at(static_cast<std::size_t>(reg));
+    if (pending > 0) --pending;
   }
   /// Frees every register (a new step begins).
-  void clear() { slots_.assign(slots_.size(), Slot{}); }
+  void clear() { pending_.assign(pending_.size(), 0); }
 
  private:
-  struct Slot {
-    Values values;
-    int pending = 0;  // consumers that have not released it; 0 = free
-  };
   int free_slot() const {
-    for (std::size_t r = 0; r < slots_.size(); ++r)
-      if (slots_[r].pending == 0) return static_cast<int>(r);
+    for (std::size_t r = 0; r < pending_.size(); ++r)
+      if (pending_[r] == 0) return static_cast<int>(r);
     return -1;
   }
-  std::vector<Slot> slots_;
+  std::vector<int> pending_;  // per register: consumers that have not released it; 0 = free
   int readers_;
 };
 
@@ -89,14 +87,15 @@ class InRegisters {
       if (producers_[p] == producer) return queues_[p].front()->values->at(static_cast<std::size_t>(output));
     fail(ErrorKind::runtime, "register protocol: no input register from actor ", producer);
   }
-  /// Takes the oldest register of every producer, in producer order, handing each to `release`
-  /// (a callback rather than a list: this runs once per firing, and a list would allocate).
+  /// Takes the oldest register of every producer, in producer order, dropping its values before
+  /// handing it to `release` (a callback rather than a list: this runs once per firing, and a
+  /// list would allocate).
   template <class Release>
   void take(Release&& release) {
     for (std::size_t p = 0; p < producers_.size(); ++p) {
-      const Ready& r = *queues_[p].front();
-      release(Taken{producers_[p], r.reg, r.mb});
+      const Taken t{producers_[p], queues_[p].front()->reg, queues_[p].front()->mb};
       queues_[p].pop_front();
+      release(t);
     }
   }
   /// Drops every queued register (a new step begins).

@@ -47,7 +47,10 @@ Values Sink::act(Node& node, int mb) {
   } catch (const Error& e) {
     throw Error(e.kind(), "'" + node.spec().name + "' could not combine micro-batches: " + e.message());
   }
+  // Every handle on the inputs goes before the value is sent on: what this act read is then free
+  // before anything downstream of the send runs, the next step included (step_memory.hpp).
   parts_.clear();
+  node.release_inputs();
   finish(node, value);
   return nullptr;
 }

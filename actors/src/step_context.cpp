@@ -69,6 +69,7 @@ StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, 
   for (const graph::Var& p : setup.fn->parameters()) ctx->parameters.push_back(p.tensor());
   if (setup.comm)
     for (std::int64_t numel : setup.peers->gradients.buckets->numel) ctx->buckets.push_back(Tensor::empty({numel}));
+  if (setup.memory) ctx->memory = setup.memory->begin(*ctx);
   return ctx;
 }
 

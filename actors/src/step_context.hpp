@@ -12,6 +12,8 @@
 
 namespace troupe::actors {
 
+class StepArena;
+
 /// Everything a step shares between its actors.
 struct StepContext {
   std::uint64_t step = 0;
@@ -24,6 +26,8 @@ struct StepContext {
   // writes its finished gradient straight into its slice (PyTorch DDP's gradient-as-bucket-view),
   // so the AllReduce needs no copy.
   std::vector<Tensor> buckets;
+  // JIT level 3: the step's planned memory, which every act allocates from (step_memory.hpp); null otherwise.
+  std::shared_ptr<StepArena> memory;
 };
 using StepContextPtr = std::shared_ptr<const StepContext>;
 

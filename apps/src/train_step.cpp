@@ -73,7 +73,8 @@ TrainStep::TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputS
       model_(model),
       optimizer_(std::move(optimizer)),
       clip_(options.clip),
-      dp_(std::move(options.data_parallel)) {
+      dp_(std::move(options.data_parallel)),
+      measure_(options.measure_gradients) {
   if (options.jit_level == 0) return;
   engine_ = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(options.threads)});
   actors::ProgramOptions po;
@@ -83,6 +84,7 @@ TrainStep::TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputS
   po.clip_mode = clip_mode(options.mode);
   po.data_parallel = dp_;
   po.data_parallel.overlap = options.mode == GradMode::advanced;
+  po.return_gradients = measure_;  // otherwise their memory is free for the next step
   // Optimized before the gradients (fusion) and after (forward and backward together).
   const int level = options.jit_level;
   program_ = engine_->compile(graph::trace(loss_fn_, signature).optimized(level).with_gradients().optimized(level), po);

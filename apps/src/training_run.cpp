@@ -142,11 +142,11 @@ int TrainingRun::train(const TrainingSetup& setup, const TrainingParts& parts) {
   TrainStepOptions step_setup = step_options(flags_, setup.batch);
   step_setup.mode = mode_;
   step_setup.jit_level = jit_;
+  step_setup.measure_gradients = !flags_.metrics.empty();
   set_kernel_threads(1);  // parallelism comes from actors running concurrently, not from inside a GEMM
   announce(setup, parts, step_setup, start_step, job ? &*job : nullptr);
   if (job) step_setup.data_parallel = job->options(setup.data_parallel->comm_fusion_mb);
   TrainStep step(parts.loss, setup.signature, model, optimizer, step_setup);
-  step.measure_gradients(!flags_.metrics.empty());
   Session session{name_, flags_, setup, parts, job ? &*job : nullptr, model, *optimizer, step};
   return run_loop(session, step_setup, start_step);
 }

@@ -18,7 +18,7 @@ std::size_t PlannedBlock::planned_bytes() const {
   return std::max<std::size_t>(1, (bytes + MemoryPlan::alignment - 1) / MemoryPlan::alignment) * MemoryPlan::alignment;
 }
 
-MemoryPlan MemoryPlan::build(std::vector<PlannedBlock> blocks, int escape_slots) {
+MemoryPlan MemoryPlan::build(std::vector<PlannedBlock> blocks, int escape_slots, const LifetimeOverlap& overlap) {
   TROUPE_CHECK(escape_slots >= 1, invalid_argument, "a memory plan needs at least one slot per escaping block");
   MemoryPlan plan;
   plan.blocks = std::move(blocks);
@@ -40,7 +40,7 @@ MemoryPlan MemoryPlan::build(std::vector<PlannedBlock> blocks, int escape_slots)
     const std::size_t size = block.planned_bytes();
     busy.clear();
     for (std::size_t j : placed)
-      if (lifetimes_overlap(block, plan.blocks[j]))
+      if (overlap ? overlap(k, j) : lifetimes_overlap(block, plan.blocks[j]))
         busy.emplace_back(plan.offset[j], plan.offset[j] + plan.blocks[j].planned_bytes());
     std::sort(busy.begin(), busy.end());
     // Walk the gaps between busy ranges; keep the smallest one that fits, else go above them all.
@@ -78,9 +78,41 @@ std::size_t MemoryPlan::unplanned_bytes() const {
                          [](std::size_t sum, const PlannedBlock& b) { return b.escaped() ? sum : sum + b.planned_bytes(); });
 }
 
-void check_memory_plan(const MemoryPlan& plan) {
+namespace {
+
+// The bytes block k takes in `plan`: all its slots when it escapes.
+std::size_t footprint(const MemoryPlan& plan, std::size_t k) {
+  const PlannedBlock& block = plan.blocks[k];
+  return block.planned_bytes() * (block.escaped() ? static_cast<std::size_t>(plan.escape_slots) : 1);
+}
+
+void check_bounds(const MemoryPlan& plan, std::size_t k) {
+  TROUPE_CHECK(plan.offset[k] % MemoryPlan::alignment == 0 && plan.offset[k] + footprint(plan, k) <= plan.total_bytes,
+               runtime, "memory plan: block ", k, " (", plan.blocks[k].bytes, " bytes at ", plan.offset[k],
+               ") is misaligned or outside the ", plan.total_bytes, " planned bytes");
+}
+
+void check_disjoint(const MemoryPlan& plan, std::size_t j, std::size_t k) {
+  const bool disjoint = plan.offset[k] + footprint(plan, k) <= plan.offset[j] || plan.offset[j] + footprint(plan, j) <= plan.offset[k];
+  TROUPE_CHECK(disjoint, runtime, "memory plan: blocks ", j, " and ", k, " are alive together (ticks [",
+               plan.blocks[j].begin, ", ", plan.blocks[j].end, ") and [", plan.blocks[k].begin, ", ", plan.blocks[k].end,
+               ")) but share bytes (offsets ", plan.offset[j], " and ", plan.offset[k], ")");
+}
+
+}  // namespace
+
+void check_memory_plan(const MemoryPlan& plan, const LifetimeOverlap& overlap) {
   TROUPE_CHECK(plan.offset.size() == plan.blocks.size(), invalid_argument, "memory plan: ", plan.offset.size(),
                " offsets for ", plan.blocks.size(), " blocks");
+  if (overlap) {
+    // Escaping blocks own their slots, so they overlap everything.
+    for (std::size_t k = 0; k < plan.blocks.size(); ++k) {
+      check_bounds(plan, k);
+      for (std::size_t j = 0; j < k; ++j)
+        if (plan.blocks[j].escaped() || plan.blocks[k].escaped() || overlap(j, k)) check_disjoint(plan, j, k);
+    }
+    return;
+  }
   // Sweep the blocks in order of their start; compare each with those still alive.
   std::vector<std::size_t> by_start(plan.blocks.size());
   std::iota(by_start.begin(), by_start.end(), std::size_t{0});
@@ -89,21 +121,11 @@ void check_memory_plan(const MemoryPlan& plan) {
   std::vector<std::size_t> alive;
   for (std::size_t k : by_start) {
     const PlannedBlock& block = plan.blocks[k];
-    const std::size_t size = block.planned_bytes() * (block.escaped() ? static_cast<std::size_t>(plan.escape_slots) : 1);
-    TROUPE_CHECK(plan.offset[k] % MemoryPlan::alignment == 0 && plan.offset[k] + size <= plan.total_bytes, runtime,
-                 "memory plan: block ", k, " (", block.bytes, " bytes at ", plan.offset[k],
-                 ") is misaligned or outside the ", plan.total_bytes, " planned bytes");
+    check_bounds(plan, k);
     alive.erase(std::remove_if(alive.begin(), alive.end(),
                                [&](std::size_t j) { return plan.blocks[j].end <= block.begin; }),
                 alive.end());
-    for (std::size_t j : alive) {
-      const std::size_t other = plan.blocks[j].planned_bytes() *
-                                (plan.blocks[j].escaped() ? static_cast<std::size_t>(plan.escape_slots) : 1);
-      const bool disjoint = plan.offset[k] + size <= plan.offset[j] || plan.offset[j] + other <= plan.offset[k];
-      TROUPE_CHECK(disjoint, runtime, "memory plan: blocks ", j, " and ", k, " are alive together (ticks [",
-                   plan.blocks[j].begin, ", ", plan.blocks[j].end, ") and [", block.begin, ", ", block.end,
-                   ")) but share bytes (offsets ", plan.offset[j], " and ", plan.offset[k], ")");
-    }
+    for (std::size_t j : alive) check_disjoint(plan, j, k);
     alive.push_back(k);
   }
 }

@@ -76,6 +76,23 @@ TEST(MemoryPlan, EscapingBlocksGetTheirOwnSlots) {
   EXPECT_GE(plan.offset[1], plan.arena_bytes);
 }
 
+// Lifetimes that are not intervals of one schedule (an actor program's acts are only partly
+// ordered): the planner and the checker follow the given relation, not the ticks.
+TEST(MemoryPlan, ALifetimeRelationOtherThanTicksIsHonouredAndChecked) {
+  // By ticks all three are disjoint in time; the relation says 0 and 2 may be alive together.
+  const std::vector<PlannedBlock> blocks{block(100, 0, 1), block(100, 1, 2), block(100, 2, 3)};
+  const LifetimeOverlap overlap = [](std::size_t i, std::size_t j) { return i + j == 2 && i != j; };
+  const MemoryPlan by_ticks = MemoryPlan::build(blocks);
+  EXPECT_EQ(by_ticks.arena_bytes, 128u) << "one place for all three";
+  const MemoryPlan plan = MemoryPlan::build(blocks, 1, overlap);
+  check_memory_plan(plan, overlap);
+  EXPECT_EQ(plan.arena_bytes, 256u);
+  EXPECT_NE(plan.offset[0], plan.offset[2]);
+  EXPECT_THROW(check_memory_plan(by_ticks, overlap), Error) << "the tick plan breaks the relation";
+  EXPECT_NO_THROW(PlannedArena(plan, overlap));
+  EXPECT_THROW(PlannedArena(by_ticks, overlap), Error);
+}
+
 TEST(MemoryPlan, CheckerCatchesOverlappingLiveBlocks) {
   MemoryPlan plan = MemoryPlan::build({block(100, 0, 4), block(100, 2, 6)});
   plan.offset[1] = plan.offset[0];

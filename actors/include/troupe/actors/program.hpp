@@ -8,9 +8,11 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "troupe/graph/memory_plans.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/kernels/tensor.hpp"
 
@@ -68,12 +70,16 @@ struct ProgramOptions {
   ClipMode clip_mode = ClipMode::parallel;
   /// Data parallelism (off unless a communicator is set).
   DataParallel data_parallel;
+  /// Whether StepResult carries the gradients. A loop that only trains turns it off: the
+  /// optimizers then let go of them after the update, and at JIT level 3 their memory is shared
+  /// with the next step's instead of kept for the caller.
+  bool return_gradients = true;
 };
 
 /// What one step produced.
 struct StepResult {
   std::vector<Tensor> outputs;              // the traced function's own outputs
-  std::map<std::string, Tensor> gradients;  // by parameter name, row-weighted over micro-batches (clipped when clipping)
+  std::map<std::string, Tensor> gradients;  // by parameter name, row-weighted over micro-batches (clipped when clipping); empty unless return_gradients
   double grad_norm = 0;                     // global gradient norm before clipping (NaN when not clipping)
   std::vector<double> bucket_squared_norms; // data parallel: each reduced bucket's squared norm
   double comm_ms = 0;     // data parallel: time the communicator spent on this step's collectives (buckets, the loss' mean)
@@ -98,6 +104,9 @@ class Program {
   /// Number of actors the graph was lowered to, by kind ("input", "op", "gradient", "output", "optimizer",
   /// "clip", "bucket", "communicator").
   virtual std::map<std::string, int> actor_counts() const = 0;
+  /// JIT level 3: the measured and planned peak of the steps' memory at the shape run last, and
+  /// how many plans were built and steps served; empty when the traced function does not plan memory.
+  virtual std::optional<graph::MemoryPlanReport> memory_report() const = 0;
 };
 
 }  // namespace troupe::actors

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,7 @@ struct TrainStepOptions {
   int micro_batches = 1;                // per step, on the actor runtime
   int jit_level = 1;                    // 0: eager steps, no actors
   actors::DataParallel data_parallel;   // off unless its communicator is set
+  bool measure_gradients = true;        // each step also takes gradient statistics (two extra passes; only --metrics needs them)
 };
 
 /// The step the flags ask for: the clip threshold, and threads and micro-batches resolved for a
@@ -64,11 +66,12 @@ class TrainStep {
   /// Runs one step on `inputs`: the loss and, when measuring, gradient norm and variance (both
   /// before clipping).
   StepOutcome operator()(const std::vector<Tensor>& inputs);
-  /// Whether each step also takes gradient statistics (two extra passes over the gradients; only
-  /// --metrics needs them).
-  void measure_gradients(bool on) { measure_ = on; }
   /// The engine of the actor program (null in eager mode), for programs the app adds (evaluation).
   actors::Engine* engine() const { return engine_.get(); }
+  /// JIT level 3: the planned and measured peak memory of the steps (empty otherwise).
+  std::optional<graph::MemoryPlanReport> memory_report() const {
+    return program_ ? program_->memory_report() : std::nullopt;
+  }
 
  private:
   graph::TraceableFn loss_fn_;
@@ -76,7 +79,7 @@ class TrainStep {
   std::shared_ptr<graph::Optimizer> optimizer_;
   double clip_;
   actors::DataParallel dp_;
-  bool measure_ = true;
+  bool measure_;
   std::unique_ptr<actors::Engine> engine_;
   std::unique_ptr<actors::Program> program_;
 };

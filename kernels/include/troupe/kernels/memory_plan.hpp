@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -23,6 +24,11 @@ struct PlannedBlock {
   std::size_t planned_bytes() const;
 };
 
+/// Whether blocks i and j of a step may be alive at the same time, for lifetimes that are not
+/// intervals of one schedule (the acts of an actor program are only partly ordered). Left empty,
+/// planning compares the blocks' tick intervals.
+using LifetimeOverlap = std::function<bool(std::size_t, std::size_t)>;
+
 /// Offsets for the blocks of a step. Blocks that live only within the step share one arena of
 /// `arena_bytes`; blocks that escape it get `escape_slots` disjoint slots each after the arena,
 /// so a result the caller still holds is never overwritten by the next step.
@@ -36,14 +42,15 @@ struct MemoryPlan {
   int escape_slots = 2;
 
   /// The plan for `blocks`: best fit by decreasing size, each block in the smallest gap left
-  /// between the blocks already placed whose lifetimes overlap its own.
-  static MemoryPlan build(std::vector<PlannedBlock> blocks, int escape_slots = 2);
+  /// between the blocks already placed whose lifetimes overlap its own (`overlap` when given).
+  static MemoryPlan build(std::vector<PlannedBlock> blocks, int escape_slots = 2, const LifetimeOverlap& overlap = {});
   /// The sum of the step's block sizes: what it would hold with no reuse at all.
   std::size_t unplanned_bytes() const;
 };
 
 /// Throws a troupe::Error naming both blocks when two blocks whose lifetimes overlap share bytes,
-/// or when a block lies outside the memory the plan reserves.
-void check_memory_plan(const MemoryPlan& plan);
+/// or when a block lies outside the memory the plan reserves. With `overlap` every pair is
+/// compared; without, a sweep over the tick intervals.
+void check_memory_plan(const MemoryPlan& plan, const LifetimeOverlap& overlap = {});
 
 }  // namespace troupe

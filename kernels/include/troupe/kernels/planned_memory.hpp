@@ -72,13 +72,16 @@ std::size_t peak_live_bytes(const std::vector<PlannedBlock>& blocks);
 /// repeated steps at their planned offsets.
 class PlannedArena {
  public:
-  /// Checks `plan` and reserves its bytes.
-  explicit PlannedArena(MemoryPlan plan);
+  /// Checks `plan` (against `overlap` when its lifetimes are not tick intervals) and reserves its bytes.
+  explicit PlannedArena(MemoryPlan plan, const LifetimeOverlap& overlap = {});
   ~PlannedArena();
   PlannedArena(const PlannedArena&) = delete;
   PlannedArena& operator=(const PlannedArena&) = delete;
   /// The plan it serves.
   const MemoryPlan& plan() const;
+  /// The place of block `k` for a new allocation (a free slot of it, for an escaping block); an
+  /// empty lease when the bytes are still held by a live tensor (the caller then allocates).
+  MemoryLease lease_block(std::size_t k);
 
   /// Serves this thread's host allocations from the arena while it lives (one scope at a time).
   class Scope final : public HostMemoryScope {

@@ -27,6 +27,9 @@ class Storage {
   std::size_t bytes() const { return bytes_; }
   /// Where the block lives.
   const Device& device() const { return device_; }
+  /// Where a planned block came from (empty when the allocator gave it): which arena or
+  /// recorder, and its index there.
+  const MemoryLease& lease() const { return lease_; }
   /// A process-unique id, used to name tensor handles in traces.
   std::uint64_t id() const { return id_; }
 

@@ -1,0 +1,109 @@
+#pragma once
+// Memory pre-allocation for the steps of a program (JIT level 3). Every host tensor an act
+// allocates (a register's outputs, a kernel's temporaries) is a block of one planned arena per
+// input shape, so a steady-state step makes no allocator calls, and a register is its planned
+// blocks, as in OneFlow.
+//
+// An actor program has no single schedule: its acts (an actor firing for one micro-batch) are
+// ordered only by the protocol. Act (P, m) comes before (C, m) when P feeds C; an actor acts for
+// m before m + 1; and with R registers, (X, m + R) waits for every consumer of X to have read
+// micro-batch m. A block is dead once every act that could touch it is over: the act that made
+// it, the readers of every register that carried it (views included), and the act that dropped
+// it. Values die in the last reader's thread before it sends anything on (registers.hpp), so a
+// block may share bytes with one born in an act that all of those acts come before. Blocks
+// dropped outside the acts (by an optimizer) live to the end of the step; blocks still alive
+// after it (outputs, kept gradients) get slots of their own. The micro-batches in flight are
+// acts of the same step, so the plan holds each of their registers at once when the protocol
+// lets them coexist.
+//
+// The first step of a shape records (which act made and dropped each block, who read it); the
+// plan is built when it ends; later steps lease each act's k-th allocation from its block. With
+// several scheduler threads the plan is for every order the protocol allows. On one thread the
+// order repeats, so the first plan takes the recorded order's lifetimes (tick intervals, as the
+// JIT's plans do), which shares more; a step that ran in another order switches that shape to
+// the plan for every order. A step that allocates differently, or finds a block's bytes still in
+// use, falls back to the allocator from there on, stays correct, and has its shape recorded
+// again: every lease checks that no live tensor holds its bytes.
+
+#include <cstddef>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "plan.hpp"
+#include "step_context.hpp"
+#include "troupe/graph/memory_plans.hpp"
+#include "troupe/kernels/planned_memory.hpp"
+
+namespace troupe::actors {
+
+/// The order the register protocol guarantees between the acts of a step, in every run: act a
+/// comes before act b when b cannot start until a is over. Acts are numbered mb * actors + actor.
+class ActOrder {
+ public:
+  /// The order for `plan` with `micro_batches` per step and `registers` per actor output.
+  ActOrder(const ActorPlan& plan, int micro_batches, int registers);
+  /// The number of act (actor, mb) among `actors` actors.
+  static int act(int actor, int mb, int actors) { return mb * actors + actor; }
+  /// True when act a is over before act b starts (never for a == b).
+  bool before(int a, int b) const;
+
+ private:
+  int act(int actor, int mb) const { return act(actor, mb, actors_); }
+  int actors_;
+  std::size_t acts_, words_;
+  std::vector<std::uint64_t> reach_;  // per act, a bit per act it comes before
+};
+
+/// One step's memory, shared by its acts on every thread: recording, or served by a plan.
+class StepArena;
+
+/// While it lives, the host allocations of this thread are act (actor, mb)'s of `step` (null:
+/// they go to the allocator).
+class ActMemory final : public HostMemoryScope {
+ public:
+  ActMemory(StepArena* step, int actor, int mb);
+  ~ActMemory() override;
+  /// Tells the step that the act put `values` into a register: recording notes their readers.
+  void emitted(const std::vector<Tensor>& values);
+  MemoryLease lease(std::size_t bytes) override;
+
+ private:
+  StepArena* step_;
+  int actor_, mb_, act_;
+  std::size_t next_ = 0;  // the act's allocations so far
+  int outer_act_;         // the act this thread was in before (acts do not nest; kept for symmetry)
+};
+
+/// The planned memory of one program: per input shape (a bounded cache, least recently used
+/// evicted) a plan over the acts of a step.
+class StepMemory {
+ public:
+  /// For programs of `plan`, with `registers` per actor output; at most `capacity` shapes keep a
+  /// plan. `one_thread`: the acts run on one scheduler thread, so a step's order repeats and the
+  /// first plan may follow it; otherwise every plan is for every order.
+  StepMemory(std::shared_ptr<const ActorPlan> plan, int registers, bool one_thread, std::size_t capacity = 8);
+  ~StepMemory();
+  /// The memory of the step of `ctx` (its inputs fix the shape): recording or planned.
+  std::shared_ptr<StepArena> begin(const StepContext& ctx);
+  /// The step is over: a recording becomes its shape's plan; a failed or diverged step drops it.
+  void end(StepArena& step, bool failed);
+  /// The measured and planned peaks of the shape ended last, and the totals.
+  graph::MemoryPlanReport report() const;
+
+ private:
+  struct Entry;
+  Entry& entry_for(const std::vector<Shape>& key);  // the caller locks
+
+  std::shared_ptr<const ActorPlan> plan_;
+  int registers_;
+  bool one_thread_;
+  std::size_t capacity_;
+  mutable std::mutex mutex_;
+  std::list<Entry> entries_;  // most recently used first
+  std::uint64_t plans_built_ = 0, steps_served_ = 0;
+  graph::MemoryPlanReport last_;
+};
+
+}  // namespace troupe::actors
