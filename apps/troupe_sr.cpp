@@ -200,10 +200,7 @@ int infer(const InferFlags& f, CLI::App& app) {
               static_cast<long long>(out.size(2)));
   // At JIT level 3 the call was recorded and planned: the planned peak next to the measured one.
   if (upscale.traced() && upscale.traced_function().plans_memory()) {
-    const graph::MemoryPlanReport r = upscale.traced_function().memory_report();
-    std::printf("troupe-sr: memory: %.1f MiB peak measured, %.1f MiB planned (%zu blocks, %.1f MiB without reuse)\n",
-                r.measured_peak_bytes / 1048576.0, r.reserved_bytes / 1048576.0, r.blocks,
-                r.unplanned_bytes / 1048576.0);
+    std::printf("troupe-sr: memory: %s\n", upscale.traced_function().memory_report().describe().c_str());
   }
   return 0;
 }

@@ -91,7 +91,7 @@ PASS_GAINS = {  # the level-3 passes that act on each workload
     ("sr-infer", 128): ["conv-algorithm-choice", "layout-choice", "conv-relu-fusion", "conv-residual-fusion",
                         "memory-planning"],
     ("gpt-forward", 128): ["attention-fusion", "bias-gelu-fusion", "memory-planning"],
-    ("gpt-train", 128): ["attention-fusion", "bias-gelu-fusion"],
+    ("gpt-train", 128): ["attention-fusion", "bias-gelu-fusion", "memory-planning"],
 }
 
 

@@ -83,6 +83,8 @@ void print_summary(const Session& s, const LoopSummary& summary) {
                   summary.comm_ms > 0 ? std::max(0.0, 1.0 - summary.exposed_comm_ms / summary.comm_ms) : 0.0);
     dp_fields = buf;
   }
+  // At JIT level 3 the steps ran in a planned arena: the planned peak next to the measured one.
+  if (const auto memory = s.step.memory_report()) std::printf("%s: memory: %s\n", s.name.c_str(), memory->describe().c_str());
   const std::string fields = s.parts.summary_fields(summary);
   std::printf("{\"app\":\"%s\",\"steps\":%lld,%s,\"params\":%lld,\"peak_bytes\":%zu%s}\n", s.name.c_str(),
               static_cast<long long>(summary.steps), fields.c_str(), static_cast<long long>(s.model.parameter_count()),

@@ -1,8 +1,17 @@
 #include "troupe/graph/memory_plans.hpp"
 
+#include <cstdio>
+
 #include "troupe/kernels/error.hpp"
 
 namespace troupe::graph {
+
+std::string MemoryPlanReport::describe() const {
+  char line[160];
+  std::snprintf(line, sizeof line, "%.1f MiB peak measured, %.1f MiB planned (%zu blocks, %.1f MiB without reuse)",
+                measured_peak_bytes / 1048576.0, reserved_bytes / 1048576.0, blocks, unplanned_bytes / 1048576.0);
+  return line;
+}
 
 MemoryPlanCache::MemoryPlanCache(std::size_t capacity) : capacity_(capacity) {
   TROUPE_CHECK(capacity_ >= 1, invalid_argument, "a memory plan cache needs room for at least one shape");

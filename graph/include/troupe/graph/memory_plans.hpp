@@ -9,6 +9,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "troupe/kernels/planned_memory.hpp"
@@ -25,6 +26,8 @@ struct MemoryPlanReport {
   std::size_t blocks = 0;               // allocations per call
   std::uint64_t plans_built = 0;        // over the cache's life, all shapes
   std::uint64_t calls_served = 0;       // calls that ran in an arena, all shapes
+  /// "X MiB peak measured, Y MiB planned (N blocks, Z MiB without reuse)": what the apps print.
+  std::string describe() const;
 };
 
 /// A bounded cache of planned arenas keyed by the shapes of a call's inputs, evicting the least
