@@ -129,7 +129,7 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
   setup->clip_mode = options.clip_mode;
   setup->peers = peers;
   setup->comm = options.data_parallel.communicator;
-  if (traced->plans_memory()) setup->memory = std::make_shared<StepMemory>(plan, options.registers, impl_->threads == 1);
+  if (traced->plans_memory()) setup->memory = std::make_shared<StepMemory>(plan, options.registers);
   peers->program.actor = spawn_program_actor(sys, setup);
 
   std::map<std::string, int> counts = gradient_actors.counts;

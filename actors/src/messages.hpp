@@ -47,12 +47,14 @@ using clip_atom = caf::atom_constant<caf::atom("clip")>;
 using clipped_atom = caf::atom_constant<caf::atom("clipped")>;
 using update_atom = caf::atom_constant<caf::atom("update")>;
 using applied_atom = caf::atom_constant<caf::atom("applied")>;
+using go_atom = caf::atom_constant<caf::atom("go")>;
 
 /// A node (node.hpp): the register protocol's messages.
 using NodeActor = caf::typed_actor<
     caf::reacts_to<start_atom, StepContextPtr, std::uint64_t>,
     caf::reacts_to<ready_atom, ReadyPtr, std::uint64_t>,
-    caf::reacts_to<release_atom, std::uint64_t /*step*/, int /*register*/, std::uint64_t>>;
+    caf::reacts_to<release_atom, std::uint64_t /*step*/, int /*register*/, std::uint64_t>,
+    caf::reacts_to<go_atom, StepContextPtr, int /*micro-batch*/, std::uint64_t>>;
 
 /// The program actor: steers steps (program_actor.cpp). It is spawned untyped because its phases
 /// are behaviors switched with become, which CAF 0.17 allows typed actors only between complete

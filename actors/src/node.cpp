@@ -49,6 +49,13 @@ void Node::on_ready(ReadyPtr r) {
   pump();
 }
 
+void Node::on_go(const StepContextPtr& ctx, int mb) {
+  if (ctx->step < step_) return;
+  if (ctx->step > step_ || !ctx_) begin_step(ctx);
+  ++gos_.at(static_cast<std::size_t>(mb));
+  pump();
+}
+
 void Node::on_release(std::uint64_t step, int reg) {
   if (step != step_) return;
   out_.release(reg);
@@ -62,11 +69,16 @@ void Node::begin_step(const StepContextPtr& ctx) {
   failed_ = false;
   in_.clear();
   out_.clear();
+  gos_.assign(static_cast<std::size_t>(ctx->micro_batches), 0);
 }
 
 void Node::pump() {
   if (!ctx_ || failed_) return;
-  const bool finished = act_while_ready(next_mb_, ctx_->micro_batches, in_, out_, [this](int mb) { return fire(mb); });
+  const auto may_act = [this](int mb) {
+    return gos_[static_cast<std::size_t>(mb)] >= memory_waits(ctx_->memory.get(), index_, mb);
+  };
+  const bool finished =
+      act_while_ready(next_mb_, ctx_->micro_batches, in_, out_, may_act, [this](int mb) { return fire(mb); });
   if (finished && kind_->reports_done())
     tell(self_, track(), peers_->program, SendTag{"done", step_}, done_atom::value, step_, index_);
 }
@@ -92,6 +104,10 @@ bool Node::fire(int mb) {
     if (values) memory.emitted(*values);
   }
   if (values) emit(mb, std::move(values));
+  // The memory plan's edges: acts whose memory this one's must be over before they begin.
+  for_each_memory_signal(ctx_->memory.get(), index_, mb, [this](int actor, int m) {
+    tell(self_, track(), peers_->at(actor), SendTag{"go", step_, m}, go_atom::value, ctx_, m);
+  });
   return true;
 }
 
@@ -147,6 +163,10 @@ NodeActor::behavior_type node_actor(NodeActor::stateful_pointer<NodeState> self,
       [=](release_atom, std::uint64_t step, int reg, std::uint64_t flow) {
         Handling h(self, n->track(), "release", flow, step, -1);
         n->on_release(step, reg);
+      },
+      [=](go_atom, const StepContextPtr& ctx, int mb, std::uint64_t flow) {
+        Handling h(self, n->track(), "go", flow, ctx->step, mb);
+        n->on_go(ctx, mb);
       },
   };
 }

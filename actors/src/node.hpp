@@ -44,10 +44,12 @@ class Node {
     tell(self_, track(), to, SendTag{kind, ctx_->step, -1, bytes}, std::forward<Ts>(xs)...);
   }
 
-  /// The handlers: a new step, a ready input register, a released output register.
+  /// The handlers: a new step, a ready input register, a released output register, and a memory
+  /// edge's `go` for micro-batch `mb` (the step's memory plan orders this node's act after another).
   void on_start(const StepContextPtr& ctx);
   void on_ready(ReadyPtr r);
   void on_release(std::uint64_t step, int reg);
+  void on_go(const StepContextPtr& ctx, int mb);
   /// Gives back the registers this firing read, once: fire() does it after the act, unless the
   /// kind did it sooner because it sends something on from inside the act (a sink). Values must
   /// die before anything leaves the act (registers.hpp).
@@ -76,6 +78,7 @@ class Node {
   int next_mb_ = 0;
   bool failed_ = false;
   bool inputs_released_ = false;  // in the firing in progress
+  std::vector<int> gos_;          // per micro-batch: memory edges' signals received this step
   InRegisters in_;
   OutRegisters out_;
 };

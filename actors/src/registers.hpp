@@ -109,15 +109,23 @@ class InRegisters {
 };
 
 /// The firing rule (OneFlow's ActUntilFail): while micro-batches remain, the inputs hold the next
-/// one and a register is free, `act(mb)`; it returns false when it failed, which stops the loop.
-/// True when this call finished the step's last micro-batch.
-template <class Act>
-bool act_while_ready(int& next_mb, int count, const InRegisters& in, const OutRegisters& out, Act&& act) {
-  while (next_mb < count && in.readable(next_mb) && out.writable()) {
+/// one, a register is free and `may_act(mb)` (the memory plan's order, step_memory.hpp), `act(mb)`;
+/// it returns false when it failed, which stops the loop. True when this call finished the step's
+/// last micro-batch.
+template <class MayAct, class Act>
+bool act_while_ready(int& next_mb, int count, const InRegisters& in, const OutRegisters& out, MayAct&& may_act,
+                     Act&& act) {
+  while (next_mb < count && in.readable(next_mb) && out.writable() && may_act(next_mb)) {
     if (!act(next_mb)) return false;
     if (++next_mb == count) return true;
   }
   return false;
+}
+
+/// The firing rule without further conditions.
+template <class Act>
+bool act_while_ready(int& next_mb, int count, const InRegisters& in, const OutRegisters& out, Act&& act) {
+  return act_while_ready(next_mb, count, in, out, [](int) { return true; }, std::forward<Act>(act));
 }
 
 }  // namespace troupe::actors

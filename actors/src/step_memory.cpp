@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <optional>
 
 #include "troupe/kernels/error.hpp"
 
@@ -26,8 +25,9 @@ struct Recording final : MemoryLeaseOwner {
   std::vector<int> born, dropped;
   std::vector<std::vector<int>> readers;
   std::vector<std::vector<std::size_t>> act_blocks;  // per act: its blocks in request order
+  std::vector<std::uint64_t> started, ended;         // per act: ticks when it began and when it was over
 
-  explicit Recording(std::size_t acts) : act_blocks(acts) {}
+  explicit Recording(std::size_t acts) : act_blocks(acts), started(acts, 0), ended(acts, 0) {}
 
   void released(std::size_t k) override {
     std::lock_guard<std::mutex> lock(mutex);
@@ -37,11 +37,13 @@ struct Recording final : MemoryLeaseOwner {
   }
 };
 
-// A shape's plan: the arena, and which block each act's k-th allocation takes.
+// A shape's plan: the arena, which block each act's k-th allocation takes, and the memory edges
+// that make the recorded order's sharing hold in every run.
 struct StepPlan {
   std::shared_ptr<PlannedArena> arena;
   std::vector<std::vector<std::size_t>> act_blocks;
-  bool any_order = false;  // planned for every order of the acts, not only the recorded one
+  std::vector<int> waits;                 // per act: memory edges into it
+  std::vector<std::vector<int>> signals;  // per act: the acts its memory edges lead to
 };
 
 }  // namespace
@@ -84,6 +86,7 @@ class StepArena {
       : plan_(std::move(plan)), actors_(static_cast<int>(plan_->actors.size())), micro_batches_(micro_batches), key_(std::move(key)) {}
 
   int act_id(int actor, int mb) const { return ActOrder::act(actor, mb, actors_); }
+  int actors() const { return actors_; }
 
   MemoryLease lease(int act, std::size_t k, std::size_t bytes) {
     if (recording_) {
@@ -111,8 +114,25 @@ class StepArena {
     return lease;
   }
 
+  void act_begun(int act) {
+    if (!recording_) return;
+    std::lock_guard<std::mutex> lock(recording_->mutex);
+    recording_->started[static_cast<std::size_t>(act)] = recording_->tick++;
+  }
+
   void act_done(int act, std::size_t count) {
+    if (recording_) {
+      std::lock_guard<std::mutex> lock(recording_->mutex);
+      recording_->ended[static_cast<std::size_t>(act)] = recording_->tick++;
+    }
     if (planned_ && count != planned_->act_blocks[static_cast<std::size_t>(act)].size()) diverged_ = true;
+  }
+
+  int waits(int act) const { return planned_ ? planned_->waits[static_cast<std::size_t>(act)] : 0; }
+
+  const std::vector<int>& signals(int act) const {
+    static const std::vector<int> none;
+    return planned_ ? planned_->signals[static_cast<std::size_t>(act)] : none;
   }
 
   void emitted(int actor, int mb, const std::vector<Tensor>& values) {
@@ -139,6 +159,7 @@ class StepArena {
 ActMemory::ActMemory(StepArena* step, int actor, int mb)
     : step_(step), actor_(actor), mb_(mb), act_(step ? step->act_id(actor, mb) : -1), outer_act_(current_act) {
   current_act = act_;
+  if (step_) step_->act_begun(act_);
 }
 
 ActMemory::~ActMemory() {
@@ -154,47 +175,82 @@ MemoryLease ActMemory::lease(std::size_t bytes) { return step_ ? step_->lease(ac
 
 namespace {
 
-// Plans `r` in one arena. For the order the recorded step ran in (tick intervals), or for every
-// order the protocol allows (the file comment). The plan checks itself; a failed check throws.
+// Plans `r` in one arena. Block i may share bytes with block j when every act that touches i
+// (its maker, its readers, the act that dropped it) comes before j's maker: in every run by the
+// protocol's order (ActOrder), or because it was over before that act began in the recorded run.
+// For the latter the plan adds a memory edge: j's maker then waits for the act's signal, so the
+// recorded order's sharing holds in every run. The edges follow the recorded run's start times,
+// as the protocol's do, so together they stay acyclic and the recorded run satisfies them all.
 std::shared_ptr<const StepPlan> plan_recording(const Recording& r, const ActorPlan& actors, int micro_batches,
-                                               int registers, bool any_order) {
-  std::optional<ActOrder> order;
-  const auto before = [&](int a, int b) { return order->before(a, b); };
-  // Block i is dead before block j is born when every act that could touch i comes before the
-  // act that makes j, or, within one act, i was a temporary dropped before j was asked for. A
-  // block dropped outside the acts (an optimizer let go of a gradient) lives to the step's end.
-  const auto dead_before = [&](std::size_t i, std::size_t j) {
-    const int dropped = r.dropped[i], maker = r.born[j];
-    if (dropped < 0) return false;
-    if (r.born[i] == maker) return dropped == maker && r.readers[i].empty() && r.blocks[i].end <= r.blocks[j].begin;
-    if (!before(r.born[i], maker) || !before(dropped, maker)) return false;
-    return std::all_of(r.readers[i].begin(), r.readers[i].end(), [&](int a) { return before(a, maker); });
+                                               int registers) {
+  const ActOrder order(actors, micro_batches, registers);
+  const auto done_before = [&](int a, int b) {
+    return order.before(a, b) || (a != b && r.ended[static_cast<std::size_t>(a)] < r.started[static_cast<std::size_t>(b)]);
   };
-  LifetimeOverlap overlap;
-  if (any_order) {
-    order.emplace(actors, micro_batches, registers);
-    overlap = [&](std::size_t i, std::size_t j) { return !dead_before(i, j) && !dead_before(j, i); };
-  }
+  // The acts that touch block i: for a block dropped outside the acts, or alive after the step, none suffices.
+  const auto touching = [&](std::size_t i, auto&& each) {
+    if (!each(r.born[i]) || !each(r.dropped[i])) return false;
+    return std::all_of(r.readers[i].begin(), r.readers[i].end(), [&](int a) { return each(a); });
+  };
+  const auto dead_before = [&](std::size_t i, std::size_t j) {
+    const int maker = r.born[j];
+    if (r.dropped[i] < 0) return false;
+    if (r.born[i] == maker) return r.dropped[i] == maker && r.readers[i].empty() && r.blocks[i].end <= r.blocks[j].begin;
+    return touching(i, [&](int a) { return done_before(a, maker); });
+  };
+  const LifetimeOverlap overlap = [&](std::size_t i, std::size_t j) { return !dead_before(i, j) && !dead_before(j, i); };
   // One slot per result: a training loop drops a step's result before the next; a result still
   // held then is allocated afresh.
   auto planned = std::make_shared<StepPlan>();
   planned->arena = std::make_shared<PlannedArena>(MemoryPlan::build(r.blocks, 1, overlap), overlap);
   planned->act_blocks = r.act_blocks;
-  planned->any_order = any_order;
+  // The edges: for two blocks sharing bytes, every act touching the first that the protocol does
+  // not already order before the second's maker.
+  const MemoryPlan& plan = planned->arena->plan();
+  const std::size_t acts = r.act_blocks.size();
+  std::vector<std::vector<int>> signals(acts);
+  for (std::size_t i = 0; i < plan.blocks.size(); ++i) {
+    if (plan.blocks[i].escaped()) continue;
+    for (std::size_t j = 0; j < plan.blocks.size(); ++j) {
+      if (i == j || plan.blocks[j].escaped() || r.born[i] == r.born[j]) continue;
+      const bool share = plan.offset[i] < plan.offset[j] + plan.blocks[j].planned_bytes() &&
+                         plan.offset[j] < plan.offset[i] + plan.blocks[i].planned_bytes();
+      if (!share || !dead_before(i, j)) continue;
+      const int maker = r.born[j];
+      touching(i, [&](int a) {
+        if (!order.before(a, maker)) signals[static_cast<std::size_t>(a)].push_back(maker);
+        return true;
+      });
+    }
+  }
+  planned->waits.assign(acts, 0);
+  planned->signals.resize(acts);
+  for (std::size_t a = 0; a < acts; ++a) {
+    std::sort(signals[a].begin(), signals[a].end());
+    signals[a].erase(std::unique(signals[a].begin(), signals[a].end()), signals[a].end());
+    for (int b : signals[a]) ++planned->waits[static_cast<std::size_t>(b)];
+    planned->signals[a] = std::move(signals[a]);
+  }
   return planned;
 }
 
 }  // namespace
 
+int memory_waits(const StepArena* step, int actor, int mb) { return step ? step->waits(step->act_id(actor, mb)) : 0; }
+
+void for_each_memory_signal(const StepArena* step, int actor, int mb, const std::function<void(int, int)>& go) {
+  if (!step) return;
+  for (int a : step->signals(step->act_id(actor, mb))) go(a % step->actors(), a / step->actors());
+}
+
 struct StepMemory::Entry {
   std::vector<Shape> key;
-  std::shared_ptr<const Recording> recording;  // the step recorded for this shape
-  std::shared_ptr<const StepPlan> plan;        // null until recorded, and after a divergence
+  std::shared_ptr<const StepPlan> plan;  // null until recorded, and after a divergence
   graph::MemoryPlanReport report;
 };
 
-StepMemory::StepMemory(std::shared_ptr<const ActorPlan> plan, int registers, bool one_thread, std::size_t capacity)
-    : plan_(std::move(plan)), registers_(registers), one_thread_(one_thread), capacity_(capacity) {
+StepMemory::StepMemory(std::shared_ptr<const ActorPlan> plan, int registers, std::size_t capacity)
+    : plan_(std::move(plan)), registers_(registers), capacity_(capacity) {
   TROUPE_CHECK(capacity_ >= 1, invalid_argument, "a step memory needs room for at least one plan");
 }
 
@@ -207,7 +263,7 @@ StepMemory::Entry& StepMemory::entry_for(const std::vector<Shape>& key) {
     return entries_.front();
   }
   if (entries_.size() == capacity_) entries_.pop_back();
-  entries_.push_front(Entry{key, nullptr, nullptr, {}});
+  entries_.push_front(Entry{key, nullptr, {}});
   return entries_.front();
 }
 
@@ -230,38 +286,25 @@ void StepMemory::end(StepArena& step, bool failed) {
   const auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.key == step.key_; });
   if (it == entries_.end()) return;  // evicted meanwhile
   Entry& e = *it;
-  bool any_order = !one_thread_;
   if (step.planned_) {
     ++steps_served_;
-    last_ = e.report;
-    if (!failed && !step.diverged_) return;
-    // On one scheduler thread the first plan follows the recorded order, the tightest; a step that
-    // ran in another order gets the plan for every order from the same recording; any other
-    // difference records again.
-    any_order = !failed && !step.planned_->any_order;
-    e.plan = nullptr;
-    if (!any_order) {
-      e.recording = nullptr;
-      return;
-    }
+    if (failed || step.diverged_) e.plan = nullptr;  // record this shape again
   } else if (step.recording_ && !failed) {
+    Recording& r = *step.recording_;
     {
-      std::lock_guard<std::mutex> recording_lock(step.recording_->mutex);
-      step.recording_->finished = true;
+      std::lock_guard<std::mutex> recording_lock(r.mutex);
+      r.finished = true;
     }
-    e.recording = step.recording_;
-  } else {
-    return;
-  }
-  try {
-    e.plan = plan_recording(*e.recording, *plan_, step.micro_batches_, registers_, any_order);
-    const MemoryPlan& plan = e.plan->arena->plan();
-    e.report = graph::MemoryPlanReport{peak_live_bytes(plan.blocks), plan.unplanned_bytes(), plan.arena_bytes,
-                                       plan.total_bytes, plan.blocks.size(), 0, 0};
-    ++plans_built_;
-  } catch (const Error&) {
-    e.plan = nullptr;  // a plan that fails its own check is never used; the shape records again
-    e.recording = nullptr;
+    try {
+      e.plan = plan_recording(r, *plan_, step.micro_batches_, registers_);
+      const MemoryPlan& plan = e.plan->arena->plan();
+      e.report = graph::MemoryPlanReport{peak_live_bytes(plan.blocks), plan.unplanned_bytes(), plan.arena_bytes,
+                                         plan.total_bytes, plan.blocks.size()};
+      for (const auto& s : e.plan->signals) e.report.memory_edges += s.size();
+      ++plans_built_;
+    } catch (const Error&) {
+      e.plan = nullptr;  // a plan that fails its own check is never used; the shape records again
+    }
   }
   last_ = e.report;
 }

@@ -7,25 +7,29 @@
 // An actor program has no single schedule: its acts (an actor firing for one micro-batch) are
 // ordered only by the protocol. Act (P, m) comes before (C, m) when P feeds C; an actor acts for
 // m before m + 1; and with R registers, (X, m + R) waits for every consumer of X to have read
-// micro-batch m. A block is dead once every act that could touch it is over: the act that made
-// it, the readers of every register that carried it (views included), and the act that dropped
-// it. Values die in the last reader's thread before it sends anything on (registers.hpp), so a
-// block may share bytes with one born in an act that all of those acts come before. Blocks
+// micro-batch m (ActOrder). A block is dead once every act that could touch it is over: the act
+// that made it, the readers of every register that carried it (views included), and the act that
+// dropped it. Values die in the last reader's thread before it sends anything on (registers.hpp),
+// so a block may share bytes with one born in an act that all of those acts come before. Blocks
 // dropped outside the acts (by an optimizer) live to the end of the step; blocks still alive
-// after it (outputs, kept gradients) get slots of their own. The micro-batches in flight are
-// acts of the same step, so the plan holds each of their registers at once when the protocol
-// lets them coexist.
+// after it (outputs, kept gradients) get slots of their own. The micro-batches in flight are acts
+// of the same step, so the plan holds each of their registers at once when they coexist.
 //
-// The first step of a shape records (which act made and dropped each block, who read it); the
-// plan is built when it ends; later steps lease each act's k-th allocation from its block. With
-// several scheduler threads the plan is for every order the protocol allows. On one thread the
-// order repeats, so the first plan takes the recorded order's lifetimes (tick intervals, as the
-// JIT's plans do), which shares more; a step that ran in another order switches that shape to
-// the plan for every order. A step that allocates differently, or finds a block's bytes still in
-// use, falls back to the allocator from there on, stays correct, and has its shape recorded
-// again: every lease checks that no live tensor holds its bytes.
+// The protocol's order alone leaves much unordered (parallel branches, weight gradients), and a
+// plan for every such order would hold far more than a step ever does. So the first step of a
+// shape records, besides which act made, read and dropped each block, when each act began and
+// ended; two blocks may share bytes when every act touching the first was over before the
+// second's maker began, and where the protocol does not already guarantee that, the plan adds a
+// memory edge: the maker waits for a `go` from that act. The edges follow the recorded run's
+// start times, as the protocol's own order does, so the two together stay acyclic and the
+// recorded run satisfies them: no deadlock, and the recorded order's sharing holds in every run.
+// Later steps lease each act's k-th allocation from its block. A step that allocates
+// differently, or finds a block's bytes still in use, falls back to the allocator from there on,
+// stays correct, and has its shape recorded again: every lease checks that no live tensor holds
+// its bytes.
 
 #include <cstddef>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -76,14 +80,18 @@ class ActMemory final : public HostMemoryScope {
   int outer_act_;         // the act this thread was in before (acts do not nest; kept for symmetry)
 };
 
+/// The memory edges into act (actor, mb) of `step`: how many `go` signals it waits for before it
+/// may act (0 without a plan).
+int memory_waits(const StepArena* step, int actor, int mb);
+/// Calls `go(actor, mb)` for each act that act (actor, mb) of `step` must signal once it is over.
+void for_each_memory_signal(const StepArena* step, int actor, int mb, const std::function<void(int, int)>& go);
+
 /// The planned memory of one program: per input shape (a bounded cache, least recently used
 /// evicted) a plan over the acts of a step.
 class StepMemory {
  public:
-  /// For programs of `plan`, with `registers` per actor output; at most `capacity` shapes keep a
-  /// plan. `one_thread`: the acts run on one scheduler thread, so a step's order repeats and the
-  /// first plan may follow it; otherwise every plan is for every order.
-  StepMemory(std::shared_ptr<const ActorPlan> plan, int registers, bool one_thread, std::size_t capacity = 8);
+  /// For programs of `plan`, with `registers` per actor output; at most `capacity` shapes keep a plan.
+  StepMemory(std::shared_ptr<const ActorPlan> plan, int registers, std::size_t capacity = 8);
   ~StepMemory();
   /// The memory of the step of `ctx` (its inputs fix the shape): recording or planned.
   std::shared_ptr<StepArena> begin(const StepContext& ctx);
@@ -98,7 +106,6 @@ class StepMemory {
 
   std::shared_ptr<const ActorPlan> plan_;
   int registers_;
-  bool one_thread_;
   std::size_t capacity_;
   mutable std::mutex mutex_;
   std::list<Entry> entries_;  // most recently used first

@@ -7,9 +7,10 @@
 namespace troupe::graph {
 
 std::string MemoryPlanReport::describe() const {
-  char line[160];
-  std::snprintf(line, sizeof line, "%.1f MiB peak measured, %.1f MiB planned (%zu blocks, %.1f MiB without reuse)",
-                measured_peak_bytes / 1048576.0, reserved_bytes / 1048576.0, blocks, unplanned_bytes / 1048576.0);
+  char line[200];
+  std::snprintf(line, sizeof line, "%.1f MiB peak measured, %.1f MiB planned (%zu blocks, %.1f MiB without reuse%s)",
+                measured_peak_bytes / 1048576.0, reserved_bytes / 1048576.0, blocks, unplanned_bytes / 1048576.0,
+                memory_edges > 0 ? (", " + std::to_string(memory_edges) + " memory edges").c_str() : "");
   return line;
 }
 

@@ -120,7 +120,8 @@ TEST(StepMemory, PlannedStepsComputeThePlainExecutorsBitsWithNoAllocatorCalls) {
     ASSERT_TRUE(report.has_value());
     std::cout << threads << " scheduler threads: " << report->blocks << " blocks, measured peak "
               << report->measured_peak_bytes << " B, planned " << report->planned_bytes << " B (unplanned sum "
-              << report->unplanned_bytes << " B), " << report->plans_built << " plans built\n";
+              << report->unplanned_bytes << " B), " << report->memory_edges << " memory edges, " << report->plans_built
+              << " plans built\n";
     EXPECT_GE(report->plans_built, 1u);
     EXPECT_GT(report->calls_served, 0u);
     EXPECT_LE(report->planned_bytes, report->unplanned_bytes);

@@ -24,6 +24,7 @@ struct MemoryPlanReport {
   std::size_t planned_bytes = 0;        // the arena for those blocks, after sharing by lifetime
   std::size_t reserved_bytes = 0;       // the arena plus the slots of returned blocks
   std::size_t blocks = 0;               // allocations per call
+  std::size_t memory_edges = 0;         // actor programs: orderings between acts the plan adds (step_memory.hpp)
   std::uint64_t plans_built = 0;        // over the cache's life, all shapes
   std::uint64_t calls_served = 0;       // calls that ran in an arena, all shapes
   /// "X MiB peak measured, Y MiB planned (N blocks, Z MiB without reuse)": what the apps print.
