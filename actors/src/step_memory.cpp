@@ -9,8 +9,13 @@ namespace troupe::actors {
 
 namespace {
 
-// The act this thread is in, so that the recorder knows who dropped a block; -1 outside acts.
-thread_local int current_act = -1;
+// The act this thread is in and the recording it belongs to, so that a recorder knows who dropped
+// a block (another program's act, or none, counts as outside the step's acts).
+struct CurrentAct {
+  const MemoryLeaseOwner* recording = nullptr;
+  int act = -1;
+};
+thread_local CurrentAct current_act;
 
 constexpr int alive = -2;  // a recorded block nobody has dropped yet
 
@@ -33,7 +38,7 @@ struct Recording final : MemoryLeaseOwner {
     std::lock_guard<std::mutex> lock(mutex);
     if (finished) return;
     blocks[k].end = tick++;
-    dropped[k] = current_act;
+    dropped[k] = current_act.recording == this ? current_act.act : -1;
   }
 };
 
@@ -87,6 +92,7 @@ class StepArena {
 
   int act_id(int actor, int mb) const { return ActOrder::act(actor, mb, actors_); }
   int actors() const { return actors_; }
+  const MemoryLeaseOwner* recording() const { return recording_.get(); }
 
   MemoryLease lease(int act, std::size_t k, std::size_t bytes) {
     if (recording_) {
@@ -157,14 +163,14 @@ class StepArena {
 };
 
 ActMemory::ActMemory(StepArena* step, int actor, int mb)
-    : step_(step), actor_(actor), mb_(mb), act_(step ? step->act_id(actor, mb) : -1), outer_act_(current_act) {
-  current_act = act_;
+    : step_(step), actor_(actor), mb_(mb), act_(step ? step->act_id(actor, mb) : -1) {
+  current_act = CurrentAct{step_ ? step_->recording() : nullptr, act_};
   if (step_) step_->act_begun(act_);
 }
 
 ActMemory::~ActMemory() {
   if (step_) step_->act_done(act_, next_);
-  current_act = outer_act_;
+  current_act = CurrentAct{};
 }
 
 void ActMemory::emitted(const std::vector<Tensor>& values) {

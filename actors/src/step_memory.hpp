@@ -77,7 +77,6 @@ class ActMemory final : public HostMemoryScope {
   StepArena* step_;
   int actor_, mb_, act_;
   std::size_t next_ = 0;  // the act's allocations so far
-  int outer_act_;         // the act this thread was in before (acts do not nest; kept for symmetry)
 };
 
 /// The memory edges into act (actor, mb) of `step`: how many `go` signals it waits for before it
