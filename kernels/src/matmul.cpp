@@ -5,16 +5,19 @@
 
 namespace troupe::kernels {
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  TROUPE_CHECK(a.defined() && b.defined(), invalid_argument, "matmul: undefined input");
-  TROUPE_CHECK(a.dim() >= 2 && b.dim() >= 2, shape_mismatch, "matmul: inputs need rank >= 2, got ", shape_str(a.shape()),
+namespace {
+
+// The checked output shape of op(a) @ op(b).
+Shape product_shape(const char* op, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  TROUPE_CHECK(a.defined() && b.defined(), invalid_argument, op, ": undefined input");
+  TROUPE_CHECK(a.dim() >= 2 && b.dim() >= 2, shape_mismatch, op, ": inputs need rank >= 2, got ", shape_str(a.shape()),
                " and ", shape_str(b.shape()));
-  TROUPE_CHECK(a.dtype() == b.dtype(), dtype_mismatch, "matmul: dtypes differ: ", a.str(), " and ", b.str());
+  TROUPE_CHECK(a.dtype() == b.dtype(), dtype_mismatch, op, ": dtypes differ: ", a.str(), " and ", b.str());
   TROUPE_CHECK(a.dtype() == DType::f32 || a.dtype() == DType::f64 || a.dtype() == DType::bf16, dtype_mismatch,
-               "matmul: ", a.str(), " has dtype ", dtype_name(a.dtype()), "; matmul takes f32, f64 or bf16");
+               op, ": ", a.str(), " has dtype ", dtype_name(a.dtype()), "; ", op, " takes f32, f64 or bf16");
   const std::int64_t m = a.size(trans_a ? -1 : -2), ka = a.size(trans_a ? -2 : -1);
   const std::int64_t kb = b.size(trans_b ? -1 : -2), n = b.size(trans_b ? -2 : -1);
-  TROUPE_CHECK(ka == kb, shape_mismatch, "matmul: inner dimensions differ: a ", shape_str(a.shape()),
+  TROUPE_CHECK(ka == kb, shape_mismatch, op, ": inner dimensions differ: a ", shape_str(a.shape()),
                trans_a ? " (transposed)" : "", " gives K=", ka, ", b ", shape_str(b.shape()),
                trans_b ? " (transposed)" : "", " gives K=", kb);
   const Shape &as = a.shape(), &bs = b.shape();
@@ -22,9 +25,30 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
                                      "matmul (batch dims)");
   out_shape.push_back(m);
   out_shape.push_back(n);
-  std::vector<Tensor> out{Tensor::empty(out_shape, a.dtype(), a.device())};
-  dispatch("matmul", {a, b}, out,
-           Attrs().set("trans_a", std::int64_t{trans_a}).set("trans_b", std::int64_t{trans_b}));
+  return out_shape;
+}
+
+Attrs transposes(bool trans_a, bool trans_b) {
+  return Attrs().set("trans_a", std::int64_t{trans_a}).set("trans_b", std::int64_t{trans_b});
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  std::vector<Tensor> out{Tensor::empty(product_shape("matmul", a, b, trans_a, trans_b), a.dtype(), a.device())};
+  dispatch("matmul", {a, b}, out, transposes(trans_a, trans_b));
+  return out[0];
+}
+
+Tensor matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a, bool trans_b) {
+  const Shape shape = product_shape("matmul_bias", a, b, trans_a, trans_b);
+  TROUPE_CHECK(bias.defined() && bias.shape() == Shape{shape.back()}, shape_mismatch, "matmul_bias: the bias ",
+               bias.defined() ? bias.str() : std::string("(undefined)"), " must have shape [", shape.back(),
+               "], the product's last dim");
+  TROUPE_CHECK(bias.dtype() == a.dtype(), dtype_mismatch, "matmul_bias: the bias ", bias.str(), " must have dtype ",
+               dtype_name(a.dtype()));
+  std::vector<Tensor> out{Tensor::empty(shape, a.dtype(), a.device())};
+  dispatch("matmul_bias", {a, b, bias}, out, transposes(trans_a, trans_b));
   return out[0];
 }
 

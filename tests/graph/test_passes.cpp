@@ -349,6 +349,7 @@ TEST(Pipeline, RunsThePassesOfEachLevel) {
   EXPECT_EQ(two, (std::vector<std::string>{"constant-folding", "algebraic-simplification", "cse", "dce"}));
   two.push_back("attention-fusion");
   two.push_back("bias-gelu-fusion");
+  two.push_back("matmul-bias-fusion");
   two.push_back("conv-relu-fusion");
   EXPECT_EQ(three, two);
   EXPECT_THROW(pipeline(4), Error);

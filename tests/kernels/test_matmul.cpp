@@ -1,4 +1,5 @@
-// matmul / batched matmul against a double reference: transposes, views, broadcasting, bf16.
+// matmul / batched matmul against a double reference: transposes, views, broadcasting, bf16; the
+// bias epilogue (matmul_bias) against the same reference plus the bias.
 #include <gtest/gtest.h>
 
 #include "kernels/reference.hpp"
@@ -79,6 +80,10 @@ TEST(Matmul, BatchedWithBroadcast) {
   check(random_tensor({2, 3, 3, 5}, 3), random_tensor({5, 4}, 4), false, false);       // b broadcast
   check(random_tensor({2, 1, 5, 3}, 5), random_tensor({1, 3, 4, 5}, 6), true, true);  // both broadcast
   check(random_tensor({3, 4, 6}, 7).transpose(1, 2), random_tensor({3, 4, 2}, 8), false, false);
+  // One b for all entries: a's rows evenly spaced fold into one GEMM; spaced otherwise they do not.
+  check(random_tensor({2, 3, 5, 7}, 9), random_tensor({4, 7}, 10), false, true);              // folded
+  check(random_tensor({3, 6, 5}, 11).slice(1, 0, 4), random_tensor({5, 2}, 12), false, false);  // rows gapped
+  check(random_tensor({3, 5, 4}, 13), random_tensor({5, 2}, 14), true, false);               // a transposed
 }
 
 TEST(Matmul, Bf16MatchesF32WithinBf16Precision) {
@@ -93,6 +98,28 @@ TEST(Matmul, Bf16MatchesF32WithinBf16Precision) {
   Shape out_t;
   const auto rt = ref_matmul(ab, bb.transpose(1, 2).contiguous(), false, true, out_t);
   expect_close(kernels::matmul(ab, bb.transpose(1, 2).contiguous(), false, true), rt, out_t, 1e-2, 1e-2);
+}
+
+TEST(MatmulBias, EqualsTheProductPlusTheBiasOnEveryRow) {
+  const auto check_bias = [](const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bool tb) {
+    Shape out;
+    auto r = ref_matmul(a, b, ta, tb, out);
+    const auto bv = values(bias);
+    for (std::size_t i = 0; i < r.size(); ++i) r[i] += bv[i % bv.size()];
+    expect_close(kernels::matmul_bias(a, b, bias, ta, tb), r, out, 1e-5, 1e-5);
+  };
+  check_bias(random_tensor({6, 4, 40}, 1), random_tensor({24, 40}, 2), random_tensor({24}, 3), false, true);   // a Linear layer
+  check_bias(random_tensor({5, 1100}, 4), random_tensor({1100, 7}, 5), random_tensor({7}, 6), false, false);   // K over a block
+  check_bias(random_tensor({2, 9, 3}, 7), random_tensor({2, 9, 5}, 8), random_tensor({5}, 9), true, false);     // batched, transposed
+  check_bias(random_tensor({3, 8}, 10).to(DType::f64), random_tensor({8, 4}, 11).to(DType::f64),
+             random_tensor({4}, 12).to(DType::f64), false, false);
+  // No inner dimension: the bias alone.
+  expect_close(kernels::matmul_bias(Tensor::empty({2, 0}), Tensor::empty({0, 3}), Tensor::from_vector<float>({1, 2, 3}, {3})),
+               {1, 2, 3, 1, 2, 3}, {2, 3});
+  EXPECT_THROW(kernels::matmul_bias(random_tensor({3, 4}, 1), random_tensor({4, 2}, 2), random_tensor({3}, 3)), Error);
+  EXPECT_THROW(kernels::matmul_bias(random_tensor({3, 4}, 1), random_tensor({4, 2}, 2), random_tensor({1, 2}, 3)), Error);
+  EXPECT_THROW(kernels::matmul_bias(random_tensor({3, 4}, 1), random_tensor({4, 2}, 2), Tensor::zeros({2}, DType::f64)), Error);
+  EXPECT_THROW(kernels::matmul_bias(random_tensor({3, 4}, 1), random_tensor({4, 2}, 2), Tensor()), Error);
 }
 
 TEST(Matmul, ZeroInnerDimensionGivesZeros) {

@@ -24,16 +24,17 @@ std::vector<ValueInfo> infer_matmul(const InferContext& c) {
   return one(c.inputs[0].dtype, out);
 }
 
-std::vector<Tensor> compute_matmul(const std::vector<Tensor>& in, const ComputeContext& c) {
-  const Tensor &a = in[0], &b = in[1];
-  const bool ta = get_flag(c.attrs, "trans_a"), tb = get_flag(c.attrs, "trans_b");
-  // x[..., k] @ w[k, n] is one GEMM over all rows, not one per batch index.
-  if (!ta && b.dim() == 2 && a.dim() > 2 && a.is_contiguous()) {
-    const std::int64_t k = a.shape().back();
-    Tensor y = kernels::matmul(a.view({a.numel() / k, k}), b, false, tb);
-    return {y.view(c.output_shapes[0])};
-  }
-  return {kernels::matmul(a, b, ta, tb)};
+
+// (a, b, bias): matmul's shape, and a bias over its last dim.
+std::vector<ValueInfo> infer_matmul_bias(const InferContext& c) {
+  expect_arity(c, 3, 3);
+  expect_same_dtype(c, 0, 2);
+  const std::vector<ValueInfo> operands{c.inputs[0], c.inputs[1]};
+  std::vector<ValueInfo> out = infer_matmul(InferContext{c.op, operands, c.attrs, c.target});
+  const SymShape& y = out[0].shape;
+  if (c.inputs[2].shape != SymShape{y.back()}) shape_error(c, "the bias must have shape [" + y.back().str() + "], the product's last dim");
+  if (out[0].dtype != DType::f32 && out[0].dtype != DType::f64) shape_error(c, "the fused bias epilogue takes f32 or f64");
+  return out;
 }
 
 // The gradient of a 2-D weight shared across batch dims: one GEMM over the flattened rows.
@@ -68,7 +69,19 @@ Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
   return apply1("matmul", {a, b},
                 Attrs().set("trans_a", std::int64_t{trans_a}).set("trans_b", std::int64_t{trans_b}));
 }
-// compute: kernels::matmul, with x[..., k] @ w[k, n] flattened to one GEMM.
-TROUPE_DEFINE_OP({.name = "matmul", .infer = infer_matmul, .compute = compute_matmul, .grad = grad_matmul});
+// compute: kernels::matmul (one GEMM for x[..., k] @ w[k, n] over all rows).
+TROUPE_DEFINE_OP({.name = "matmul", .infer = infer_matmul, .kernel = "matmul", .grad = grad_matmul});
+
+Var matmul_bias(const Var& a, const Var& b, const Var& bias, bool trans_a, bool trans_b) {
+  return apply1("matmul_bias", {a, b, bias},
+                Attrs().set("trans_a", std::int64_t{trans_a}).set("trans_b", std::int64_t{trans_b}));
+}
+// The gradients are the unfused matmul's and add's: the same nodes, so the same bits.
+TROUPE_DEFINE_OP({.name = "matmul_bias", .infer = infer_matmul_bias, .kernel = "matmul_bias",
+                  .grad = [](const GradContext& c) -> std::vector<Var> {
+                    std::vector<Var> g = grad_matmul(c);
+                    g.push_back(c.needs_grad[2] ? sum_to(c.grad_output(0), c.inputs[2]) : Var());
+                    return g;
+                  }});
 
 }  // namespace troupe::graph

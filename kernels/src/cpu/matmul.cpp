@@ -50,31 +50,59 @@ std::vector<std::int64_t> batch_offsets(const Tensor& t, const Shape& batch) {
   return offs;
 }
 
-// f32 and f64 through BLAS ?gemm, one call per batch entry on the strided operands.
+// c = op(a) op(b) + beta c for f32 and f64 through BLAS ?gemm, one call per batch entry on the
+// strided operands, or one for the whole batch where it folds into M.
 template <class T>
-void matmul_blas(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
-  Tensor a = in[0], b = in[1];
+void blas_products(Tensor a, Tensor b, bool trans_a, bool trans_b, T beta, Tensor& c) {
   BlasLayout la = blas_layout(a), lb = blas_layout(b);
   if (!la.ok) a = a.contiguous(), la = blas_layout(a);
   if (!lb.ok) b = b.contiguous(), lb = blas_layout(b);
-  const bool ta = la.trans != (attrs.get_int("trans_a") != 0);
-  const bool tb = lb.trans != (attrs.get_int("trans_b") != 0);
-  Tensor& c = out[0];
+  const bool ta = la.trans != trans_a, tb = lb.trans != trans_b;
   const std::int64_t m = c.size(-2), n = c.size(-1);
-  const std::int64_t k = attrs.get_int("trans_a") ? a.size(-2) : a.size(-1);
+  const std::int64_t k = trans_a ? a.size(-2) : a.size(-1);
   T* cp = c.data<T>();
   if (k == 0) {
-    std::fill_n(cp, c.numel(), T(0));
+    if (beta == T(0)) std::fill_n(cp, c.numel(), T(0));
     return;
   }
   const Shape batch = batch_of(c);
   const auto ao = batch_offsets(a, batch), bo = batch_offsets(b, batch);
   const T* ap = a.data<T>();
   const T* bp = b.data<T>();
+  // One b for every batch entry and a's rows evenly spaced across the entries (x @ W of a Linear
+  // layer over [batch, tokens, features]): one GEMM with the batch folded into M, which BLAS
+  // blocks and threads better than many short ones.
+  const bool one_b = std::all_of(bo.begin(), bo.end(), [](std::int64_t o) { return o == 0; });
+  bool rows_even = !ta && ao.size() > 1;
+  for (std::size_t i = 0; rows_even && i < ao.size(); ++i) rows_even = ao[i] == static_cast<std::int64_t>(i) * m * la.ld;
+  if (one_b && rows_even) {
+    cpu::gemm(CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m * static_cast<std::int64_t>(ao.size())),
+              static_cast<int>(n), static_cast<int>(k), T(1), ap, static_cast<int>(la.ld), bp, static_cast<int>(lb.ld),
+              beta, cp, static_cast<int>(n));
+    return;
+  }
   for (std::size_t i = 0; i < ao.size(); ++i)
     cpu::gemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), T(1), ap + ao[i], static_cast<int>(la.ld), bp + bo[i], static_cast<int>(lb.ld), T(0),
+              static_cast<int>(k), T(1), ap + ao[i], static_cast<int>(la.ld), bp + bo[i], static_cast<int>(lb.ld), beta,
               cp + static_cast<std::int64_t>(i) * m * n, static_cast<int>(n));
+}
+
+template <class T>
+void matmul_blas(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  blas_products(in[0], in[1], attrs.get_int("trans_a") != 0, attrs.get_int("trans_b") != 0, T(0), out[0]);
+}
+
+// The bias epilogue (a Linear layer): every row of c starts as the bias and the GEMM accumulates
+// onto it (beta = 1), so the sum is never a second pass over the output.
+template <class T>
+void matmul_bias_blas(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  Tensor& c = out[0];
+  const Tensor bias = in[2].contiguous();
+  const std::int64_t n = c.size(-1), rows = n > 0 ? c.numel() / n : 0;
+  const T* bp = bias.data<T>();
+  T* cp = c.data<T>();
+  for (std::int64_t r = 0; r < rows; ++r) std::copy_n(bp, n, cp + r * n);
+  blas_products(in[0], in[1], attrs.get_int("trans_a") != 0, attrs.get_int("trans_b") != 0, T(1), c);
 }
 
 // bf16 x bf16 -> bf16 with f32 accumulation on oneDNN (AVX-512 BF16 / AMX where the CPU has them).
@@ -107,6 +135,7 @@ void matmul_bf16(const std::vector<Tensor>& in, std::vector<Tensor>& out, const 
 }  // namespace
 
 TROUPE_REGISTER_FLOAT_KERNELS("matmul", matmul_blas);
+TROUPE_REGISTER_FLOAT_KERNELS("matmul_bias", matmul_bias_blas);
 TROUPE_REGISTER_KERNEL("matmul", cpu, bf16, matmul_bf16);
 
 }  // namespace troupe::kernels

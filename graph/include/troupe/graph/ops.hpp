@@ -50,6 +50,9 @@ Var relu_backward(const Var& grad, const Var& x, double negative_slope = 0.0);
 /// Matrix product over the last two dims, batch dims broadcast; optional transposes of a and b
 /// (ops/matmul.cpp).
 Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
+/// matmul(a, b) + bias, bias over the last dim, in one GEMM that accumulates onto the bias (level 3
+/// fuses a Linear layer's product and bias into it); f32 or f64. Gradients as the unfused pair's.
+Var matmul_bias(const Var& a, const Var& b, const Var& bias, bool trans_a = false, bool trans_b = false);
 
 /// Reductions over `axes` (empty = all) (ops/reduce.cpp).
 Var sum(const Var& x, const std::vector<std::int64_t>& axes = {}, bool keepdim = false);

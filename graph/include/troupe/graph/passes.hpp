@@ -84,6 +84,10 @@ Graph fuse_attention(const Graph& g);
 /// Replaces gelu(add(h, b)), b a bias over h's last dim, by one bias_gelu(h, b) (the same bits)
 /// where the sum has no other reader: in a forward graph, before the gradients are taken.
 Graph fuse_bias_gelu(const Graph& g);
+/// Replaces add(matmul(a, w), b), b a bias over the product's last dim, by one matmul_bias(a, w, b)
+/// (within rounding: the GEMM accumulates onto the bias) where the product has no other reader, in
+/// f32 and f64; after bias-gelu fusion, in a forward graph, before the gradients are taken.
+Graph fuse_matmul_bias(const Graph& g);
 /// Replaces relu(conv2d(x, w, b)) by conv2d with a relu epilogue (attribute relu=1; the same
 /// bits) where the conv's output has no other reader: in a forward graph, before the gradients.
 Graph fuse_conv_relu(const Graph& g);
