@@ -87,13 +87,18 @@ namespace {
 
 class StepArena {
  public:
+  /// A step of a program of `plan` with `micro_batches`, at the input shapes `key`.
   StepArena(std::shared_ptr<const ActorPlan> plan, int micro_batches, std::vector<Shape> key)
       : plan_(std::move(plan)), actors_(static_cast<int>(plan_->actors.size())), micro_batches_(micro_batches), key_(std::move(key)) {}
 
+  /// The number of act (actor, mb).
   int act_id(int actor, int mb) const { return ActOrder::act(actor, mb, actors_); }
+  /// Actors of the program.
   int actors() const { return actors_; }
+  /// The recorder when this step records, else null.
   const MemoryLeaseOwner* recording() const { return recording_.get(); }
 
+  /// The place of act `act`'s k-th allocation, of `bytes`: recorded, planned, or (empty) the allocator.
   MemoryLease lease(int act, std::size_t k, std::size_t bytes) {
     if (recording_) {
       Recording& r = *recording_;
@@ -120,12 +125,15 @@ class StepArena {
     return lease;
   }
 
+  /// Act `act` begins (recording: its start tick).
   void act_begun(int act) {
     if (!recording_) return;
     std::lock_guard<std::mutex> lock(recording_->mutex);
     recording_->started[static_cast<std::size_t>(act)] = recording_->tick++;
   }
 
+  /// Act `act` is over after `count` allocations (recording: its end tick; planned: a count
+  /// other than the plan's is a divergence).
   void act_done(int act, std::size_t count) {
     if (recording_) {
       std::lock_guard<std::mutex> lock(recording_->mutex);
@@ -134,13 +142,16 @@ class StepArena {
     if (planned_ && count != planned_->act_blocks[static_cast<std::size_t>(act)].size()) diverged_ = true;
   }
 
+  /// Memory edges into act `act`.
   int waits(int act) const { return planned_ ? planned_->waits[static_cast<std::size_t>(act)] : 0; }
 
+  /// The acts act `act` signals once over.
   const std::vector<int>& signals(int act) const {
     static const std::vector<int> none;
     return planned_ ? planned_->signals[static_cast<std::size_t>(act)] : none;
   }
 
+  /// Act (actor, mb) put `values` into a register (recording: their blocks gain its consumers as readers).
   void emitted(int actor, int mb, const std::vector<Tensor>& values) {
     if (!recording_) return;
     Recording& r = *recording_;
