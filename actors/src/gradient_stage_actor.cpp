@@ -25,6 +25,11 @@ class GradientStage : public Sink {
     fail(ErrorKind::runtime, "'", node.spec().name, "' has no place in gradient bucket ", b);
   }
 
+  void prepare(Node& node, const Tensor& gradient) override {
+    const GradientPath& path = node.peers().gradients;
+    if (!path.buckets && path.clip.actor && path.clip_takes_norms) squared_norm_ = squared_norm(node, gradient);
+  }
+
   void finish(Node& node, const Tensor& gradient) override {
     const GradientPath& path = node.peers().gradients;
     const int sink = node.spec().sink;
@@ -35,7 +40,7 @@ class GradientStage : public Sink {
     }
     const int slot = path.clip_slot[static_cast<std::size_t>(sink)];
     if (path.clip.actor && path.clip_takes_norms)
-      node.tell_to(path.clip, "norm", 0, norm_atom::value, node.step(), slot, squared_norm(node, gradient));
+      node.tell_to(path.clip, "norm", 0, norm_atom::value, node.step(), slot, squared_norm_);
     else if (path.clip.actor)
       node.tell_to(path.clip, "gradient", 0, gradient_atom::value, node.step(), slot, gradient);
     for (int o : path.owners[static_cast<std::size_t>(sink)])
@@ -44,6 +49,7 @@ class GradientStage : public Sink {
   }
 
  private:
+  double squared_norm_ = 0;  // of the step's gradient, taken in the act when the clip sums norms
   static double squared_norm(Node& node, const Tensor& gradient) {
     try {
       return kernels::squared_norm(gradient);

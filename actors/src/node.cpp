@@ -1,7 +1,5 @@
 #include "node.hpp"
 
-#include <utility>
-
 #include "step_memory.hpp"
 
 namespace troupe::actors {
@@ -89,21 +87,13 @@ bool Node::fire(int mb) {
   Values values;
   {
     ActMemory memory(ctx_->memory.get(), index_, mb);
-    inputs_released_ = false;
-    try {
-      values = kind_->act(*this, mb);
-    } catch (const Error& e) {
-      report_failure(e.message(), e.kind());
-      return false;
-    } catch (const std::exception& e) {
-      report_failure("'" + spec_->name + "' failed in step " + std::to_string(step_) + ": " + e.what(), ErrorKind::runtime);
-      return false;
-    }
+    if (!reporting_failure([&] { values = kind_->act(*this, mb); })) return false;
     release_inputs();
     if (spec_->consumers.empty()) values.reset();  // a dead value, dropped within the act
     if (values) memory.emitted(*values);
   }
   if (values) emit(mb, std::move(values));
+  if (!reporting_failure([&] { kind_->after_act(*this); })) return false;
   // The memory plan's edges: acts whose memory this one's must be over before they begin.
   for_each_memory_signal(ctx_->memory.get(), index_, mb, [this](int actor, int m) {
     tell(self_, track(), peers_->at(actor), SendTag{"go", step_, m}, go_atom::value, ctx_, m);
@@ -125,10 +115,22 @@ void Node::emit(int mb, Values values) {
 }
 
 void Node::release_inputs() {
-  if (std::exchange(inputs_released_, true)) return;
   in_.take([this](const Taken& t) {
     tell(self_, track(), peers_->at(t.producer), SendTag{"release", step_, t.mb}, release_atom::value, step_, t.reg);
   });
+}
+
+template <class F>
+bool Node::reporting_failure(F&& f) {
+  try {
+    f();
+    return true;
+  } catch (const Error& e) {
+    report_failure(e.message(), e.kind());
+  } catch (const std::exception& e) {
+    report_failure("'" + spec_->name + "' failed in step " + std::to_string(step_) + ": " + e.what(), ErrorKind::runtime);
+  }
+  return false;
 }
 
 void Node::report_failure(const std::string& what, ErrorKind kind) {

@@ -21,6 +21,9 @@ class NodeKind {
   virtual Values act(Node& node, int mb) = 0;
   /// Whether the program counts this node's end of step (sinks pass their value on instead).
   virtual bool reports_done() const { return true; }
+  /// Sends what goes outside the register protocol (a sink's value), once the act is over and its
+  /// inputs are given back: the step may end on such a send, so nothing of the act may follow it.
+  virtual void after_act(Node&) {}
 };
 
 /// The protocol state of one node for the step in progress, and the sends every kind needs.
@@ -50,10 +53,6 @@ class Node {
   void on_ready(ReadyPtr r);
   void on_release(std::uint64_t step, int reg);
   void on_go(const StepContextPtr& ctx, int mb);
-  /// Gives back the registers this firing read, once: fire() does it after the act, unless the
-  /// kind did it sooner because it sends something on from inside the act (a sink). Values must
-  /// die before anything leaves the act (registers.hpp).
-  void release_inputs();
   /// This node's track in traces.
   std::uint32_t track() const { return peers_->at(index_).track; }
   /// The step this node is on (0 before the first).
@@ -64,6 +63,10 @@ class Node {
   void pump();
   bool fire(int mb);
   void emit(int mb, Values values);
+  void release_inputs();
+  // Runs f; a troupe::Error or other exception it throws fails the step (false).
+  template <class F>
+  bool reporting_failure(F&& f);
   void report_failure(const std::string& what, ErrorKind kind);
 
   NodeActor::pointer self_;
@@ -77,7 +80,6 @@ class Node {
   std::uint64_t step_ = 0;
   int next_mb_ = 0;
   bool failed_ = false;
-  bool inputs_released_ = false;  // in the firing in progress
   std::vector<int> gos_;          // per micro-batch: memory edges' signals received this step
   InRegisters in_;
   OutRegisters out_;

@@ -47,12 +47,19 @@ Values Sink::act(Node& node, int mb) {
   } catch (const Error& e) {
     throw Error(e.kind(), "'" + node.spec().name + "' could not combine micro-batches: " + e.message());
   }
-  // Every handle on the inputs goes before the value is sent on: what this act read is then free
-  // before anything downstream of the send runs, the next step included (step_memory.hpp).
   parts_.clear();
-  node.release_inputs();
-  finish(node, value);
+  prepare(node, value);
+  combined_ = std::move(value);
   return nullptr;
+}
+
+// After the act: what it read is then free before anything downstream of the send runs, the next
+// step included (step_memory.hpp).
+void Sink::after_act(Node& node) {
+  if (!combined_.defined()) return;
+  const Tensor value = std::move(combined_);
+  combined_ = Tensor();
+  finish(node, value);
 }
 
 namespace {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 
 #include "troupe/kernels/error.hpp"
 
@@ -32,7 +33,9 @@ struct Recording final : MemoryLeaseOwner {
   std::vector<std::vector<std::size_t>> act_blocks;  // per act: its blocks in request order
   std::vector<std::uint64_t> started, ended;         // per act: ticks when it began and when it was over
 
-  explicit Recording(std::size_t acts) : act_blocks(acts), started(acts, 0), ended(acts, 0) {}
+  // An act whose end was not seen (the step failed around it) counts as never over.
+  explicit Recording(std::size_t acts)
+      : act_blocks(acts), started(acts, 0), ended(acts, std::numeric_limits<std::uint64_t>::max()) {}
 
   void released(std::size_t k) override {
     std::lock_guard<std::mutex> lock(mutex);
@@ -151,15 +154,20 @@ class StepArena {
     return planned_ ? planned_->signals[static_cast<std::size_t>(act)] : none;
   }
 
-  /// Act (actor, mb) put `values` into a register (recording: their blocks gain its consumers as readers).
+  /// Act (actor, mb) put `values` into a register (recording: their blocks gain its consumers as
+  /// readers; a sink holds what it read until its last micro-batch, so that act reads it too).
   void emitted(int actor, int mb, const std::vector<Tensor>& values) {
     if (!recording_) return;
     Recording& r = *recording_;
     for (const Tensor& t : values) {
       if (!t.defined() || t.storage()->lease().owner.get() != &r) continue;
       std::lock_guard<std::mutex> lock(r.mutex);
-      for (int c : plan_->actors[static_cast<std::size_t>(actor)].consumers)
-        r.readers[t.storage()->lease().index].push_back(act_id(c, mb));
+      std::vector<int>& readers = r.readers[t.storage()->lease().index];
+      for (int c : plan_->actors[static_cast<std::size_t>(actor)].consumers) {
+        readers.push_back(act_id(c, mb));
+        if (plan_->actors[static_cast<std::size_t>(c)].kind == ActorSpec::Kind::sink && mb + 1 < micro_batches_)
+          readers.push_back(act_id(c, micro_batches_ - 1));
+      }
     }
   }
 
