@@ -5,6 +5,8 @@
 //    (how kernels should use the cores under the actor runtime);
 //  - conv2d 1x64x128x128, 64->64, 3x3: forward, backward-data, backward-weight;
 //  - layernorm and softmax effective GB/s next to a memcpy of the same bytes;
+//  - the AdamW update over gpt-mini's 3.3 M parameters: GB/s next to memcpy (one thread, as every
+//    kernel but GEMM);
 //  - causal attention at gpt-mini's size: the fused kernel next to the unfused kernels it replaces
 //    (matmul, scale, mask, softmax, matmul), forward and backward, and the bytes of scores each holds.
 #include <cblas.h>
@@ -27,6 +29,7 @@
 #include "troupe/kernels/select.hpp"
 #include "troupe/kernels/layernorm.hpp"
 #include "troupe/kernels/matmul.hpp"
+#include "troupe/kernels/optim.hpp"
 #include "troupe/kernels/rng.hpp"
 #include "troupe/kernels/softmax.hpp"
 #include "troupe/kernels/threading.hpp"
@@ -182,6 +185,27 @@ void bench_bandwidth() {
   std::fflush(stdout);
 }
 
+// AdamW over one flat buffer of gpt-mini's parameter count: it reads parameter, gradient and both
+// moments and writes three of them, 7 x 4 bytes an element, all in the step's serial tail.
+void bench_adamw() {
+  set_kernel_threads(1);
+  const std::int64_t n = 3323392;
+  Tensor p = randn({n}, 1), g = randn({n}, 2), m = Tensor::full({n}, 0.001f), v = Tensor::full({n}, 0.01f);
+  Tensor dst = Tensor::empty({n});
+  kernels::AdamWParams hp;
+  hp.lr = 3e-4;
+  hp.weight_decay = 0.01;
+  std::int64_t step = 1;
+  const auto t = median_alternating({[&] { kernels::adamw_update_(p, g, m, v, hp, step++); },
+                                     [&] { std::memcpy(dst.raw_data(), p.raw_data(), p.nbytes()); }},
+                                    11);
+  const double bytes = 7.0 * n * 4, copy = 2.0 * n * 4;
+  std::printf("{\"bench\":\"adamw\",\"params\":%lld,\"ms\":%.3f,\"gbps\":%.1f,\"memcpy_gbps\":%.1f,\"ratio\":%.3f,%s}\n",
+              static_cast<long long>(n), t[0] * 1e3, bytes / t[0] / 1e9, copy / t[1] / 1e9, bytes / t[0] / (copy / t[1]),
+              context().c_str());
+  std::fflush(stdout);
+}
+
 // The unfused attention's forward, keeping what its backward reads (the probabilities).
 struct UnfusedAttention {
   Tensor p, y;
@@ -233,5 +257,6 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "conv2d") bench_conv();
   if (only.empty() || only == "bandwidth") bench_bandwidth();
   if (only.empty() || only == "attention") bench_attention();
+  if (only.empty() || only == "adamw") bench_adamw();
   return 0;
 }
