@@ -32,7 +32,6 @@ struct OptimizerState {
 };
 using Self = OptimizerActor::stateful_pointer<OptimizerState>;
 
-
 // Scales the gradients by `scale` in place, each piece of memory once: two gradients may be one
 // tensor (a value the graph hands to two parameters), and with data parallelism all are slices of
 // bucket buffers. A gradient that partly overlaps another is scaled into a copy of its own.

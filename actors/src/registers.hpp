@@ -6,8 +6,8 @@
 // last release frees the register. The values live only in the consumers' hands, so they die in
 // the last reader's thread as soon as it has read them, before anything it sends (memory planning,
 // step_memory.hpp, relies on that). The register count is the back-pressure (1 = lock-step, 2 =
-// double buffering), since CAF mailboxes are unbounded. This file is the whole rule, without CAF (node.cpp sends the messages), so that
-// tests/actors/test_registers.cpp checks it alone.
+// double buffering), since CAF mailboxes are unbounded. This file is the whole rule, without CAF
+// (node.cpp sends the messages), so that tests/actors/test_registers.cpp checks it alone.
 
 #include <deque>
 #include <memory>
@@ -120,12 +120,6 @@ bool act_while_ready(int& next_mb, int count, const InRegisters& in, const OutRe
     if (++next_mb == count) return true;
   }
   return false;
-}
-
-/// The firing rule without further conditions.
-template <class Act>
-bool act_while_ready(int& next_mb, int count, const InRegisters& in, const OutRegisters& out, Act&& act) {
-  return act_while_ready(next_mb, count, in, out, [](int) { return true; }, std::forward<Act>(act));
 }
 
 }  // namespace troupe::actors

@@ -1,5 +1,7 @@
 // Output sinks: a graph output (the loss, logits) over the micro-batches of a step, and the
 // collection that output sinks and gradient stages share (sink.hpp).
+#include <utility>
+
 #include "actor_kinds.hpp"
 #include "sink.hpp"
 #include "troupe/kernels/elementwise.hpp"
@@ -56,10 +58,7 @@ Values Sink::act(Node& node, int mb) {
 // After the act: what it read is then free before anything downstream of the send runs, the next
 // step included (step_memory.hpp).
 void Sink::after_act(Node& node) {
-  if (!combined_.defined()) return;
-  const Tensor value = std::move(combined_);
-  combined_ = Tensor();
-  finish(node, value);
+  if (combined_.defined()) finish(node, std::exchange(combined_, Tensor()));
 }
 
 namespace {

@@ -84,10 +84,6 @@ bool ActOrder::before(int a, int b) const {
   return (reach_[i * words_ + j / 64] >> (j % 64)) & 1;
 }
 
-namespace {
-
-}  // namespace
-
 class StepArena {
  public:
   /// A step of a program of `plan` with `micro_batches`, at the input shapes `key`.
@@ -116,15 +112,9 @@ class StepArena {
     }
     if (!planned_) return {};
     const std::vector<std::size_t>& mine = planned_->act_blocks[static_cast<std::size_t>(act)];
-    const MemoryPlan& plan = planned_->arena->plan();
-    if (k >= mine.size() || plan.blocks[mine[k]].bytes != bytes) {
-      diverged_ = true;
-      return {};
-    }
-    MemoryLease lease = planned_->arena->lease_block(mine[k]);
-    // An escaping block whose slots still hold results someone kept is simply allocated; a step
-    // block whose bytes are in use means this step's lifetimes differ from the recorded ones.
-    if (!lease.data && !plan.blocks[mine[k]].escaped()) diverged_ = true;
+    bool diverged = k >= mine.size();
+    const MemoryLease lease = diverged ? MemoryLease{} : planned_->arena->lease_block(mine[k], bytes, diverged);
+    if (diverged) diverged_ = true;
     return lease;
   }
 

@@ -128,32 +128,30 @@ PlannedArena::Scope::Scope(PlannedArena& arena) : arena_(arena) {
 
 PlannedArena::Scope::~Scope() { arena_.state_->scoped = false; }
 
-MemoryLease PlannedArena::lease_block(std::size_t k) {
+MemoryLease PlannedArena::lease_block(std::size_t k, std::size_t bytes, bool& diverged) {
   State& s = *state_;
-  const std::size_t count = s.plan.blocks[k].escaped() ? static_cast<std::size_t>(s.plan.escape_slots) : 1;
+  if (k >= s.plan.blocks.size() || s.plan.blocks[k].bytes != bytes) {
+    diverged = true;
+    return {};
+  }
+  const bool escapes = s.plan.blocks[k].escaped();
+  const std::size_t count = escapes ? static_cast<std::size_t>(s.plan.escape_slots) : 1;
   std::lock_guard<std::mutex> lock(s.mutex);
   for (std::size_t i = 0; i < count; ++i) {
     const std::size_t slot = s.first_slot[k] + i;
     if (s.take(slot)) return MemoryLease{s.base + s.slots[slot].first, state_, slot};
   }
+  // An escaping block whose slots all hold results the caller kept is simply allocated; a block
+  // of the step whose place is taken means the step's lifetimes changed since it was recorded.
+  if (!escapes) diverged = true;
   return {};
 }
 
 MemoryLease PlannedArena::Scope::lease(std::size_t bytes) {
-  const MemoryPlan& plan = arena_.plan();
   const std::size_t k = next_++;
   if (diverged_) return {};
-  if (k >= plan.blocks.size() || plan.blocks[k].bytes != bytes) {
-    diverged_ = true;
-    return {};
-  }
-  MemoryLease lease = arena_.lease_block(k);
-  // An escaping block whose slots all hold results the caller kept is simply allocated; a block
-  // of the step whose place is taken means the step's lifetimes changed since it was recorded.
-  if (lease.data)
-    ++served_;
-  else if (!plan.blocks[k].escaped())
-    diverged_ = true;
+  MemoryLease lease = arena_.lease_block(k, bytes, diverged_);
+  if (lease.data) ++served_;
   return lease;
 }
 

@@ -1,6 +1,7 @@
 // The register protocol alone (actors/src/registers.hpp), without CAF: a register stays taken until
 // every consumer released it, a consumer reads only when every producer's oldest register holds its
-// next micro-batch, and the firing rule stops at back-pressure, at a failure and after the last one.
+// next micro-batch, and the firing rule stops at back-pressure, at a failure, after the last one
+// and until the memory plan's signals are in.
 #include <gtest/gtest.h>
 
 #include "registers.hpp"
@@ -78,19 +79,41 @@ TEST(Registers, TheFiringRuleStopsAtBackPressureFailureAndTheLastMicroBatch) {
     out.write();
     return true;
   };
-  EXPECT_FALSE(act_while_ready(next, 4, in, out, act));
+  const auto always = [](int) { return true; };
+  EXPECT_FALSE(act_while_ready(next, 4, in, out, always, act));
   EXPECT_EQ(fired, (std::vector<int>{0, 1}));  // two registers, then it waits for a release
   out.release(0);
-  EXPECT_FALSE(act_while_ready(next, 4, in, out, act));
+  EXPECT_FALSE(act_while_ready(next, 4, in, out, always, act));
   EXPECT_EQ(next, 3);
   out.release(1);
-  EXPECT_TRUE(act_while_ready(next, 4, in, out, act));  // this call finished the step
+  EXPECT_TRUE(act_while_ready(next, 4, in, out, always, act));  // this call finished the step
   EXPECT_EQ(fired, (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_FALSE(act_while_ready(next, 4, in, out, act));  // nothing left: no second "done"
+  EXPECT_FALSE(act_while_ready(next, 4, in, out, always, act));  // nothing left: no second "done"
   int failing_next = 0;
   OutRegisters free(1, 0);
-  EXPECT_FALSE(act_while_ready(failing_next, 3, in, free, [](int) { return false; }));
+  EXPECT_FALSE(act_while_ready(failing_next, 3, in, free, always, [](int) { return false; }));
   EXPECT_EQ(failing_next, 0);  // a failed firing does not count as done
+}
+
+// The memory plan's edges (may_act): a micro-batch waits for them even with inputs and a register.
+TEST(Registers, TheFiringRuleWaitsForTheMemoryPlansSignals) {
+  InRegisters in({});
+  OutRegisters out(4, 0);
+  int next = 0, signals = 0;
+  std::vector<int> fired;
+  const auto may_act = [&](int mb) { return mb < signals; };
+  const auto act = [&](int mb) {
+    fired.push_back(mb);
+    return true;
+  };
+  EXPECT_FALSE(act_while_ready(next, 3, in, out, may_act, act));
+  EXPECT_TRUE(fired.empty());
+  signals = 2;
+  EXPECT_FALSE(act_while_ready(next, 3, in, out, may_act, act));
+  EXPECT_EQ(fired, (std::vector<int>{0, 1}));
+  signals = 3;
+  EXPECT_TRUE(act_while_ready(next, 3, in, out, may_act, act));
+  EXPECT_EQ(fired, (std::vector<int>{0, 1, 2}));
 }
 
 }  // namespace

@@ -24,7 +24,6 @@ std::vector<ValueInfo> infer_matmul(const InferContext& c) {
   return one(c.inputs[0].dtype, out);
 }
 
-
 // (a, b, bias): matmul's shape, and a bias over its last dim.
 std::vector<ValueInfo> infer_matmul_bias(const InferContext& c) {
   expect_arity(c, 3, 3);
@@ -65,16 +64,20 @@ std::vector<Var> grad_matmul(const GradContext& c) {
 
 }  // namespace
 
+namespace {
+Attrs transposes(bool trans_a, bool trans_b) {
+  return Attrs().set("trans_a", std::int64_t{trans_a}).set("trans_b", std::int64_t{trans_b});
+}
+}  // namespace
+
 Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
-  return apply1("matmul", {a, b},
-                Attrs().set("trans_a", std::int64_t{trans_a}).set("trans_b", std::int64_t{trans_b}));
+  return apply1("matmul", {a, b}, transposes(trans_a, trans_b));
 }
 // compute: kernels::matmul (one GEMM for x[..., k] @ w[k, n] over all rows).
 TROUPE_DEFINE_OP({.name = "matmul", .infer = infer_matmul, .kernel = "matmul", .grad = grad_matmul});
 
 Var matmul_bias(const Var& a, const Var& b, const Var& bias, bool trans_a, bool trans_b) {
-  return apply1("matmul_bias", {a, b, bias},
-                Attrs().set("trans_a", std::int64_t{trans_a}).set("trans_b", std::int64_t{trans_b}));
+  return apply1("matmul_bias", {a, b, bias}, transposes(trans_a, trans_b));
 }
 // The gradients are the unfused matmul's and add's: the same nodes, so the same bits.
 TROUPE_DEFINE_OP({.name = "matmul_bias", .infer = infer_matmul_bias, .kernel = "matmul_bias",

@@ -79,9 +79,11 @@ class PlannedArena {
   PlannedArena& operator=(const PlannedArena&) = delete;
   /// The plan it serves.
   const MemoryPlan& plan() const;
-  /// The place of block `k` for a new allocation (a free slot of it, for an escaping block); an
-  /// empty lease when the bytes are still held by a live tensor (the caller then allocates).
-  MemoryLease lease_block(std::size_t k);
+  /// The place of block `k` (a free slot of it, for an escaping block) for an allocation of
+  /// `bytes`; an empty lease, for the allocator to serve, when k is past the plan, the size is
+  /// not k's, or the bytes are still held by a live tensor. Sets `diverged` when the step
+  /// allocates other than planned: anything but an escaping block whose slots hold kept results.
+  MemoryLease lease_block(std::size_t k, std::size_t bytes, bool& diverged);
 
   /// Serves this thread's host allocations from the arena while it lives (one scope at a time).
   class Scope final : public HostMemoryScope {
