@@ -1,6 +1,8 @@
 // The layer-norm front ends: dtype and shape checks, the output and statistics tensors, dispatch.
 #include "troupe/kernels/layernorm.hpp"
 
+#include <algorithm>
+
 #include "float_checks.hpp"
 #include "troupe/kernels/registry.hpp"
 
@@ -10,20 +12,25 @@ namespace {
 // The shape of the per-row statistics (mean, rstd): x's shape without the normalised last dim.
 Shape row_shape(const Shape& s) { return Shape(s.begin(), s.end() - 1); }
 
+// The checks both forward front ends make of x, gamma, beta and eps, naming `op`.
+void check_layernorm_args(const char* op, const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+  check_float(op, "x", x);
+  check_float_like(op, "gamma", gamma, "x", x);
+  check_float_like(op, "beta", beta, "x", x);
+  TROUPE_CHECK(x.dim() > 0, invalid_argument, op, ": x needs at least one dimension, got ", x.str());
+  const std::int64_t d = x.shape().back();
+  TROUPE_CHECK(d > 0, invalid_argument, op, ": the last dim of x is empty: ", x.str());
+  TROUPE_CHECK(gamma.shape() == Shape{d}, shape_mismatch, op, ": gamma has shape ", shape_str(gamma.shape()),
+               ", expected [", d, "] for x ", shape_str(x.shape()));
+  TROUPE_CHECK(beta.shape() == Shape{d}, shape_mismatch, op, ": beta has shape ", shape_str(beta.shape()),
+               ", expected [", d, "] for x ", shape_str(x.shape()));
+  TROUPE_CHECK(eps >= 0.0, invalid_argument, op, ": eps must be >= 0, got ", eps);
+}
+
 }  // namespace
 
 LayerNormOutput layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
-  check_float("layernorm", "x", x);
-  check_float_like("layernorm", "gamma", gamma, "x", x);
-  check_float_like("layernorm", "beta", beta, "x", x);
-  TROUPE_CHECK(x.dim() > 0, invalid_argument, "layernorm: x needs at least one dimension, got ", x.str());
-  const std::int64_t d = x.shape().back();
-  TROUPE_CHECK(d > 0, invalid_argument, "layernorm: the last dim of x is empty: ", x.str());
-  TROUPE_CHECK(gamma.shape() == Shape{d}, shape_mismatch, "layernorm: gamma has shape ", shape_str(gamma.shape()),
-               ", expected [", d, "] for x ", shape_str(x.shape()));
-  TROUPE_CHECK(beta.shape() == Shape{d}, shape_mismatch, "layernorm: beta has shape ", shape_str(beta.shape()),
-               ", expected [", d, "] for x ", shape_str(x.shape()));
-  TROUPE_CHECK(eps >= 0.0, invalid_argument, "layernorm: eps must be >= 0, got ", eps);
+  check_layernorm_args("layernorm", x, gamma, beta, eps);
   LayerNormOutput r;
   r.y = Tensor::empty(x.shape(), x.dtype(), x.device());
   r.mean = Tensor::empty(row_shape(x.shape()), x.dtype(), x.device());
@@ -33,8 +40,27 @@ LayerNormOutput layernorm(const Tensor& x, const Tensor& gamma, const Tensor& be
   return r;
 }
 
+AddLayerNormOutput add_layernorm(const Tensor& a, const Tensor& b, const Tensor& gamma, const Tensor& beta,
+                                 double eps) {
+  const char* op = "add_layernorm";
+  check_layernorm_args(op, a, gamma, beta, eps);
+  check_float_like(op, "b", b, "a", a);
+  const bool suffix = b.dim() >= 1 && b.dim() <= a.dim() &&
+                      std::equal(b.shape().begin(), b.shape().end(), a.shape().end() - b.dim());
+  TROUPE_CHECK(suffix, shape_mismatch, op, ": b has shape ", shape_str(b.shape()), ", which is not made of the last dims of a ",
+               shape_str(a.shape()), "; pass the full-size operand as a");
+  AddLayerNormOutput r;
+  r.sum = Tensor::empty(a.shape(), a.dtype(), a.device());
+  r.y = Tensor::empty(a.shape(), a.dtype(), a.device());
+  r.mean = Tensor::empty(row_shape(a.shape()), a.dtype(), a.device());
+  r.rstd = Tensor::empty(row_shape(a.shape()), a.dtype(), a.device());
+  std::vector<Tensor> outs{r.sum, r.y, r.mean, r.rstd};
+  dispatch(op, {a.contiguous(), b.contiguous(), gamma.contiguous(), beta.contiguous()}, outs, Attrs().set("eps", eps));
+  return r;
+}
+
 LayerNormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                                  const Tensor& rstd) {
+                                  const Tensor& rstd, const Tensor& more) {
   const char* op = "layernorm_backward";
   check_float(op, "x", x);
   check_float_like(op, "dy", dy, "x", x);
@@ -52,13 +78,19 @@ LayerNormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tenso
                ", expected ", shape_str(rows));
   TROUPE_CHECK(rstd.shape() == rows, shape_mismatch, op, ": rstd has shape ", shape_str(rstd.shape()),
                ", expected ", shape_str(rows));
+  std::vector<Tensor> in{dy.contiguous(), x.contiguous(), gamma.contiguous(), mean.contiguous(), rstd.contiguous()};
+  if (more.defined()) {
+    check_float_like(op, "more", more, "x", x);
+    TROUPE_CHECK(more.shape() == x.shape(), shape_mismatch, op, ": the gradient to add has shape ", shape_str(more.shape()),
+                 ", expected x's ", shape_str(x.shape()));
+    in.push_back(more.contiguous());
+  }
   LayerNormGrads g;
   g.dx = Tensor::empty(x.shape(), x.dtype(), x.device());
   g.dgamma = Tensor::empty({d}, x.dtype(), x.device());
   g.dbeta = Tensor::empty({d}, x.dtype(), x.device());
   std::vector<Tensor> outs{g.dx, g.dgamma, g.dbeta};
-  dispatch("layernorm_backward",
-           {dy.contiguous(), x.contiguous(), gamma.contiguous(), mean.contiguous(), rstd.contiguous()}, outs);
+  dispatch(op, in, outs);
   return g;
 }
 

@@ -1,5 +1,6 @@
 // Op definitions of the neural-network kernels: softmax, layer norm, embedding, cross-entropy,
 // convolution and the causal attention mask, each with its backward op.
+#include <algorithm>
 #include <limits>
 
 #include "op_helpers.hpp"
@@ -60,14 +61,56 @@ std::vector<Var> grad_layer_norm(const GradContext& c) {
   auto g = apply("layer_norm_backward", {c.grad_output(0), c.inputs[0], c.inputs[1], c.outputs[1], c.outputs[2]});
   return {g[0], g[1], g[2]};
 }
+// (dy, x, gamma, mean, rstd[, more]) -> (dx [+ more], dgamma, dbeta): `more`, another gradient of
+// x (a residual stream's), is added to dx in the same pass.
 std::vector<ValueInfo> infer_layer_norm_backward(const InferContext& c) {
-  expect_arity(c, 5, 5);
+  expect_arity(c, 5, 6);
   if (c.inputs[0].shape != c.inputs[1].shape) shape_error(c, "the gradient must have the shape of x");
+  if (c.inputs.size() == 6 && c.inputs[5].shape != c.inputs[1].shape)
+    shape_error(c, "the gradient to add must have the shape of x");
   return {c.inputs[1], c.inputs[2], c.inputs[2]};
 }
 std::vector<Tensor> compute_layer_norm_backward(const std::vector<Tensor>& in, const ComputeContext&) {
-  auto g = kernels::layernorm_backward(in[0], in[1], in[2], in[3], in[4]);
+  auto g = kernels::layernorm_backward(in[0], in[1], in[2], in[3], in[4], in.size() > 5 ? in[5] : Tensor());
   return {g.dx, g.dgamma, g.dbeta};
+}
+
+// add_layer_norm(a, b, gamma, beta) -> (s = a + b, y, mean, rstd): a residual add and the layer
+// norm of its sum in one pass (level 3 fuses them); b may repeat over a's leading dims.
+std::vector<ValueInfo> infer_add_layer_norm(const InferContext& c) {
+  expect_arity(c, 4, 4);
+  expect_floating(c, 0);
+  for (std::size_t i = 1; i < 4; ++i) expect_same_dtype(c, 0, i);
+  const SymShape &a = c.inputs[0].shape, &b = c.inputs[1].shape;
+  if (a.empty() || b.empty() || b.size() > a.size() || !std::equal(b.begin(), b.end(), a.end() - static_cast<std::ptrdiff_t>(b.size())))
+    shape_error(c, "b must be made of the last dims of a");
+  const SymShape d{a.back()};
+  if (c.inputs[2].shape != d || c.inputs[3].shape != d)
+    shape_error(c, "gamma and beta must have shape " + sym_shape_str(d) + " (the last dim of a)");
+  const SymShape rows(a.begin(), a.end() - 1);
+  const DType t = c.inputs[0].dtype;
+  return {ValueInfo{t, a}, ValueInfo{t, a}, ValueInfo{t, rows}, ValueInfo{t, rows}};
+}
+std::vector<Tensor> compute_add_layer_norm(const std::vector<Tensor>& in, const ComputeContext& c) {
+  auto r = kernels::add_layernorm(in[0], in[1], in[2], in[3], c.attrs.get_double("eps"));
+  return {r.sum, r.y, r.mean, r.rstd};
+}
+// The sum's gradient is what reaches s from its other readers plus the layer norm's dx, formed by
+// one layer_norm_backward, as the unfused graph's add would form it.
+std::vector<Var> grad_add_layer_norm(const GradContext& c) {
+  Var ds = c.grad_outputs[0];
+  Var dgamma, dbeta;
+  if (c.grad_outputs[1].defined()) {
+    std::vector<Var> in{c.grad_outputs[1], c.outputs[0], c.inputs[2], c.outputs[2], c.outputs[3]};
+    if (ds.defined()) in.push_back(ds);
+    auto g = graph::apply("layer_norm_backward", in);
+    ds = g[0];
+    dgamma = g[1];
+    dbeta = g[2];
+  }
+  if (!ds.defined()) ds = c.grad_output(0);
+  return {c.needs_grad[0] ? ds : Var(), c.needs_grad[1] ? unbroadcast(ds, c.inputs[1]) : Var(),
+          c.needs_grad[2] ? dgamma : Var(), c.needs_grad[3] ? dbeta : Var()};
 }
 
 std::vector<ValueInfo> infer_embedding(const InferContext& c) {
@@ -277,6 +320,12 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
 TROUPE_DEFINE_OP({.name = "layer_norm", .infer = infer_layer_norm, .compute = compute_layer_norm, .grad = grad_layer_norm});
 TROUPE_DEFINE_OP({.name = "layer_norm_backward", .infer = infer_layer_norm_backward,
                   .compute = compute_layer_norm_backward});
+AddLayerNorm add_layer_norm(const Var& a, const Var& b, const Var& gamma, const Var& beta, double eps) {
+  auto out = apply("add_layer_norm", {a, b, gamma, beta}, Attrs().set("eps", eps));
+  return {out[0], out[1]};
+}
+TROUPE_DEFINE_OP({.name = "add_layer_norm", .infer = infer_add_layer_norm, .compute = compute_add_layer_norm,
+                  .grad = grad_add_layer_norm});
 
 // compute: kernels::embedding; the ids (input 1) take no gradient.
 Var embedding(const Var& weight, const Var& ids) { return apply1("embedding", {weight, ids}); }

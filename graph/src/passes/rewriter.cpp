@@ -50,22 +50,27 @@ NodeId Rewriter::copy(const Node& n) { return emit_for(n, n.op, map(n.inputs), n
 
 NodeId Rewriter::emit_for(const Node& n, const std::string& op, const std::vector<ValueId>& inputs,
                           const Attrs& attrs, const SymShape& target) {
+  return emit_standing_for(n, n.outputs, op, inputs, attrs, target);
+}
+
+NodeId Rewriter::emit_standing_for(const Node& n, const std::vector<ValueId>& olds, const std::string& op,
+                                   const std::vector<ValueId>& inputs, const Attrs& attrs, const SymShape& target) {
   enter_region(n.region);
   const NodeId m = out_.add_node(op, inputs, attrs, target);
   Node& node = out_.mutable_node(m);
   node.label = n.label;
   node.gradient = n.gradient;
   node.backward = n.backward;
-  TROUPE_CHECK(node.outputs.size() >= n.outputs.size(), runtime, "graph pass: ", op, " in place of ", n.op,
-               " has ", node.outputs.size(), " outputs, fewer than ", n.outputs.size(), " (a pass bug)");
-  const std::vector<ValueId> outs(node.outputs.begin(), node.outputs.begin() + static_cast<std::ptrdiff_t>(n.outputs.size()));
+  TROUPE_CHECK(node.outputs.size() >= olds.size(), runtime, "graph pass: ", op, " in place of ", n.op,
+               " has ", node.outputs.size(), " outputs, fewer than ", olds.size(), " (a pass bug)");
+  const std::vector<ValueId> outs(node.outputs.begin(), node.outputs.begin() + static_cast<std::ptrdiff_t>(olds.size()));
   for (std::size_t i = 0; i < outs.size(); ++i) {
-    const ValueInfo &was = src_.value(n.outputs[i]).info, &now = out_.value(outs[i]).info;
+    const ValueInfo &was = src_.value(olds[i]).info, &now = out_.value(outs[i]).info;
     TROUPE_CHECK(was.dtype == now.dtype && was.shape == now.shape, runtime, "graph pass: ", op, " in place of ",
                  n.op, " gives ", dtype_name(now.dtype), sym_shape_str(now.shape), " instead of ",
                  dtype_name(was.dtype), sym_shape_str(was.shape), " (a pass bug)");
-    map_[static_cast<std::size_t>(n.outputs[i])] = outs[i];
-    claim(n.outputs[i], outs[i]);
+    map_[static_cast<std::size_t>(olds[i])] = outs[i];
+    claim(olds[i], outs[i]);
   }
   return m;
 }

@@ -30,6 +30,10 @@ class Rewriter {
   /// beyond n's (a fused op's saved statistics) are new values.
   NodeId emit_for(const Node& n, const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs,
                   const SymShape& target = {});
+  /// Like emit_for, with the new node's first outputs standing for old values `olds` instead of
+  /// n's outputs: for a fusion whose node also gives a value an absorbed producer made.
+  NodeId emit_standing_for(const Node& n, const std::vector<ValueId>& olds, const std::string& op,
+                           const std::vector<ValueId>& inputs, const Attrs& attrs, const SymShape& target = {});
   /// Like emit_for, for a node whose outputs hold n's values in another layout, so another shape
   /// (layout choice): none of n's outputs may be a graph output, whose info must not change.
   NodeId emit_relaid_for(const Node& n, const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs);

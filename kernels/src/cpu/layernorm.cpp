@@ -23,6 +23,11 @@ inline __attribute__((always_inline)) double lane_sum(const T* __restrict x, std
   return s;
 }
 
+template <class T>
+TROUPE_VECTOR_CLONES void add_row(const T* __restrict a, const T* __restrict b, T* __restrict s, std::int64_t d) {
+  for (std::int64_t i = 0; i < d; ++i) s[i] = a[i] + b[i];
+}
+
 // One row: mean and variance in double (two passes), then y in double rounded once, as before.
 template <class T>
 TROUPE_VECTOR_CLONES void layernorm_row(const T* __restrict p, const T* __restrict g, const T* __restrict b,
@@ -51,12 +56,36 @@ void layernorm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
 }
 TROUPE_REGISTER_FLOAT_KERNELS("layernorm", layernorm_kernel);
 
+// in: a, b (a's last dims, repeated over its leading ones), gamma, beta; out: s = a + b, y, mean,
+// rstd; attr "eps". Each row of the sum is formed in T as the add kernel forms it and normalised
+// while it is still in cache, so the results are add-then-layernorm's bits without a second pass.
+template <class T>
+void add_layernorm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
+  const T* x = in[0].data<T>();
+  const T* r = in[1].data<T>();
+  const T* g = in[2].data<T>();
+  const T* b = in[3].data<T>();
+  T* s = out[0].data<T>();
+  T* y = out[1].data<T>();
+  T* mu = out[2].data<T>();
+  T* rs = out[3].data<T>();
+  const double eps = a.get_double("eps");
+  const std::int64_t d = in[0].shape().back();
+  const std::int64_t rows = in[0].numel() / d, r_rows = in[1].numel() / d;
+  for (std::int64_t row = 0; row < rows; ++row) {
+    T* sr = s + row * d;
+    add_row(x + row * d, r + (row % r_rows) * d, sr, d);
+    layernorm_row(sr, g, b, y + row * d, d, eps, mu + row, rs + row);
+  }
+}
+TROUPE_REGISTER_FLOAT_KERNELS("add_layernorm", add_layernorm_kernel);
+
 // One row of the backward: adds the row's share of dgamma and dbeta (in double) and writes dx.
 // s1 and s2 (the means of dxhat and dxhat * xhat) go in eight lanes so the loop vectorises.
 template <class T>
 TROUPE_VECTOR_CLONES void layernorm_backward_row(const T* __restrict dy, const T* __restrict x, const T* __restrict g,
-                                                 double m, double rstd, std::int64_t d, T* __restrict dx,
-                                                 double* __restrict dgs, double* __restrict dbs) {
+                                                 double m, double rstd, std::int64_t d, const T* __restrict more,
+                                                 T* __restrict dx, double* __restrict dgs, double* __restrict dbs) {
   double l1[8] = {}, l2[8] = {};
   std::int64_t i = 0;
   for (; i + 8 <= d; i += 8)
@@ -83,9 +112,14 @@ TROUPE_VECTOR_CLONES void layernorm_backward_row(const T* __restrict dy, const T
     dbs[k] += gy;
     dx[k] = static_cast<T>(rstd * (gy * g[k] - s1 - xh * s2));
   }
+  // A loop of its own, so that dx is rounded before the sum, as a separate add would round it (in
+  // one expression the compiler may contract both into an FMA).
+  if (more)
+    for (std::int64_t k = 0; k < d; ++k) dx[k] = more[k] + dx[k];
 }
 
-// in: dy, x, gamma, mean, rstd; out: dx, dgamma, dbeta.
+// in: dy, x, gamma, mean, rstd and optionally another gradient of x to add to dx in the same pass
+// (a residual's, rounded as a separate add would round it); out: dx, dgamma, dbeta.
 template <class T>
 void layernorm_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
   const T* dy = in[0].data<T>();
@@ -93,6 +127,7 @@ void layernorm_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor
   const T* g = in[2].data<T>();
   const T* mu = in[3].data<T>();
   const T* rs = in[4].data<T>();
+  const T* more = in.size() > 5 ? in[5].data<T>() : nullptr;
   T* dx = out[0].data<T>();
   T* dg = out[1].data<T>();
   T* db = out[2].data<T>();
@@ -100,7 +135,8 @@ void layernorm_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor
   const std::int64_t rows = in[3].numel();
   std::vector<double> dgs(static_cast<std::size_t>(d), 0.0), dbs(static_cast<std::size_t>(d), 0.0);
   for (std::int64_t r = 0; r < rows; ++r)
-    layernorm_backward_row(dy + r * d, x + r * d, g, static_cast<double>(mu[r]), static_cast<double>(rs[r]), d, dx + r * d,
+    layernorm_backward_row(dy + r * d, x + r * d, g, static_cast<double>(mu[r]), static_cast<double>(rs[r]), d,
+                           more ? more + r * d : nullptr, dx + r * d,
                            dgs.data(), dbs.data());
   for (std::int64_t i = 0; i < d; ++i) {
     dg[i] = static_cast<T>(dgs[i]);

@@ -87,6 +87,13 @@ Var softmax(const Var& x, std::int64_t axis = -1);
 Var log_softmax(const Var& x, std::int64_t axis = -1);
 /// Layer normalisation over the last dim with gain and bias of shape [D].
 Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps = 1e-5);
+/// The sum of a residual add and its layer norm, computed together by add_layer_norm.
+struct AddLayerNorm {
+  Var sum, y;
+};
+/// sum = a + b and y = layer_norm(sum, gamma, beta) in one pass; b is made of a's last dims
+/// (repeated over its leading ones). Level 3 fuses an add followed by a layer norm into it.
+AddLayerNorm add_layer_norm(const Var& a, const Var& b, const Var& gamma, const Var& beta, double eps = 1e-5);
 /// Rows of weight[V, D] picked by integer ids (any shape): result ids.shape + [D].
 Var embedding(const Var& weight, const Var& ids);
 /// Mean cross-entropy of logits[..., C] against integer targets[...] (0-d result).

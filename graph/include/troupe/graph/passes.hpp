@@ -88,6 +88,11 @@ Graph fuse_bias_gelu(const Graph& g);
 /// (within rounding: the GEMM accumulates onto the bias) where the product has no other reader, in
 /// f32 and f64; after bias-gelu fusion, in a forward graph, before the gradients are taken.
 Graph fuse_matmul_bias(const Graph& g);
+/// Replaces layer_norm(add(a, b)), b of a's last dims, by one add_layer_norm(a, b) giving the sum
+/// and the normalised sum (the same bits) where the layer norm is the sum's first reader: in a
+/// forward graph, before the gradients are taken, whose backward then adds the residual stream's
+/// gradient inside the layer norm's backward.
+Graph fuse_add_layer_norm(const Graph& g);
 /// Replaces relu(conv2d(x, w, b)) by conv2d with a relu epilogue (attribute relu=1; the same
 /// bits) where the conv's output has no other reader: in a forward graph, before the gradients.
 Graph fuse_conv_relu(const Graph& g);

@@ -12,12 +12,24 @@ struct LayerNormOutput {
 /// y = (x - mean) * rstd * gamma + beta over the last dim; gamma and beta have shape [D].
 LayerNormOutput layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
 
+/// Outputs of add_layernorm: the sum s, and layernorm's outputs for it.
+struct AddLayerNormOutput {
+  Tensor sum, y, mean, rstd;
+};
+/// s = a + b, then layernorm(s, gamma, beta) in the same pass over each row: a residual add and
+/// the normalisation after it (pre-norm Transformers). b has a's last dims (it repeats over a's
+/// leading ones, like a positional embedding); the results are add-then-layernorm's bits.
+AddLayerNormOutput add_layernorm(const Tensor& a, const Tensor& b, const Tensor& gamma, const Tensor& beta,
+                                 double eps = 1e-5);
+
 /// Gradients of layernorm wrt x, gamma and beta.
 struct LayerNormGrads {
   Tensor dx, dgamma, dbeta;
 };
-/// Backward of layernorm from the saved mean and rstd of the forward.
+/// Backward of layernorm from the saved mean and rstd of the forward. A defined `more` (x's shape)
+/// is another gradient of x, added to dx in the same pass (a residual stream's gradient), with
+/// the bits of a separate add.
 LayerNormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                                  const Tensor& rstd);
+                                  const Tensor& rstd, const Tensor& more = Tensor());
 
 }  // namespace troupe::kernels
