@@ -1,6 +1,7 @@
 // The elementwise family: binary ops with broadcasting, their scalar forms and operators, and the
 // unary functions with their backward ops. Each op: builder, definition, gradient rule.
 #include "op_helpers.hpp"
+#include "troupe/kernels/elementwise_chain.hpp"
 
 namespace troupe::graph {
 namespace {
@@ -145,6 +146,74 @@ std::vector<Var> grad_bias_gelu(const GradContext& c) {
 Var bias_gelu(const Var& h, const Var& b) { return apply1("bias_gelu", {h, b}); }
 TROUPE_DEFINE_OP({.name = "bias_gelu", .infer = infer_bias_gelu, .kernel = "bias_gelu", .grad = grad_bias_gelu, .in_place = true});
 TROUPE_DEFINE_OP({.name = "bias_gelu_backward", .infer = infer_bias_gelu_backward, .kernel = "bias_gelu_backward", .in_place = true});
+
+// elementwise_chain(inputs...) {ops, args, value<j>}: steps of the ops above in one pass (level 3
+// fuses chains of elementwise nodes into it). Its gradient recomputes the chain's intermediate
+// values from its inputs with the steps' own ops and runs each step's own gradient rule backwards,
+// so the forward pass stores nothing for it and the gradients are those of the unfused ops.
+namespace {
+// A step's op as a graph node sees it: its name and attributes.
+Attrs step_attrs(const kernels::ChainStep& s) {
+  if (s.op == kernels::ChainOp::relu_backward) return Attrs().set("negative_slope", s.value);
+  return kernels::chain_op_has_value(s.op) ? Attrs().set("value", s.value) : Attrs();
+}
+std::vector<ValueInfo> infer_elementwise_chain(const InferContext& c) {
+  expect_arity(c, 1, kernels::kMaxChainInputs);
+  for (std::size_t k = 0; k < c.inputs.size(); ++k) {
+    expect_floating(c, k);
+    expect_same_dtype(c, 0, k);
+  }
+  std::vector<SymShape> shapes;
+  for (const ValueInfo& in : c.inputs) shapes.push_back(in.shape);
+  for (const kernels::ChainStep& s : kernels::chain_steps(c.attrs, c.inputs.size())) {
+    const SymShape& a = shapes[static_cast<std::size_t>(s.a)];
+    shapes.push_back(s.b < 0 ? a : broadcast(a, shapes[static_cast<std::size_t>(s.b)], c.op));
+  }
+  return one(c.inputs[0].dtype, shapes.back());
+}
+std::vector<Var> grad_elementwise_chain(const GradContext& c) {
+  const std::vector<kernels::ChainStep> steps = kernels::chain_steps(c.attrs, c.inputs.size());
+  const std::size_t n = c.inputs.size(), last = steps.size() - 1;
+  std::vector<Var> values = c.inputs;
+  for (std::size_t j = 0; j < last; ++j) {
+    const kernels::ChainStep& s = steps[j];
+    std::vector<Var> operands{values[static_cast<std::size_t>(s.a)]};
+    if (s.b >= 0) operands.push_back(values[static_cast<std::size_t>(s.b)]);
+    values.push_back(apply1(kernels::to_string(s.op), operands, step_attrs(s)));
+  }
+  values.push_back(c.outputs[0]);
+  std::vector<Var> grads(values.size());
+  grads.back() = c.grad_output(0);
+  const SymShape no_target;
+  for (std::size_t j = steps.size(); j-- > 0;) {
+    const Var gj = grads[n + j];
+    if (!gj.defined()) continue;
+    const kernels::ChainStep& s = steps[j];
+    std::vector<ValueId> reads{s.a};
+    if (s.b >= 0) reads.push_back(s.b);
+    std::vector<Var> operands;
+    std::vector<bool> needs;
+    for (ValueId r : reads) {
+      operands.push_back(values[static_cast<std::size_t>(r)]);
+      needs.push_back(static_cast<std::size_t>(r) >= n || c.needs_grad[static_cast<std::size_t>(r)]);
+    }
+    const char* op = kernels::to_string(s.op);
+    const Attrs attrs = step_attrs(s);
+    const GradFn& rule = OpRegistry::instance().get(op).grad;
+    const std::vector<Var> in_grads =
+        (rule ? rule : missing_gradient(op))(GradContext{operands, {values[n + j]}, {gj}, attrs, no_target, needs});
+    for (std::size_t i = 0; i < reads.size(); ++i) {
+      if (!needs[i] || !in_grads[i].defined()) continue;
+      Var& slot = grads[static_cast<std::size_t>(reads[i])];
+      slot = slot.defined() ? slot + in_grads[i] : in_grads[i];
+    }
+  }
+  grads.resize(n);
+  return grads;
+}
+}  // namespace
+TROUPE_DEFINE_OP({.name = "elementwise_chain", .infer = infer_elementwise_chain, .kernel = "elementwise_chain",
+                  .grad = grad_elementwise_chain, .in_place = true});
 
 // relu's backward is the leaky form, so custom gradients can reuse it with a slope.
 Var relu(const Var& x) { return apply1("relu", {x}); }

@@ -1,7 +1,8 @@
 // CPU elementwise kernels: the math of every unary and binary op in the element type, run by one
-// strided loop over broadcast operands.
+// strided loop over broadcast operands, and the fused chain of them, run tile by tile.
 #include "troupe/kernels/elementwise.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <type_traits>
@@ -9,6 +10,7 @@
 #include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
 #include "cpu/strided_loop.hpp"
+#include "troupe/kernels/elementwise_chain.hpp"
 
 namespace troupe::kernels {
 
@@ -74,6 +76,36 @@ inline T apply(T a, T b) {
   if constexpr (Op == BinaryOp::div) return a / b;
 }
 
+// The math of each kernel as a function object, shared by the op's own kernel and by the
+// elementwise chain, so a chain's step compiles to the very loop of the op's kernel.
+template <BinaryOp Op, class T>
+struct BinaryFn {
+  T operator()(T a, T b) const { return apply<Op>(a, b); }
+};
+template <BinaryOp Op, class T>
+struct ScalarFn {
+  T s;
+  T operator()(T a) const { return apply<Op>(a, s); }
+};
+template <UnaryOp Op, class T>
+struct ForwardFn {
+  T operator()(T x) const { return forward<Op>(x); }
+};
+template <UnaryOp Op, class T>
+struct BackwardFn {
+  T operator()(T g, T x) const { return g * derivative<Op>(x); }
+};
+template <class T>
+struct ReluBackwardFn {
+  T slope;
+  T operator()(T g, T x) const { return x > T(0) ? g : slope * g; }
+};
+// gelu(h + b) with the sum formed in T exactly as the add kernel forms it.
+template <class T>
+struct BiasGeluFn {
+  T operator()(T h, T b) const { return forward<UnaryOp::gelu>(static_cast<T>(h + b)); }
+};
+
 // The dense inner loops of map_kernel, where nearly all elementwise time goes.
 template <class T, class F>
 TROUPE_VECTOR_CLONES void map_dense(T* d, const T* a, std::int64_t n, F f) {
@@ -133,12 +165,11 @@ template <BinaryOp Op>
 struct Binary {
   template <class T>
   static void kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
-    map_kernel<T, 2>(in, out[0], [](T a, T b) { return apply<Op>(a, b); });
+    map_kernel<T, 2>(in, out[0], BinaryFn<Op, T>{});
   }
   template <class T>
   static void scalar_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
-    const T s = static_cast<T>(attrs.get_double("value"));
-    map_kernel<T, 1>(in, out[0], [s](T a) { return apply<Op>(a, s); });
+    map_kernel<T, 1>(in, out[0], ScalarFn<Op, T>{static_cast<T>(attrs.get_double("value"))});
   }
 };
 
@@ -147,20 +178,20 @@ template <UnaryOp Op>
 struct Unary {
   template <class T>
   static void kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
-    map_kernel<T, 1>(in, out[0], [](T x) { return forward<Op>(x); });
+    map_kernel<T, 1>(in, out[0], ForwardFn<Op, T>{});
   }
   template <class T>
   static void backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
-    map_kernel<T, 2>(in, out[0], [](T g, T x) { return g * derivative<Op>(x); });
+    map_kernel<T, 2>(in, out[0], BackwardFn<Op, T>{});
   }
 };
 
 // gelu(h + b) and its gradient dy * gelu'(h + b), for h and a bias b broadcast against it: the
-// fusion of a Linear layer's bias with its activation. The sum is formed in T exactly as the add
-// kernel forms it and never stored, so results equal add-then-gelu bit for bit.
+// fusion of a Linear layer's bias with its activation. The sum is never stored, so results equal
+// add-then-gelu bit for bit.
 template <class T>
 void bias_gelu_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
-  map_kernel<T, 2>(in, out[0], [](T h, T b) { return forward<UnaryOp::gelu>(static_cast<T>(h + b)); });
+  map_kernel<T, 2>(in, out[0], BiasGeluFn<T>{});
 }
 template <class T>
 void bias_gelu_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
@@ -169,8 +200,93 @@ void bias_gelu_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor
 
 template <class T>
 void relu_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
-  const T slope = static_cast<T>(attrs.get_double("negative_slope"));
-  map_kernel<T, 2>(in, out[0], [slope](T g, T x) { return x > T(0) ? g : slope * g; });
+  map_kernel<T, 2>(in, out[0], ReluBackwardFn<T>{static_cast<T>(attrs.get_double("negative_slope"))});
+}
+
+// One step of a chain over n dense elements: the loop of the step's own kernel.
+template <class T>
+void run_chain_step(const ChainStep& s, T* d, const T* a, const T* b, std::int64_t n) {
+  const T v = static_cast<T>(s.value);
+  switch (s.op) {
+    case ChainOp::add: return map_dense(d, a, b, n, BinaryFn<BinaryOp::add, T>{});
+    case ChainOp::sub: return map_dense(d, a, b, n, BinaryFn<BinaryOp::sub, T>{});
+    case ChainOp::mul: return map_dense(d, a, b, n, BinaryFn<BinaryOp::mul, T>{});
+    case ChainOp::div: return map_dense(d, a, b, n, BinaryFn<BinaryOp::div, T>{});
+    case ChainOp::add_scalar: return map_dense(d, a, n, ScalarFn<BinaryOp::add, T>{v});
+    case ChainOp::mul_scalar: return map_dense(d, a, n, ScalarFn<BinaryOp::mul, T>{v});
+#define TROUPE_CHAIN_UNARY(op)                                                           \
+  case ChainOp::op: return map_dense(d, a, n, ForwardFn<UnaryOp::op, T>{});             \
+  case ChainOp::op##_backward: return map_dense(d, a, b, n, BackwardFn<UnaryOp::op, T>{})
+    TROUPE_CHAIN_UNARY(gelu);
+    TROUPE_CHAIN_UNARY(silu);
+    TROUPE_CHAIN_UNARY(exp);
+    TROUPE_CHAIN_UNARY(log);
+    TROUPE_CHAIN_UNARY(tanh);
+    TROUPE_CHAIN_UNARY(sqrt);
+    TROUPE_CHAIN_UNARY(rsqrt);
+    TROUPE_CHAIN_UNARY(neg);
+#undef TROUPE_CHAIN_UNARY
+    case ChainOp::relu: return map_dense(d, a, n, ForwardFn<UnaryOp::relu, T>{});
+    case ChainOp::relu_backward: return map_dense(d, a, b, n, ReluBackwardFn<T>{v});
+    case ChainOp::bias_gelu: return map_dense(d, a, b, n, BiasGeluFn<T>{});
+  }
+}
+
+// The chain over N inputs broadcast to the output: each innermost run goes in tiles of kTile
+// elements; a strided or broadcast input is gathered into its tile, each step writes its own tile
+// (the last writes the output directly where it is dense), so intermediates stay in cache. The
+// output may be an input's buffer (in place): the last step reads each element before writing it.
+template <class T, std::size_t N>
+void run_chain(const std::vector<Tensor>& in, Tensor& out, const std::vector<ChainStep>& steps) {
+  constexpr std::int64_t kTile = 256;
+  alignas(64) T tiles[(kMaxChainInputs + kMaxChainSteps) * kTile];
+  std::array<Strides, N> st;
+  std::array<const Strides*, N + 1> ptrs;
+  std::array<const T*, N> src;
+  ptrs[0] = &out.strides();
+  for (std::size_t k = 0; k < N; ++k) {
+    st[k] = cpu::broadcast_strides(in[k].shape(), in[k].strides(), out.shape());
+    ptrs[k + 1] = &st[k];
+    src[k] = in[k].data<T>();
+  }
+  T* dst = out.data<T>();
+  const std::size_t last = steps.size() - 1;
+  cpu::for_each_run<N + 1>(out.shape(), ptrs, [&](auto off, auto step, std::int64_t n) {
+    for (std::int64_t c = 0; c < n; c += kTile) {
+      const std::int64_t m = std::min(kTile, n - c);
+      std::array<const T*, kMaxChainInputs + kMaxChainSteps> operand{};
+      for (std::size_t k = 0; k < N; ++k) {
+        const T* p = src[k] + off[k + 1] + c * step[k + 1];
+        if (step[k + 1] == 1) {
+          operand[k] = p;
+          continue;
+        }
+        T* t = tiles + k * kTile;
+        for (std::int64_t i = 0; i < m; ++i) t[i] = p[i * step[k + 1]];
+        operand[k] = t;
+      }
+      T* out_run = dst + off[0] + c * step[0];
+      for (std::size_t j = 0; j <= last; ++j) {
+        const ChainStep& s = steps[j];
+        T* d = j == last && step[0] == 1 ? out_run : tiles + (N + j) * kTile;
+        run_chain_step(s, d, operand[static_cast<std::size_t>(s.a)], s.b >= 0 ? operand[static_cast<std::size_t>(s.b)] : nullptr, m);
+        operand[N + j] = d;
+      }
+      if (step[0] != 1)
+        for (std::int64_t i = 0; i < m; ++i) out_run[i * step[0]] = operand[N + last][i];
+    }
+  });
+}
+
+template <class T>
+void elementwise_chain_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const std::vector<ChainStep> steps = chain_steps(attrs, in.size());
+  switch (in.size()) {
+    case 1: return run_chain<T, 1>(in, out[0], steps);
+    case 2: return run_chain<T, 2>(in, out[0], steps);
+    case 3: return run_chain<T, 3>(in, out[0], steps);
+    default: return run_chain<T, 4>(in, out[0], steps);
+  }
 }
 
 }  // namespace
@@ -192,6 +308,7 @@ TROUPE_REGISTER_FLOAT_KERNELS("relu_backward", relu_backward_kernel);
 TROUPE_UNARY(gelu);
 TROUPE_REGISTER_FLOAT_KERNELS("bias_gelu", bias_gelu_kernel);
 TROUPE_REGISTER_FLOAT_KERNELS("bias_gelu_backward", bias_gelu_backward_kernel);
+TROUPE_REGISTER_FLOAT_KERNELS("elementwise_chain", elementwise_chain_kernel);
 TROUPE_UNARY(silu);
 TROUPE_UNARY(exp);
 TROUPE_UNARY(log);

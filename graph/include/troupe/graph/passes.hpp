@@ -96,6 +96,11 @@ Graph fuse_add_layer_norm(const Graph& g);
 /// Replaces relu(conv2d(x, w, b)) by conv2d with a relu epilogue (attribute relu=1; the same
 /// bits) where the conv's output has no other reader: in a forward graph, before the gradients.
 Graph fuse_conv_relu(const Graph& g);
+/// Replaces each tree of elementwise nodes (add, mul, gelu, relu_backward, ...; at most 4 inputs
+/// and 16 nodes) whose intermediate values have no reader outside it and the root's shape by one
+/// elementwise_chain node, computed tile by tile in one pass (dense inputs: the same bits). Runs
+/// last among the fusions, on forward graphs and again on differentiated ones.
+Graph fuse_elementwise_chains(const Graph& g);
 /// Asks 3x3 stride-1 f32 convolutions for Winograd (attribute winograd=1; within about 1e-6 of
 /// the direct convolution). For inference graphs (oneDNN has no Winograd gradient).
 Graph choose_conv_algorithms(const Graph& g);
