@@ -17,6 +17,24 @@ TORCH_PYTHON = "/usr/bin/python3"
 TORCH_VARIANTS = ["eager", "channels_last", "jit-freeze"]
 
 
+# The CPU every line ran on: its model and the widest ISA it offers (set by main()).
+MACHINE = {}
+
+
+def emit(line):
+    print(json.dumps({**line, **MACHINE}), flush=True)
+
+
+def machine():
+    with open("/proc/cpuinfo") as f:
+        info = f.read()
+    model = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), "unknown")
+    flags = next((l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags")), [])
+    isa = next((name for flag, name in (("amx_tile", "avx512-amx"), ("avx512_bf16", "avx512-bf16"),
+                                          ("avx512f", "avx512"), ("avx2", "avx2")) if flag in flags), "other")
+    return {"cpu": model, "isa": isa}
+
+
 def log(msg):
     print(f"jit: {msg}", file=sys.stderr, flush=True)
 
@@ -69,7 +87,7 @@ def sr_infer(build, env, threads, size):
                  "peak_bytes_jit0": ours[0]["peak_bytes"], "peak_bytes_jit1": ours[1]["peak_bytes"],
                  "peak_bytes_jit3": ours[3]["peak_bytes"], "allocs_per_step_jit1": ours[1]["allocs_per_step"],
                  "allocs_per_step_jit3": ours[3]["allocs_per_step"]})
-    print(json.dumps(line), flush=True)
+    emit(line)
 
 
 def gpt(build, env, threads, workload):
@@ -84,14 +102,16 @@ def gpt(build, env, threads, workload):
     for l, r in zip(levels, ours):
         line[f"allocs_per_step_jit{l}"] = r["allocs_per_step"]
     line["allocs_per_step"] = ours[2]["allocs_per_step"]
-    print(json.dumps(line), flush=True)
+    emit(line)
 
 
 PASS_GAINS = {  # the level-3 passes that act on each workload
     ("sr-infer", 128): ["conv-algorithm-choice", "layout-choice", "conv-relu-fusion", "conv-residual-fusion",
                         "memory-planning"],
-    ("gpt-forward", 128): ["attention-fusion", "bias-gelu-fusion", "memory-planning"],
-    ("gpt-train", 128): ["attention-fusion", "bias-gelu-fusion", "memory-planning"],
+    ("gpt-forward", 128): ["attention-fusion", "bias-gelu-fusion", "matmul-bias-fusion", "add-layer-norm-fusion",
+                           "memory-planning"],
+    ("gpt-train", 128): ["attention-fusion", "bias-gelu-fusion", "matmul-bias-fusion", "add-layer-norm-fusion",
+                         "memory-planning"],
 }
 
 
@@ -102,17 +122,16 @@ def pass_gains(build, env, threads):
         runs += [lambda n=n: run_json(cmd, {**env, "TROUPE_DISABLE_PASSES": n}) for n in names]
         full, *without = alternate(runs)
         for name, r in zip(names, without):
-            print(json.dumps({"bench": "jit-pass-gain", "workload": workload, "size": size, "threads": threads,
-                              "pass": name, "jit3_ms": round(full["ms"], 2), "without_ms": round(r["ms"], 2),
-                              "gain": round(r["ms"] / full["ms"], 3), "peak_bytes": full["peak_bytes"],
-                              "peak_bytes_without": r["peak_bytes"]}), flush=True)
+            emit({"bench": "jit-pass-gain", "workload": workload, "size": size, "threads": threads,
+                  "pass": name, "jit3_ms": round(full["ms"], 2), "without_ms": round(r["ms"], 2),
+                  "gain": round(r["ms"] / full["ms"], 3), "peak_bytes": full["peak_bytes"],
+                  "peak_bytes_without": r["peak_bytes"]})
 
 
 def main():
     build = sys.argv[1]
-    with open("/proc/cpuinfo") as f:
-        model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "unknown")
-    log(f"cpu: {model}")
+    MACHINE.update(machine())
+    log(f"cpu: {MACHINE['cpu']} ({MACHINE['isa']})")
     env = dict(os.environ)
     for threads in sorted({1, os.cpu_count() or 1}):
         for size in (128, 256):

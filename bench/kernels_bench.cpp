@@ -7,6 +7,7 @@
 //  - layernorm and softmax effective GB/s next to a memcpy of the same bytes;
 //  - the AdamW update over gpt-mini's 3.3 M parameters: GB/s next to memcpy (one thread, as every
 //    kernel but GEMM);
+//  - a fused elementwise chain next to the unfused kernels (r + gelu(x * s + b)), and memcpy;
 //  - causal attention at gpt-mini's size: the fused kernel next to the unfused kernels it replaces
 //    (matmul, scale, mask, softmax, matmul), forward and backward, and the bytes of scores each holds.
 #include <cblas.h>
@@ -26,6 +27,7 @@
 #include "troupe/kernels/attention.hpp"
 #include "troupe/kernels/conv.hpp"
 #include "troupe/kernels/elementwise.hpp"
+#include "troupe/kernels/elementwise_chain.hpp"
 #include "troupe/kernels/select.hpp"
 #include "troupe/kernels/layernorm.hpp"
 #include "troupe/kernels/matmul.hpp"
@@ -66,8 +68,22 @@ std::string env_label() {
   return e ? e : "default";
 }
 
+// The widest instruction set oneDNN uses on this CPU (AMX, AVX-512 BF16, ...), for every line.
+const char* isa_name() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    default: return "other";
+  }
+}
+
 std::string context() {
-  return std::string("\"openblas_env\":\"") + env_label() + "\",\"openblas_core\":\"" + openblas_get_corename() + "\"";
+  return std::string("\"isa\":\"") + isa_name() + "\",\"openblas_env\":\"" + env_label() + "\",\"openblas_core\":\"" +
+         openblas_get_corename() + "\"";
 }
 
 Tensor randn(const Shape& s, std::uint64_t seed) {
@@ -206,6 +222,33 @@ void bench_adamw() {
   std::fflush(stdout);
 }
 
+// A fused elementwise chain next to the unfused kernels it replaces: r + gelu(x * s + b), a scale
+// and shift over the last dim, an activation and a residual add, over 4096 x 1024 floats (beyond
+// the caches). Unfused, each op reads and writes the whole tensor; fused, only x, r and the result
+// move, so the chain's GB/s (those three tensors) is set against memcpy's.
+void bench_chain() {
+  set_kernel_threads(1);
+  const std::int64_t rows = 4096, cols = 1024;
+  const Tensor x = randn({rows, cols}, 20), r = randn({rows, cols}, 21), sc = randn({cols}, 22), b = randn({cols}, 23);
+  Tensor dst = Tensor::empty({rows, cols});
+  using kernels::ChainOp;
+  const std::vector<kernels::ChainStep> steps{{ChainOp::mul, 0, 1, 0.0},
+                                              {ChainOp::add, 4, 2, 0.0},
+                                              {ChainOp::gelu, 5, -1, 0.0},
+                                              {ChainOp::add, 3, 6, 0.0}};
+  const auto t = median_alternating(
+      {[&] { kernels::elementwise_chain({x, sc, b, r}, steps); },
+       [&] { kernels::add(r, kernels::gelu(kernels::add(kernels::mul(x, sc), b))); },
+       [&] { std::memcpy(dst.raw_data(), x.raw_data(), x.nbytes()); }},
+      11);
+  const double bytes = 3.0 * x.nbytes(), copy = 2.0 * x.nbytes();
+  std::printf("{\"bench\":\"elementwise-chain\",\"shape\":\"4096x1024\",\"steps\":4,\"fused_ms\":%.3f,"
+              "\"unfused_ms\":%.3f,\"speedup\":%.2f,\"fused_gbps\":%.1f,\"memcpy_gbps\":%.1f,\"ratio\":%.3f,%s}\n",
+              t[0] * 1e3, t[1] * 1e3, t[1] / t[0], bytes / t[0] / 1e9, copy / t[2] / 1e9, bytes / t[0] / (copy / t[2]),
+              context().c_str());
+  std::fflush(stdout);
+}
+
 // The unfused attention's forward, keeping what its backward reads (the probabilities).
 struct UnfusedAttention {
   Tensor p, y;
@@ -258,5 +301,6 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "bandwidth") bench_bandwidth();
   if (only.empty() || only == "attention") bench_attention();
   if (only.empty() || only == "adamw") bench_adamw();
+  if (only.empty() || only == "chain") bench_chain();
   return 0;
 }
