@@ -353,6 +353,7 @@ TEST(Pipeline, RunsThePassesOfEachLevel) {
   two.push_back("add-layer-norm-fusion");
   two.push_back("conv-relu-fusion");
   two.push_back("elementwise-fusion");
+  two.push_back("recomputation");
   EXPECT_EQ(three, two);
   EXPECT_THROW(pipeline(4), Error);
   const Graph g = arithmetic_graph("mul_scalar", value_attr(1.0));

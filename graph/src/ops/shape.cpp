@@ -233,6 +233,17 @@ TROUPE_DEFINE_OP({.name = "cast", .infer = infer_cast, .compute = compute_cast,
 // identity has no builder of its own: the runtime's benchmarks and tests use it as an empty op.
 TROUPE_DEFINE_OP({.name = "identity", .infer = infer_identity, .compute = compute_identity,
                   .grad = [](const GradContext& c) -> std::vector<Var> { return {c.grad_output(0)}; }});
+// after(x, token) is x, once token exists: an order among nodes that data alone does not give. The
+// recomputation pass makes a recomputed value wait, through it, for the backward to reach its
+// reader, so the actor runtime (which runs a node as soon as its inputs exist) does not recompute it
+// during the forward. x passes through as the same tensor; token is only waited for.
+std::vector<ValueInfo> infer_after(const InferContext& c) {
+  expect_arity(c, 2, 2);
+  return one(c.inputs[0].dtype, c.inputs[0].shape);
+}
+TROUPE_DEFINE_OP({.name = "after", .infer = infer_after, .compute = compute_identity,
+                  .grad = [](const GradContext& c) -> std::vector<Var> { return {c.grad_output(0), Var()}; },
+                  .no_grad_inputs = {1}});
 // Input 0 takes no gradient, so neither the tape nor autodiff go through stop_gradient.
 Var stop_gradient(const Var& x) { return apply1("stop_gradient", {x}); }
 TROUPE_DEFINE_OP({.name = "stop_gradient", .infer = infer_identity, .compute = compute_identity, .no_grad_inputs = {0}});

@@ -75,6 +75,11 @@ NodeId Rewriter::emit_standing_for(const Node& n, const std::vector<ValueId>& ol
   return m;
 }
 
+std::vector<ValueId> Rewriter::emit_before(const Node& next, const std::string& op, const std::vector<ValueId>& inputs,
+                                           const Attrs& attrs) {
+  return out_.node(emit_standing_for(next, {}, op, inputs, attrs)).outputs;
+}
+
 NodeId Rewriter::emit_relaid_for(const Node& n, const std::string& op, const std::vector<ValueId>& inputs,
                                  const Attrs& attrs) {
   for (ValueId o : n.outputs)

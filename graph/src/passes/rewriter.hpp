@@ -34,6 +34,10 @@ class Rewriter {
   /// n's outputs: for a fusion whose node also gives a value an absorbed producer made.
   NodeId emit_standing_for(const Node& n, const std::vector<ValueId>& olds, const std::string& op,
                            const std::vector<ValueId>& inputs, const Attrs& attrs, const SymShape& target = {});
+  /// Appends a node of the pass's own, standing for no old value (a recomputation), with the
+  /// flags and region of old node `next`, the node it is placed before; returns its outputs.
+  std::vector<ValueId> emit_before(const Node& next, const std::string& op, const std::vector<ValueId>& inputs,
+                                   const Attrs& attrs);
   /// Like emit_for, for a node whose outputs hold n's values in another layout, so another shape
   /// (layout choice): none of n's outputs may be a graph output, whose info must not change.
   NodeId emit_relaid_for(const Node& n, const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs);

@@ -101,6 +101,11 @@ Graph fuse_conv_relu(const Graph& g);
 /// elementwise_chain node, computed tile by tile in one pass (dense inputs: the same bits). Runs
 /// last among the fusions, on forward graphs and again on differentiated ones.
 Graph fuse_elementwise_chains(const Graph& g);
+/// In a differentiated graph, computes again, right before its first backward reader, each forward
+/// value the backward reads that an elementwise op or a layer norm makes from values the backward
+/// holds anyway (the same bits), so it is not kept from the forward to the backward. The
+/// recomputation waits for the backward to reach it (op after). No-op on graphs without backward.
+Graph recompute_activations(const Graph& g);
 /// Asks 3x3 stride-1 f32 convolutions for Winograd (attribute winograd=1; within about 1e-6 of
 /// the direct convolution). For inference graphs (oneDNN has no Winograd gradient).
 Graph choose_conv_algorithms(const Graph& g);
