@@ -111,7 +111,7 @@ PASS_GAINS = {  # the level-3 passes that act on each workload
     ("gpt-forward", 128): ["attention-fusion", "bias-gelu-fusion", "matmul-bias-fusion", "add-layer-norm-fusion",
                            "memory-planning"],
     ("gpt-train", 128): ["attention-fusion", "bias-gelu-fusion", "matmul-bias-fusion", "add-layer-norm-fusion",
-                         "memory-planning"],
+                         "recomputation", "memory-planning"],
 }
 
 

@@ -31,6 +31,10 @@ struct ProgramState {
   std::deque<RunRequestPtr> queue;
   RunRequestPtr current;  // the request of the step in progress
   std::shared_ptr<StepArena> memory;  // the step's planned memory, ended with the step
+  // Data parallel: the gradient buckets' buffers, kept from step to step (steps run one at a time),
+  // unless a step handed views of them to its caller (returned gradients) or failed with acts of
+  // it possibly still writing: then the next step makes new ones.
+  std::vector<Tensor> bucket_buffers;
   std::uint64_t step = 0;
   // What the step in progress has collected so far.
   int done = 0, outputs_in = 0, applied = 0, buckets_in = 0, norms_in = 0;
@@ -80,7 +84,7 @@ void start_next(Self* self) {
     if (s.setup->comm) s.comm_busy_at_start = s.setup->comm->busy_seconds();
     StepContextPtr ctx;
     try {
-      ctx = make_step_context(*s.setup, s.step, s.current->inputs);
+      ctx = make_step_context(*s.setup, s.step, s.current->inputs, s.bucket_buffers);
     } catch (...) {
       answer(std::exchange(s.current, nullptr), nullptr, std::current_exception());
       continue;
@@ -105,12 +109,14 @@ std::unique_ptr<StepResult> collect(ProgramState& s) {
   for (std::size_t k = 0; k < s.outputs.size(); ++k)
     if (s.setup->plan->sink_param[k] < 0) r->outputs.push_back(s.outputs[k]);
   r->gradients = std::move(s.gradients);
+  if (!r->gradients.empty()) s.bucket_buffers.clear();
   return r;
 }
 
 // Answers the caller and moves on to the next step. A recorded step's memory plan is made first,
 // so the caller can read its report.
 void finish(Self* self, std::unique_ptr<StepResult> result, std::exception_ptr error) {
+  if (error) self->state.bucket_buffers.clear();
   if (auto memory = std::exchange(self->state.memory, nullptr)) self->state.setup->memory->end(*memory, error != nullptr);
   answer(std::exchange(self->state.current, nullptr), result.get(), error);
   start_next(self);

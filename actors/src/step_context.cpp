@@ -43,7 +43,8 @@ std::int64_t batch_rows(const graph::Graph& g, const std::vector<Tensor>& inputs
 
 }  // namespace
 
-StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, const std::vector<Tensor>& inputs) {
+StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, const std::vector<Tensor>& inputs,
+                                 std::vector<Tensor>& bucket_buffers) {
   const graph::Graph& g = setup.fn->graph();
   const graph::SymBindings whole = graph::bind_inputs(g, inputs);  // whole-batch check first: its errors name the user's shapes
   auto ctx = std::make_shared<StepContext>();
@@ -67,8 +68,16 @@ StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, 
     }
   }
   for (const graph::Var& p : setup.fn->parameters()) ctx->parameters.push_back(p.tensor());
-  if (setup.comm)
-    for (std::int64_t numel : setup.peers->gradients.buckets->numel) ctx->buckets.push_back(Tensor::empty({numel}));
+  if (setup.comm) {
+    // The program's buffers, made by its first step (or after it gave the last ones away).
+    const std::vector<std::int64_t>& numel = setup.peers->gradients.buckets->numel;
+    bucket_buffers.resize(numel.size());
+    for (std::size_t b = 0; b < numel.size(); ++b) {
+      Tensor& buffer = bucket_buffers[b];
+      if (!buffer.defined()) buffer = Tensor::empty({numel[b]});
+      ctx->buckets.push_back(buffer);
+    }
+  }
   if (setup.memory) ctx->memory = setup.memory->begin(*ctx);
   return ctx;
 }

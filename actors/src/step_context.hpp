@@ -22,7 +22,7 @@ struct StepContext {
   std::vector<Tensor> parameters;            // in the order of the graph's parameters
   std::vector<graph::SymBindings> bindings;  // [micro-batch]: symbol sizes (micro-batches may differ in rows)
   std::vector<double> weights;               // [micro-batch]: its share of the batch's rows (they sum to 1)
-  // Data parallel: one flat buffer per gradient bucket, allocated at step start; a gradient stage
+  // Data parallel: one flat buffer per gradient bucket, the program's (kept between steps); a gradient stage
   // writes its finished gradient straight into its slice (PyTorch DDP's gradient-as-bucket-view),
   // so the AllReduce needs no copy.
   std::vector<Tensor> buckets;

@@ -2,13 +2,17 @@
 // exactly like one process at batch 2B (loss, clipped gradients and parameters after several
 // steps), on the overlapped bucket path and on the naive path, with several buckets; every rank
 // reports the same loss and the same post-reduce bucket norms; uneven micro-batches keep this;
-// gradients go from their stages through the buckets to the optimizer, never through the program.
+// gradients go from their stages through the buckets to the optimizer, never through the program;
+// a planned (level 3) step makes no allocator calls on either rank.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
 
+#include "graph/pass_testing.hpp"
 #include "kernels/reference.hpp"
 #include "troupe/actors/engine.hpp"
 #include "troupe/actors/tracer.hpp"
@@ -155,4 +159,95 @@ TEST(DataParallel, GradientsGoFromStageToBucketToOptimizerWithoutTheProgram) {
                 flow == "reduced->program" || flow == "clipped->program" || flow == "applied->program")
         << flow << " reached the program";
   }
+}
+
+// At level 3 a data-parallel step runs its acts in the step's arena, and the gradient buckets'
+// buffers are the program's, kept from step to step: beyond that the step only asks the allocator
+// for a few 0-d values (each bucket's norm, the loss' mean over the ranks), never for a buffer.
+// Both ranks run in this process, so the count covers both.
+TEST(DataParallel, APlannedStepOnTwoRanksAllocatesNoBuffers) {
+  const int world = 2, warm_up = 3;
+  auto transports = transport::make_inprocess_world(world);
+  Engine engine(actors::EngineOptions{2});
+  std::mutex mutex;
+  std::condition_variable changed;
+  int arrived = 0;
+  // Every rank waits here until all have arrived `round` times.
+  auto meet = [&](int round) {
+    std::unique_lock<std::mutex> lock(mutex);
+    ++arrived;
+    changed.notify_all();
+    changed.wait(lock, [&] { return arrived >= round * world; });
+  };
+  std::size_t held = 0;
+  AllocatorStats during;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      Generator gen(5);
+      GPTBlock model(16, 2, gen);
+      auto loss = [&](const std::vector<Var>& in) { return std::vector<Var>{mse_loss(model(in[0]), in[1])}; };
+      ProgramOptions po;
+      kernels::AdamWParams hp;
+      po.optimizers = {std::make_shared<AdamW>(model.parameters(), hp)};
+      po.clip_grad_norm = 0.05;
+      po.micro_batches = 2;
+      po.return_gradients = false;
+      po.data_parallel.communicator = std::make_shared<transport::Communicator>(
+          std::move(transports[static_cast<std::size_t>(r)]), "allreduce", 0, 256);
+      po.data_parallel.fusion_mb = 0.004;
+      const std::vector<graph::InputSpec> sig{{"x", {kBatch, 6, 16}}, {"y", {kBatch, 6, 16}}};
+      auto program = engine.compile(trace(loss, sig).optimized(3).with_gradients().optimized(3), po);
+      const std::vector<Tensor> in{test::random_tensor({4, 6, 16}, 40 + r), test::random_tensor({4, 6, 16}, 50 + r)};
+      for (int s = 0; s < warm_up; ++s) program->run(in);
+      meet(1);
+      if (r == 0) {
+        cpu_allocator().reset_stats();
+        held = cpu_allocator().stats().current_bytes;
+      }
+      meet(2);
+      program->run(in);
+      meet(3);
+      if (r == 0) during = cpu_allocator().stats();
+    });
+  for (auto& t : threads) t.join();
+  // Each 0-d value takes one 64-byte block; a bucket buffer alone would take kilobytes.
+  EXPECT_LE(during.requests, 16u);
+  EXPECT_LE(during.peak_bytes - held, 1024u) << "a planned data-parallel step allocated a buffer";
+}
+
+// Returned gradients are views of the bucket buffers: a caller keeping a step's gradients keeps
+// them unchanged through the next step, which gets buffers of its own.
+TEST(DataParallel, GradientsACallerKeepsAreNotOverwrittenByTheNextStep) {
+  const int world = 2;
+  auto transports = transport::make_inprocess_world(world);
+  Engine engine(actors::EngineOptions{2});
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      Generator gen(5);
+      GPTBlock model(16, 2, gen);
+      auto loss = [&](const std::vector<Var>& in) { return std::vector<Var>{mse_loss(model(in[0]), in[1])}; };
+      ProgramOptions po;
+      kernels::SgdParams hp;
+      hp.lr = 0.5;
+      po.optimizers = {std::make_shared<SGD>(model.parameters(), hp)};
+      po.data_parallel.communicator = std::make_shared<transport::Communicator>(
+          std::move(transports[static_cast<std::size_t>(r)]), "allreduce", 0, 256);
+      po.data_parallel.fusion_mb = 0.004;
+      auto program = engine.compile(trace(loss, {{"x", {kBatch, 6, 16}}, {"y", {kBatch, 6, 16}}}).with_gradients(), po);
+      const std::vector<Tensor> in{test::random_tensor({4, 6, 16}, 60 + r), test::random_tensor({4, 6, 16}, 70 + r)};
+      const StepResult first = program->run(in);
+      ASSERT_FALSE(first.gradients.empty());
+      std::map<std::string, Tensor> copies;
+      for (const auto& [name, g] : first.gradients) copies[name] = g.clone();
+      const StepResult second = program->run(in);
+      bool moved = false;
+      for (const auto& [name, g] : first.gradients) {
+        EXPECT_TRUE(test::same_bits(g.contiguous(), copies.at(name).contiguous())) << name << " changed after the next step";
+        moved = moved || !test::same_bits(second.gradients.at(name).contiguous(), g.contiguous());
+      }
+      EXPECT_TRUE(moved) << "the parameters moved, so the second step's gradients differ";
+    });
+  for (auto& t : threads) t.join();
 }
