@@ -2,6 +2,10 @@
 // seen as [rows, D]; statistics are accumulated in double.
 
 #include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
@@ -38,6 +42,42 @@ TROUPE_VECTOR_CLONES void layernorm_row(const T* __restrict p, const T* __restri
   for (std::int64_t i = 0; i < d; ++i) y[i] = static_cast<T>((p[i] - m) * rstd * g[i] + b[i]);
   *mean = static_cast<T>(m);
   *rstd_out = static_cast<T>(rstd);
+}
+
+// Eight floats, one AVX2 vector (two SSE ones in the baseline clone): GCC's vector extension, as
+// in softmax, since with plain lane arrays GCC vectorised across rows of lanes and shuffled.
+using Floats8 = float __attribute__((vector_size(32)));
+inline Floats8 load8(const float* p) {
+  Floats8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// sum of f(x[i]) over a float row in eight float lanes, combined in double: each lane adds d/8
+// elements, so its rounding stays near sqrt(d/8) ulp.
+template <class F>
+inline __attribute__((always_inline)) double lane_sum_f32(const float* __restrict x, std::int64_t d, F f) {
+  Floats8 lanes = {};
+  std::int64_t i = 0;
+  for (; i + 8 <= d; i += 8) lanes += f(load8(x + i));
+  double s = 0.0;
+  for (; i < d; ++i) s += f(x[i]);
+  for (int l = 0; l < 8; ++l) s += lanes[l];
+  return s;
+}
+
+// A float row: the statistics in float lanes (combined in double) and y in float, as PyTorch's CPU
+// kernel computes it; within a few ulp of the double form.
+TROUPE_VECTOR_CLONES void layernorm_row(const float* __restrict p, const float* __restrict g, const float* __restrict b,
+                                        float* __restrict y, std::int64_t d, double eps, float* mean, float* rstd_out) {
+  const double m = lane_sum_f32(p, d, [](auto v) { return v; }) / static_cast<double>(d);
+  const float mf = static_cast<float>(m);
+  const double v = lane_sum_f32(p, d, [mf](auto e) { return (e - mf) * (e - mf); }) / static_cast<double>(d);
+  const double rstd = 1.0 / std::sqrt(v + eps);
+  const float rf = static_cast<float>(rstd);
+  for (std::int64_t i = 0; i < d; ++i) y[i] = (p[i] - mf) * rf * g[i] + b[i];
+  *mean = mf;
+  *rstd_out = rf;
 }
 
 // in: x, gamma, beta; out: y, mean, rstd; attr "eps".
@@ -118,6 +158,41 @@ TROUPE_VECTOR_CLONES void layernorm_backward_row(const T* __restrict dy, const T
     for (std::int64_t k = 0; k < d; ++k) dx[k] = more[k] + dx[k];
 }
 
+// A float row of the backward: s1 and s2 in float lanes (combined in double), dx in float, and the
+// row's share of dgamma and dbeta added to float sums that the kernel folds into double ones every
+// kFoldRows rows, so they never add more than that many rows in float.
+TROUPE_VECTOR_CLONES void layernorm_backward_row(const float* __restrict dy, const float* __restrict x,
+                                                 const float* __restrict g, float m, float rstd, std::int64_t d,
+                                                 const float* __restrict more, float* __restrict dx,
+                                                 float* __restrict dgs, float* __restrict dbs) {
+  Floats8 l1 = {}, l2 = {};
+  std::int64_t i = 0;
+  for (; i + 8 <= d; i += 8) {
+    const Floats8 xh = (load8(x + i) - m) * rstd, dxh = load8(dy + i) * load8(g + i);
+    l1 += dxh;
+    l2 += dxh * xh;
+  }
+  double s1 = 0.0, s2 = 0.0;
+  for (; i < d; ++i) {
+    const float xh = (x[i] - m) * rstd, dxh = dy[i] * g[i];
+    s1 += dxh;
+    s2 += static_cast<double>(dxh) * xh;
+  }
+  for (int l = 0; l < 8; ++l) {
+    s1 += l1[l];
+    s2 += l2[l];
+  }
+  const float a = static_cast<float>(s1 / static_cast<double>(d)), c = static_cast<float>(s2 / static_cast<double>(d));
+  for (std::int64_t k = 0; k < d; ++k) {
+    const float xh = (x[k] - m) * rstd, gy = dy[k];
+    dgs[k] += gy * xh;
+    dbs[k] += gy;
+    dx[k] = rstd * (gy * g[k] - a - xh * c);
+  }
+  if (more)
+    for (std::int64_t k = 0; k < d; ++k) dx[k] = more[k] + dx[k];
+}
+
 // in: dy, x, gamma, mean, rstd and optionally another gradient of x to add to dx in the same pass
 // (a residual's, rounded as a separate add would round it); out: dx, dgamma, dbeta.
 template <class T>
@@ -134,10 +209,23 @@ void layernorm_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor
   const std::int64_t d = in[1].shape().back();
   const std::int64_t rows = in[3].numel();
   std::vector<double> dgs(static_cast<std::size_t>(d), 0.0), dbs(static_cast<std::size_t>(d), 0.0);
-  for (std::int64_t r = 0; r < rows; ++r)
-    layernorm_backward_row(dy + r * d, x + r * d, g, static_cast<double>(mu[r]), static_cast<double>(rs[r]), d,
-                           more ? more + r * d : nullptr, dx + r * d,
-                           dgs.data(), dbs.data());
+  if constexpr (std::is_same_v<T, float>) {
+    constexpr std::int64_t kFoldRows = 32;
+    std::vector<float> fg(static_cast<std::size_t>(d), 0.0f), fb(static_cast<std::size_t>(d), 0.0f);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      layernorm_backward_row(dy + r * d, x + r * d, g, mu[r], rs[r], d, more ? more + r * d : nullptr, dx + r * d,
+                             fg.data(), fb.data());
+      if ((r + 1) % kFoldRows != 0 && r + 1 != rows) continue;
+      for (std::int64_t i = 0; i < d; ++i) {
+        dgs[static_cast<std::size_t>(i)] += std::exchange(fg[static_cast<std::size_t>(i)], 0.0f);
+        dbs[static_cast<std::size_t>(i)] += std::exchange(fb[static_cast<std::size_t>(i)], 0.0f);
+      }
+    }
+  } else {
+    for (std::int64_t r = 0; r < rows; ++r)
+      layernorm_backward_row(dy + r * d, x + r * d, g, static_cast<double>(mu[r]), static_cast<double>(rs[r]), d,
+                             more ? more + r * d : nullptr, dx + r * d, dgs.data(), dbs.data());
+  }
   for (std::int64_t i = 0; i < d; ++i) {
     dg[i] = static_cast<T>(dgs[i]);
     db[i] = static_cast<T>(dbs[i]);
