@@ -1,5 +1,6 @@
 // CPU layer normalisation over the last dimension. Inputs are made dense by the front end and
-// seen as [rows, D]; statistics are accumulated in double.
+// seen as [rows, D]. f64 rows accumulate in double; f32 rows in float vector lanes whose sums are
+// combined in double, as PyTorch's CPU kernels compute in float.
 
 #include <cmath>
 #include <cstring>

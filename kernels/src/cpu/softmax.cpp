@@ -27,7 +27,7 @@ Layout layout_of(const Shape& s, int axis) {
 
 // Softmax of one dense f32 row (the last-axis case: attention scores, logits), vectorised: a
 // select for the max, the fast exp of x - max <= 0 (masked -inf scores give exactly 0; a NaN or
-// +Inf score makes the whole row NaN, as in IEEE arithmetic), eight partial sums.
+// +Inf score makes the whole row NaN, as in IEEE arithmetic), their sum in eight float lanes.
 // `next` is the row after this one (or null): its bytes are prefetched while this row's
 // exponentials run, so the next max pass does not wait on memory.
 TROUPE_VECTOR_CLONES void softmax_row(const float* __restrict x, float* __restrict y, std::int64_t n, bool log,
@@ -64,25 +64,27 @@ TROUPE_VECTOR_CLONES void softmax_row(const float* __restrict x, float* __restri
     return;
   }
   if (std::isinf(m)) m = 0.0f;  // all -inf row: avoid inf - inf
-  // The exponentials and their sum in eight double lanes (lane l takes the elements k + l), in one
-  // pass; x and y are __restrict, or GCC re-checks their overlap every eight elements.
-  double lanes[8] = {};
+  // The exponentials, a plain map that vectorises whole (x and y are __restrict, or GCC re-checks
+  // their overlap every eight elements), then their sum from the row in cache in eight float lanes
+  // combined in double: summed in the same loop, GCC shuffled the lanes across iterations.
+  // In blocks of 64 elements, each after prefetching four 64-byte lines of the next row, so the
+  // prefetches spread over the pass (issued at once, most were dropped).
+  for (std::int64_t b = 0; b < n; b += 64) {
+    if (next)
+      for (std::int64_t p = b; p < b + 64 && p < n; p += 16) __builtin_prefetch(next + p);
+    const std::int64_t end = std::min(b + 64, n);
+    for (std::int64_t k = b; k < end; ++k) y[k] = cpu::fast_exp_nonpositive(x[k] - m);
+  }
+  Lanes lanes = {};
   std::int64_t k = 0;
   for (; k + 8 <= n; k += 8) {
-    if (next && k % 16 == 0) __builtin_prefetch(next + k);  // one 64-byte line per 16 floats
-    for (int l = 0; l < 8; ++l) {
-      const float e = cpu::fast_exp_nonpositive(x[k + l] - m);
-      y[k + l] = e;
-      lanes[l] += e;
-    }
+    Lanes v;
+    std::memcpy(&v, y + k, sizeof v);
+    lanes += v;
   }
   double s = 0.0;
-  for (; k < n; ++k) {
-    const float e = cpu::fast_exp_nonpositive(x[k] - m);
-    y[k] = e;
-    s += e;
-  }
-  for (double l : lanes) s += l;
+  for (; k < n; ++k) s += y[k];
+  for (int l = 0; l < 8; ++l) s += lanes[l];
   if (log) {
     const float lse = static_cast<float>(m + std::log(s));
     for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] - lse;
