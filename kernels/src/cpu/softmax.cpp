@@ -37,16 +37,29 @@ TROUPE_VECTOR_CLONES void softmax_row(const float* __restrict x, float* __restri
   // from memory. A NaN never wins the comparison, as in the scalar form.
   using Lanes = float __attribute__((vector_size(32)));
   using Mask = int __attribute__((vector_size(32)));
-  Lanes top = {};
-  top -= std::numeric_limits<float>::infinity();
+  // Four vectors of running maxima, 32 elements a round: one would wait on its own select every
+  // eight elements.
+  Lanes top[4];
+  for (Lanes& t : top) {
+    t = Lanes{};
+    t -= std::numeric_limits<float>::infinity();
+  }
   Mask nan = {};
   std::int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int q = 0; q < 4; ++q) {
+      Lanes v;
+      std::memcpy(&v, x + i + 8 * q, sizeof v);
+      top[q] = v > top[q] ? v : top[q];
+      nan |= v != v;
+    }
   for (; i + 8 <= n; i += 8) {
     Lanes v;
     std::memcpy(&v, x + i, sizeof v);
-    top = v > top ? v : top;
+    top[0] = v > top[0] ? v : top[0];
     nan |= v != v;
   }
+  for (int q = 1; q < 4; ++q) top[0] = top[q] > top[0] ? top[q] : top[0];
   float m = -std::numeric_limits<float>::infinity();
   bool bad = false;
   for (; i < n; ++i) {
@@ -54,7 +67,7 @@ TROUPE_VECTOR_CLONES void softmax_row(const float* __restrict x, float* __restri
     bad = bad || x[i] != x[i];
   }
   for (int l = 0; l < 8; ++l) {
-    m = top[l] > m ? top[l] : m;
+    m = top[0][l] > m ? top[0][l] : m;
     bad = bad || nan[l] != 0;
   }
   // A NaN or +Inf score makes the whole row NaN, as the IEEE arithmetic would (x - max is NaN
