@@ -32,6 +32,18 @@ using troupe::actors::StepResult;
 namespace {
 const SymDim kBatch = SymDim::symbol("batch");
 
+// One rank's model, the same on every rank: a GPT block and its MSE loss on (x, y) [batch, 6, 16].
+struct RankModel {
+  Generator gen{5};
+  GPTBlock model{16, 2, gen};
+  // The traced training step at JIT level `level` (1: as traced).
+  TracedFunction step(int level) {
+    auto loss = [this](const std::vector<Var>& in) { return std::vector<Var>{mse_loss(model(in[0]), in[1])}; };
+    const std::vector<InputSpec> sig{{"x", {kBatch, 6, 16}}, {"y", {kBatch, 6, 16}}};
+    return level < 3 ? trace(loss, sig).with_gradients() : trace(loss, sig).optimized(3).with_gradients().optimized(3);
+  }
+};
+
 struct RankRun {
   std::vector<double> losses, norms;
   std::vector<std::vector<double>> bucket_norms;
@@ -47,14 +59,12 @@ std::vector<RankRun> train(int world, ClipMode mode, int steps, const Tensor& x,
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
-      Generator gen(5);
-      GPTBlock model(16, 2, gen);
+      RankModel m;
       kernels::SgdParams hp;
       hp.lr = 0.2;
       hp.momentum = 0.9;
-      auto loss = [&](const std::vector<Var>& in) { return std::vector<Var>{mse_loss(model(in[0]), in[1])}; };
       ProgramOptions po;
-      po.optimizers = {std::make_shared<SGD>(model.parameters(), hp)};
+      po.optimizers = {std::make_shared<SGD>(m.model.parameters(), hp)};
       po.clip_grad_norm = 0.05;
       po.clip_mode = mode;
       po.micro_batches = 2;
@@ -65,7 +75,7 @@ std::vector<RankRun> train(int world, ClipMode mode, int steps, const Tensor& x,
         po.data_parallel.first_bucket_mb = 0.001;
         po.data_parallel.overlap = overlap;
       }
-      auto program = engine.compile(trace(loss, {{"x", {kBatch, 6, 16}}, {"y", {kBatch, 6, 16}}}).with_gradients(), po);
+      auto program = engine.compile(m.step(1), po);
       if (world > 1) {
         EXPECT_GT(program->actor_counts().at("bucket"), 2);
         if (!overlap) {
@@ -81,7 +91,7 @@ std::vector<RankRun> train(int world, ClipMode mode, int steps, const Tensor& x,
         out.norms.push_back(res.grad_norm);
         out.bucket_norms.push_back(res.bucket_squared_norms);
       }
-      for (const auto& [name, t] : model.state_dict()) out.params[name] = t.clone();
+      for (const auto& [name, t] : m.model.state_dict()) out.params[name] = t.clone();
     });
   for (auto& t : threads) t.join();
   return runs;
@@ -184,20 +194,17 @@ TEST(DataParallel, APlannedStepOnTwoRanksAllocatesNoBuffers) {
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
-      Generator gen(5);
-      GPTBlock model(16, 2, gen);
-      auto loss = [&](const std::vector<Var>& in) { return std::vector<Var>{mse_loss(model(in[0]), in[1])}; };
+      RankModel m;
       ProgramOptions po;
       kernels::AdamWParams hp;
-      po.optimizers = {std::make_shared<AdamW>(model.parameters(), hp)};
+      po.optimizers = {std::make_shared<AdamW>(m.model.parameters(), hp)};
       po.clip_grad_norm = 0.05;
       po.micro_batches = 2;
       po.return_gradients = false;
       po.data_parallel.communicator = std::make_shared<transport::Communicator>(
           std::move(transports[static_cast<std::size_t>(r)]), "allreduce", 0, 256);
       po.data_parallel.fusion_mb = 0.004;
-      const std::vector<graph::InputSpec> sig{{"x", {kBatch, 6, 16}}, {"y", {kBatch, 6, 16}}};
-      auto program = engine.compile(trace(loss, sig).optimized(3).with_gradients().optimized(3), po);
+      auto program = engine.compile(m.step(3), po);
       const std::vector<Tensor> in{test::random_tensor({4, 6, 16}, 40 + r), test::random_tensor({4, 6, 16}, 50 + r)};
       for (int s = 0; s < warm_up; ++s) program->run(in);
       meet(1);
@@ -225,17 +232,15 @@ TEST(DataParallel, GradientsACallerKeepsAreNotOverwrittenByTheNextStep) {
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
-      Generator gen(5);
-      GPTBlock model(16, 2, gen);
-      auto loss = [&](const std::vector<Var>& in) { return std::vector<Var>{mse_loss(model(in[0]), in[1])}; };
+      RankModel m;
       ProgramOptions po;
       kernels::SgdParams hp;
       hp.lr = 0.5;
-      po.optimizers = {std::make_shared<SGD>(model.parameters(), hp)};
+      po.optimizers = {std::make_shared<SGD>(m.model.parameters(), hp)};
       po.data_parallel.communicator = std::make_shared<transport::Communicator>(
           std::move(transports[static_cast<std::size_t>(r)]), "allreduce", 0, 256);
       po.data_parallel.fusion_mb = 0.004;
-      auto program = engine.compile(trace(loss, {{"x", {kBatch, 6, 16}}, {"y", {kBatch, 6, 16}}}).with_gradients(), po);
+      auto program = engine.compile(m.step(1), po);
       const std::vector<Tensor> in{test::random_tensor({4, 6, 16}, 60 + r), test::random_tensor({4, 6, 16}, 70 + r)};
       const StepResult first = program->run(in);
       ASSERT_FALSE(first.gradients.empty());

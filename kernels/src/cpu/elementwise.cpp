@@ -120,9 +120,10 @@ TROUPE_VECTOR_CLONES void map_dense(T* d, const T* a, const T* b, const T* c, st
   for (std::int64_t i = 0; i < n; ++i) d[i] = f(a[i], b[i], c[i]);
 }
 
-// Walks out[i] = f(in0[i], in1[i], ...) over broadcast/strided operands of element type T.
-template <class T, std::size_t N, class F>
-void map_kernel(const std::vector<Tensor>& in, Tensor& out, F f) {
+// Calls run(dst, src, offsets, steps, n) for each innermost run of the output, with the N inputs
+// of element type T broadcast to it: offsets and steps are in elements, the output's first.
+template <class T, std::size_t N, class Run>
+void walk_runs(const std::vector<Tensor>& in, Tensor& out, Run&& run) {
   std::array<Strides, N> st;
   std::array<const Strides*, N + 1> ptrs;
   std::array<const T*, N> src;
@@ -133,7 +134,13 @@ void map_kernel(const std::vector<Tensor>& in, Tensor& out, F f) {
     src[k] = in[k].data<T>();
   }
   T* dst = out.data<T>();
-  cpu::for_each_run<N + 1>(out.shape(), ptrs, [&](auto off, auto step, std::int64_t n) {
+  cpu::for_each_run<N + 1>(out.shape(), ptrs, [&](auto off, auto step, std::int64_t n) { run(dst, src, off, step, n); });
+}
+
+// Walks out[i] = f(in0[i], in1[i], ...) over broadcast/strided operands of element type T.
+template <class T, std::size_t N, class F>
+void map_kernel(const std::vector<Tensor>& in, Tensor& out, F f) {
+  walk_runs<T, N>(in, out, [&](T* dst, const std::array<const T*, N>& src, auto off, auto step, std::int64_t n) {
     T* d = dst + off[0];
     if constexpr (N == 1) {
       const T* a = src[0] + off[1];
@@ -240,18 +247,8 @@ template <class T, std::size_t N>
 void run_chain(const std::vector<Tensor>& in, Tensor& out, const std::vector<ChainStep>& steps) {
   constexpr std::int64_t kTile = 256;
   alignas(64) T tiles[(kMaxChainInputs + kMaxChainSteps) * kTile];
-  std::array<Strides, N> st;
-  std::array<const Strides*, N + 1> ptrs;
-  std::array<const T*, N> src;
-  ptrs[0] = &out.strides();
-  for (std::size_t k = 0; k < N; ++k) {
-    st[k] = cpu::broadcast_strides(in[k].shape(), in[k].strides(), out.shape());
-    ptrs[k + 1] = &st[k];
-    src[k] = in[k].data<T>();
-  }
-  T* dst = out.data<T>();
   const std::size_t last = steps.size() - 1;
-  cpu::for_each_run<N + 1>(out.shape(), ptrs, [&](auto off, auto step, std::int64_t n) {
+  walk_runs<T, N>(in, out, [&](T* dst, const std::array<const T*, N>& src, auto off, auto step, std::int64_t n) {
     for (std::int64_t c = 0; c < n; c += kTile) {
       const std::int64_t m = std::min(kTile, n - c);
       std::array<const T*, kMaxChainInputs + kMaxChainSteps> operand{};
