@@ -35,6 +35,7 @@ struct ProgramState {
   // unless a step handed views of them to its caller (returned gradients) or failed with acts of
   // it possibly still writing: then the next step makes new ones.
   std::vector<Tensor> bucket_buffers;
+  Tensor output_means;  // data parallel: the 0-d outputs packed for their mean over the ranks, reused
   std::uint64_t step = 0;
   // What the step in progress has collected so far.
   int done = 0, outputs_in = 0, applied = 0, buckets_in = 0, norms_in = 0;
@@ -68,6 +69,20 @@ caf::behavior idle(Self* self);
 caf::behavior running(Self* self);
 caf::behavior reducing(Self* self);
 caf::behavior updating(Self* self);
+
+// Makes the 0-d output `t` hold `value`: in place where the program holds the only handle on a host
+// tensor (the step's own output, kept in the step's arena), else as a new tensor.
+void set_scalar(Tensor& t, double value) {
+  if (!t.device().is_cpu() || t.storage().use_count() > 1) {
+    t = Tensor::scalar(value, t.dtype());
+    return;
+  }
+  switch (t.dtype()) {
+    case DType::f32: *t.data<float>() = static_cast<float>(value); return;
+    case DType::f64: *t.data<double>() = value; return;
+    default: t = Tensor::scalar(value, t.dtype());
+  }
+}
 
 // Starts the next queued step, or goes idle.
 void start_next(Self* self) {
@@ -150,7 +165,11 @@ void compute_finished(Self* self) {
   std::vector<float> values;
   for (std::size_t k = 0; k < s.outputs.size(); ++k)
     if (s.setup->plan->sink_param[k] < 0 && s.outputs[k].dim() == 0) values.push_back(static_cast<float>(s.outputs[k].item()));
-  Tensor packed = Tensor::from_vector(values, {static_cast<std::int64_t>(values.size())});
+  // The last step's buffer, unless the collective has not let go of it yet.
+  Tensor& packed = s.output_means;
+  if (!packed.defined() || packed.numel() != static_cast<std::int64_t>(values.size()) || packed.storage().use_count() > 1)
+    packed = Tensor::empty({static_cast<std::int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), packed.data<float>());
   self->become(reducing(self));
   tell(self, me(s), path(s).communicator, SendTag{"mean", s.step, -1, packed.nbytes()}, mean_atom::value, s.step, packed);
 }
@@ -228,7 +247,7 @@ caf::behavior reducing(Self* self) {
         std::size_t i = 0;
         for (std::size_t k = 0; k < s.outputs.size(); ++k)
           if (s.setup->plan->sink_param[k] < 0 && s.outputs[k].dim() == 0)
-            s.outputs[k] = Tensor::scalar(values[i++], s.outputs[k].dtype());
+            set_scalar(s.outputs[k], values[i++]);
         start_update(self);
       },
   }.or_else(common(self, nothing));

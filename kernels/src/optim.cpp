@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "float_checks.hpp"
+#include "troupe/kernels/planned_memory.hpp"
 #include "troupe/kernels/registry.hpp"
 
 namespace troupe::kernels {
@@ -24,10 +25,24 @@ void check_dense(const char* op, const char* role, const Tensor& t, const Tensor
 
 double squared_norm(const Tensor& x) {
   check_float("squared_norm", "input", x);
-  std::vector<Tensor> out{Tensor::empty({2}, x.dtype(), x.device())};
+  if (!x.device().is_cpu()) {
+    std::vector<Tensor> out{Tensor::empty({2}, x.dtype(), x.device())};
+    dispatch("squared_norm", {x.contiguous()}, out);
+    const auto hl = out[0].to(Device::cpu()).to(DType::f64).to_vector<double>();
+    return hl[0] + hl[1];
+  }
+  // The result's two values (hi and lo) go to a pair each thread keeps per dtype, made outside any
+  // step's plan, so a norm taken every step (a gradient bucket's) asks the allocator nothing.
+  thread_local Tensor pairs[2];
+  Tensor& pair = pairs[x.dtype() == DType::f64 ? 1 : 0];
+  if (!pair.defined()) {
+    UnplannedMemory outside_plans;
+    pair = Tensor::empty({2}, x.dtype());
+  }
+  std::vector<Tensor> out{pair};
   dispatch("squared_norm", {x.contiguous()}, out);
-  const auto hl = out[0].to(Device::cpu()).to(DType::f64).to_vector<double>();
-  return hl[0] + hl[1];
+  if (x.dtype() == DType::f64) return pair.data<double>()[0] + pair.data<double>()[1];
+  return static_cast<double>(pair.data<float>()[0]) + static_cast<double>(pair.data<float>()[1]);
 }
 
 void scale_(const Tensor& x, double s) {

@@ -46,23 +46,24 @@ TROUPE_VECTOR_CLONES void layernorm_row(const T* __restrict p, const T* __restri
 }
 
 // Eight floats, one AVX2 vector (two SSE ones in the baseline clone): GCC's vector extension, as
-// in softmax, since with plain lane arrays GCC vectorised across rows of lanes and shuffled.
+// in softmax, since with plain lane arrays GCC vectorised across rows of lanes and shuffled. Loaded
+// by memcpy in place: a function returning one would change the ABI between the clones.
 using Floats8 = float __attribute__((vector_size(32)));
-inline Floats8 load8(const float* p) {
-  Floats8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
 
-// sum of f(x[i]) over a float row in eight float lanes, combined in double: each lane adds d/8
-// elements, so its rounding stays near sqrt(d/8) ulp.
-template <class F>
-inline __attribute__((always_inline)) double lane_sum_f32(const float* __restrict x, std::int64_t d, F f) {
+// The sum of x[i], or with `squares` of (x[i] - centre)^2, over a float row in eight float lanes
+// combined in double: each lane adds d/8 elements, so its rounding stays near sqrt(d/8) ulp.
+inline __attribute__((always_inline)) double lane_sum_f32(const float* __restrict x, std::int64_t d, bool squares,
+                                                          float centre) {
   Floats8 lanes = {};
   std::int64_t i = 0;
-  for (; i + 8 <= d; i += 8) lanes += f(load8(x + i));
+  for (; i + 8 <= d; i += 8) {
+    Floats8 v;
+    std::memcpy(&v, x + i, sizeof v);
+    if (squares) v = (v - centre) * (v - centre);
+    lanes += v;
+  }
   double s = 0.0;
-  for (; i < d; ++i) s += f(x[i]);
+  for (; i < d; ++i) s += squares ? (x[i] - centre) * (x[i] - centre) : x[i];
   for (int l = 0; l < 8; ++l) s += lanes[l];
   return s;
 }
@@ -71,9 +72,9 @@ inline __attribute__((always_inline)) double lane_sum_f32(const float* __restric
 // kernel computes it; within a few ulp of the double form.
 TROUPE_VECTOR_CLONES void layernorm_row(const float* __restrict p, const float* __restrict g, const float* __restrict b,
                                         float* __restrict y, std::int64_t d, double eps, float* mean, float* rstd_out) {
-  const double m = lane_sum_f32(p, d, [](auto v) { return v; }) / static_cast<double>(d);
+  const double m = lane_sum_f32(p, d, false, 0.0f) / static_cast<double>(d);
   const float mf = static_cast<float>(m);
-  const double v = lane_sum_f32(p, d, [mf](auto e) { return (e - mf) * (e - mf); }) / static_cast<double>(d);
+  const double v = lane_sum_f32(p, d, true, mf) / static_cast<double>(d);
   const double rstd = 1.0 / std::sqrt(v + eps);
   const float rf = static_cast<float>(rstd);
   for (std::int64_t i = 0; i < d; ++i) y[i] = (p[i] - mf) * rf * g[i] + b[i];
@@ -169,7 +170,11 @@ TROUPE_VECTOR_CLONES void layernorm_backward_row(const float* __restrict dy, con
   Floats8 l1 = {}, l2 = {};
   std::int64_t i = 0;
   for (; i + 8 <= d; i += 8) {
-    const Floats8 xh = (load8(x + i) - m) * rstd, dxh = load8(dy + i) * load8(g + i);
+    Floats8 xv, dyv, gv;
+    std::memcpy(&xv, x + i, sizeof xv);
+    std::memcpy(&dyv, dy + i, sizeof dyv);
+    std::memcpy(&gv, g + i, sizeof gv);
+    const Floats8 xh = (xv - m) * rstd, dxh = dyv * gv;
     l1 += dxh;
     l2 += dxh * xh;
   }

@@ -45,6 +45,14 @@ class HostMemoryScope {
   HostMemoryScope* previous_;
 };
 
+/// While it lives, this thread's host allocations go to the allocator whatever scope it shadows:
+/// for memory kept beyond the step that first asks for it (a thread's scratch), which no step's
+/// plan may hold.
+class UnplannedMemory final : public HostMemoryScope {
+ public:
+  MemoryLease lease(std::size_t) override { return {}; }
+};
+
 /// The lease for a new host allocation of `bytes` on this thread: empty unless a scope is
 /// installed (Storage asks; nothing else should).
 MemoryLease lease_host_memory(std::size_t bytes);
