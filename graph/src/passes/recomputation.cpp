@@ -23,28 +23,18 @@ namespace troupe::graph {
 
 namespace {
 
-// How to compute a value again: an op, its inputs (old values) and attributes.
-struct Recipe {
-  std::string op;
-  std::vector<ValueId> inputs;
-  Attrs attrs;
-};
-
-// The recipe for forward node n's value, when it is an elementwise kernel op: the op again.
-bool recipe_for(const Node& n, Recipe& r) {
+// True when forward node n is cheap to run again: an elementwise kernel op.
+bool recomputable(const Node& n) {
   const OpDef& def = OpRegistry::instance().get(n.op);
-  if (!def.in_place || !def.kernel || n.outputs.size() != 1) return false;
-  r = Recipe{n.op, n.inputs, n.attrs};
-  return true;
+  return def.in_place && def.kernel && n.outputs.size() == 1;
 }
 
 // Views of one value, which pass their input's readiness on.
 bool is_view(const Node& n) { return (n.op == "reshape" || n.op == "permute") && n.inputs.size() == 1; }
 
-// One value to recompute: where (before which old node), how, and what it waits for.
+// One value to recompute: the node that made it, run again, and what it waits for.
 struct Plan {
-  ValueId value;
-  Recipe recipe;
+  const Node* producer;
   ValueId token;  // the backward value the recomputation waits for
 };
 
@@ -96,17 +86,17 @@ Graph recompute_activations(const Graph& g) {
   std::map<NodeId, std::vector<Plan>> before;  // old node -> what to recompute before it
   for (const Node& n : nodes) {
     if (n.backward || !passes::rewritable(n)) continue;
+    if (!recomputable(n)) continue;
     const ValueId v = n.outputs[0];
     const NodeId at = first_backward_read[static_cast<std::size_t>(v)];
-    Recipe recipe;
     if (at == none || last_read[static_cast<std::size_t>(v)] == none || shape_read[static_cast<std::size_t>(v)] ||
-        nodes[static_cast<std::size_t>(at)].region >= 0 || !recipe_for(n, recipe))
+        nodes[static_cast<std::size_t>(at)].region >= 0)
       continue;
-    const bool held = std::all_of(recipe.inputs.begin(), recipe.inputs.end(), [&](ValueId r) { return held_at(r, at); });
-    const bool waits = std::any_of(recipe.inputs.begin(), recipe.inputs.end(),
+    const bool held = std::all_of(n.inputs.begin(), n.inputs.end(), [&](ValueId r) { return held_at(r, at); });
+    const bool waits = std::any_of(n.inputs.begin(), n.inputs.end(),
                                    [&](ValueId r) { return g.value(r).kind == ValueKind::op_output; });
     const ValueId token = token_for(v, at);
-    if (held && waits && token >= 0) before[at].push_back(Plan{v, std::move(recipe), token});
+    if (held && waits && token >= 0) before[at].push_back(Plan{&n, token});
   }
   passes::Rewriter r(g);
   for (const Node& n : nodes) {
@@ -114,13 +104,14 @@ Graph recompute_activations(const Graph& g) {
     if (it != before.end())
       for (const Plan& p : it->second) {
         // The first computed input waits for the token; the others are read as they are.
-        std::vector<ValueId> inputs = r.map(p.recipe.inputs);
+        const Node& m = *p.producer;
+        std::vector<ValueId> inputs = r.map(m.inputs);
         for (std::size_t i = 0; i < inputs.size(); ++i)
-          if (g.value(p.recipe.inputs[i]).kind == ValueKind::op_output) {
+          if (g.value(m.inputs[i]).kind == ValueKind::op_output) {
             inputs[i] = r.emit_before(n, "after", {inputs[i], r.map(p.token)}, {})[0];
             break;
           }
-        r.replace(p.value, r.emit_before(n, p.recipe.op, inputs, p.recipe.attrs)[0]);
+        r.replace(m.outputs[0], r.emit_before(n, m.op, inputs, m.attrs)[0]);
       }
     r.copy(n);
   }
