@@ -31,8 +31,9 @@ struct ProgramSetup {
 ProgramActor spawn_program_actor(caf::actor_system& sys, std::shared_ptr<const ProgramSetup> setup);
 
 /// The context of step `step` on `inputs`: split into micro-batches, parameters snapshotted, bucket
-/// buffers taken from `bucket_buffers` (the program's, kept between steps; made where undefined), its planned memory begun
-/// (step_context.cpp). Throws a troupe::Error naming an input that cannot be split.
+/// buffers taken from `bucket_buffers` (the program's, kept between steps; made where undefined),
+/// its planned memory begun (step_context.cpp). Throws a troupe::Error naming an input that cannot
+/// be split.
 StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, const std::vector<Tensor>& inputs,
                                  std::vector<Tensor>& bucket_buffers);
 

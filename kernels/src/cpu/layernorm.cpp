@@ -14,16 +14,16 @@
 namespace troupe {
 namespace {
 
-// sum of f(x[i]) over a row in eight double lanes (lane l takes the elements i + l), so the loop
+// sum of f(x[i]) over a double row in eight lanes (lane l takes the elements i + l), so the loop
 // vectorises without reassociating one running sum.
-template <class T, class F>
-inline __attribute__((always_inline)) double lane_sum(const T* __restrict x, std::int64_t d, F f) {
+template <class F>
+inline __attribute__((always_inline)) double lane_sum(const double* __restrict x, std::int64_t d, F f) {
   double lanes[8] = {};
   std::int64_t i = 0;
   for (; i + 8 <= d; i += 8)
-    for (int l = 0; l < 8; ++l) lanes[l] += f(static_cast<double>(x[i + l]));
+    for (int l = 0; l < 8; ++l) lanes[l] += f(x[i + l]);
   double s = 0.0;
-  for (; i < d; ++i) s += f(static_cast<double>(x[i]));
+  for (; i < d; ++i) s += f(x[i]);
   for (double l : lanes) s += l;
   return s;
 }
@@ -33,16 +33,15 @@ TROUPE_VECTOR_CLONES void add_row(const T* __restrict a, const T* __restrict b, 
   for (std::int64_t i = 0; i < d; ++i) s[i] = a[i] + b[i];
 }
 
-// One row: mean and variance in double (two passes), then y in double rounded once, as before.
-template <class T>
-TROUPE_VECTOR_CLONES void layernorm_row(const T* __restrict p, const T* __restrict g, const T* __restrict b,
-                                        T* __restrict y, std::int64_t d, double eps, T* mean, T* rstd_out) {
+// A double row: mean and variance in two passes, then y.
+TROUPE_VECTOR_CLONES void layernorm_row(const double* __restrict p, const double* __restrict g, const double* __restrict b,
+                                        double* __restrict y, std::int64_t d, double eps, double* mean, double* rstd_out) {
   const double m = lane_sum(p, d, [](double v) { return v; }) / static_cast<double>(d);
   const double v = lane_sum(p, d, [m](double e) { return (e - m) * (e - m); }) / static_cast<double>(d);
   const double rstd = 1.0 / std::sqrt(v + eps);
-  for (std::int64_t i = 0; i < d; ++i) y[i] = static_cast<T>((p[i] - m) * rstd * g[i] + b[i]);
-  *mean = static_cast<T>(m);
-  *rstd_out = static_cast<T>(rstd);
+  for (std::int64_t i = 0; i < d; ++i) y[i] = (p[i] - m) * rstd * g[i] + b[i];
+  *mean = m;
+  *rstd_out = rstd;
 }
 
 // Eight floats, one AVX2 vector (two SSE ones in the baseline clone): GCC's vector extension, as
@@ -122,12 +121,12 @@ void add_layernorm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& ou
 }
 TROUPE_REGISTER_FLOAT_KERNELS("add_layernorm", add_layernorm_kernel);
 
-// One row of the backward: adds the row's share of dgamma and dbeta (in double) and writes dx.
-// s1 and s2 (the means of dxhat and dxhat * xhat) go in eight lanes so the loop vectorises.
-template <class T>
-TROUPE_VECTOR_CLONES void layernorm_backward_row(const T* __restrict dy, const T* __restrict x, const T* __restrict g,
-                                                 double m, double rstd, std::int64_t d, const T* __restrict more,
-                                                 T* __restrict dx, double* __restrict dgs, double* __restrict dbs) {
+// A double row of the backward: adds the row's share of dgamma and dbeta and writes dx. s1 and s2
+// (the means of dxhat and dxhat * xhat) go in eight lanes so the loop vectorises.
+TROUPE_VECTOR_CLONES void layernorm_backward_row(const double* __restrict dy, const double* __restrict x,
+                                                 const double* __restrict g, double m, double rstd, std::int64_t d,
+                                                 const double* __restrict more, double* __restrict dx,
+                                                 double* __restrict dgs, double* __restrict dbs) {
   double l1[8] = {}, l2[8] = {};
   std::int64_t i = 0;
   for (; i + 8 <= d; i += 8)
@@ -138,7 +137,7 @@ TROUPE_VECTOR_CLONES void layernorm_backward_row(const T* __restrict dy, const T
     }
   double s1 = 0.0, s2 = 0.0;
   for (; i < d; ++i) {
-    const double xh = (x[i] - m) * rstd, dxh = static_cast<double>(dy[i]) * g[i];
+    const double xh = (x[i] - m) * rstd, dxh = dy[i] * g[i];
     s1 += dxh;
     s2 += dxh * xh;
   }
@@ -152,7 +151,7 @@ TROUPE_VECTOR_CLONES void layernorm_backward_row(const T* __restrict dy, const T
     const double xh = (x[k] - m) * rstd, gy = dy[k];
     dgs[k] += gy * xh;
     dbs[k] += gy;
-    dx[k] = static_cast<T>(rstd * (gy * g[k] - s1 - xh * s2));
+    dx[k] = rstd * (gy * g[k] - s1 - xh * s2);
   }
   // A loop of its own, so that dx is rounded before the sum, as a separate add would round it (in
   // one expression the compiler may contract both into an FMA).
@@ -195,7 +194,7 @@ TROUPE_VECTOR_CLONES void layernorm_backward_row(const float* __restrict dy, con
     dbs[k] += gy;
     dx[k] = rstd * (gy * g[k] - a - xh * c);
   }
-  if (more)
+  if (more)  // rounded as a separate add would round it, as in the double row
     for (std::int64_t k = 0; k < d; ++k) dx[k] = more[k] + dx[k];
 }
 
@@ -229,8 +228,8 @@ void layernorm_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor
     }
   } else {
     for (std::int64_t r = 0; r < rows; ++r)
-      layernorm_backward_row(dy + r * d, x + r * d, g, static_cast<double>(mu[r]), static_cast<double>(rs[r]), d,
-                             more ? more + r * d : nullptr, dx + r * d, dgs.data(), dbs.data());
+      layernorm_backward_row(dy + r * d, x + r * d, g, mu[r], rs[r], d, more ? more + r * d : nullptr, dx + r * d,
+                             dgs.data(), dbs.data());
   }
   for (std::int64_t i = 0; i < d; ++i) {
     dg[i] = static_cast<T>(dgs[i]);
