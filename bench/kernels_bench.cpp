@@ -1,6 +1,8 @@
 // Kernel benchmarks: one JSON line per measurement on stdout.
 //  - matmul: Troupe's kernels::matmul next to the same OpenBLAS sgemm called directly (ratio = ours /
 //    direct) and oneDNN's sgemm (the alternative backend), 1 and 2 threads;
+//  - matmul-bf16: bf16 operands written as f32 (mixed precision's GEMMs) next to f32 at gpt-mini's
+//    Linear shapes, and the cast of the left operand;
 //  - matmul-cores: the same work as one 2-thread GEMM at a time vs two 1-thread GEMMs on two threads
 //    (how kernels should use the cores under the actor runtime);
 //  - conv2d 1x64x128x128, 64->64, 3x3: forward, backward-data, backward-weight;
@@ -118,6 +120,30 @@ void bench_matmul() {
           "\"openblas_gflops\":%.1f,%s}\n",
           static_cast<long long>(n), threads, flop / t[0] / 1e9, flop / t[1] / 1e9, t[1] / t[0], flop / blas[0] / 1e9,
           context().c_str());
+      std::fflush(stdout);
+    }
+  }
+}
+
+// Mixed precision's GEMMs: bf16 operands accumulated and written in f32, next to the f32 product,
+// alternating, at gpt-mini's shapes (rows x in -> out of its Linear layers, over 1024 tokens).
+void bench_matmul_bf16() {
+  const std::int64_t shapes[][3] = {{1024, 256, 768}, {1024, 256, 1024}, {1024, 1024, 256}, {2048, 2048, 2048}};
+  for (int threads : {1, 2}) {
+    set_kernel_threads(threads);
+    for (const auto& s : shapes) {
+      const Tensor a = randn({s[0], s[1]}, 1), b = randn({s[1], s[2]}, 2);
+      const Tensor al = a.to(DType::bf16), bl = b.to(DType::bf16);
+      const auto t = median_alternating(
+          {[&] { kernels::matmul(a, b); }, [&] { kernels::matmul(al, bl, false, false, DType::f32); },
+           [&] { a.to(DType::bf16); }},
+          s[0] >= 2048 ? 5 : 15);
+      const double flop = 2.0 * s[0] * s[1] * s[2];
+      std::printf(
+          "{\"bench\":\"matmul-bf16\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"threads\":%d,\"f32_gflops\":%.1f,"
+          "\"bf16_gflops\":%.1f,\"speedup\":%.2f,\"cast_a_ms\":%.3f,%s}\n",
+          static_cast<long long>(s[0]), static_cast<long long>(s[1]), static_cast<long long>(s[2]), threads,
+          flop / t[0] / 1e9, flop / t[1] / 1e9, t[0] / t[1], t[2] * 1e3, context().c_str());
       std::fflush(stdout);
     }
   }
@@ -296,6 +322,7 @@ void bench_attention() {
 int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "";
   if (only.empty() || only == "matmul") bench_matmul();
+  if (only.empty() || only == "matmul-bf16") bench_matmul_bf16();
   if (only.empty() || only == "cores") bench_cores();
   if (only.empty() || only == "conv2d") bench_conv();
   if (only.empty() || only == "bandwidth") bench_bandwidth();

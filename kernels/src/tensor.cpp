@@ -3,6 +3,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "cpu/convert.hpp"
 #include "cpu/strided_loop.hpp"
 #include "device_backend.hpp"
 
@@ -235,6 +236,8 @@ void copy_elements(const Tensor& dst, const Tensor& src, const Strides& src_stri
   cpu::for_each_run<2>(dst.shape(), {&dst.strides(), &src_strides}, [&](auto off, auto step, std::int64_t n) {
     D* dp = d + off[0];
     const S* sp = s + off[1];
+    if constexpr (cpu::kHasConvertRun<S, D>)
+      if (step[0] == 1 && step[1] == 1) return cpu::convert_run(sp, dp, n);
     for (std::int64_t i = 0; i < n; ++i) {
       if constexpr (std::is_same_v<D, S>)
         dp[i * step[0]] = sp[i * step[1]];

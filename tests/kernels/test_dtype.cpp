@@ -1,4 +1,5 @@
-// f16/bf16 conversions: round to nearest even, subnormals, overflow, NaN and Inf.
+// f16/bf16 conversions: round to nearest even, subnormals, overflow, NaN and Inf; the vectorised
+// dense conversions of Tensor::to agree with the scalar ones bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -6,6 +7,7 @@
 
 #include "troupe/kernels/dtype.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/kernels/tensor.hpp"
 
 using namespace troupe;
 
@@ -87,5 +89,30 @@ TEST(DType, NamesSizesAndParsing) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("f128"), std::string::npos);
     EXPECT_EQ(e.kind(), ErrorKind::invalid_argument);
+  }
+}
+
+// Tensor::to converts dense runs with vectorised loops; every f32 bit pattern class (normal,
+// subnormal, halfway cases, overflow, Inf, NaN with payloads) must give the scalar function's bits.
+TEST(DType, DenseConversionsMatchTheScalarOnesBitForBit) {
+  std::vector<float> v;
+  for (std::uint32_t u = 0; u < 0xffffffffu - 0x10000u; u += 0x10001u) v.push_back(from_bits(u));  // ~65k patterns
+  for (std::uint32_t u : {0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x477ff000u, 0x477fefffu, 0x7f800001u, 0xff800000u,
+                          0x33000000u, 0x33000001u, 0x00000001u})
+    v.push_back(from_bits(u));
+  const Tensor t = Tensor::from_vector(v, {static_cast<std::int64_t>(v.size())});
+  const Tensor b = t.to(DType::bf16), h = t.to(DType::f16);
+  const BFloat16* bp = b.data<BFloat16>();
+  const Half* hp = h.data<Half>();
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    ASSERT_EQ(bp[i].bits, float_to_bf16(v[i]).bits) << std::hex << i;
+    ASSERT_EQ(hp[i].bits, float_to_half(v[i]).bits) << std::hex << i;
+  }
+  const Tensor back_b = b.to(DType::f32), back_h = h.to(DType::f32);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const float eb = bf16_to_float(bp[i]), eh = half_to_float(hp[i]);
+    const float gb = back_b.data<float>()[i], gh = back_h.data<float>()[i];
+    ASSERT_EQ(std::memcmp(&eb, &gb, 4), 0) << i;
+    ASSERT_EQ(std::memcmp(&eh, &gh, 4), 0) << i;
   }
 }

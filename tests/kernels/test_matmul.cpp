@@ -143,3 +143,48 @@ TEST(Matmul, BadInput) {
   EXPECT_THROW(kernels::matmul(Tensor::zeros({2, 2}, DType::i32), Tensor::zeros({2, 2}, DType::i32)), Error);
   EXPECT_THROW(kernels::matmul(random_tensor({2, 2, 3}, 1), random_tensor({3, 3, 2}, 2)), Error);
 }
+
+// bf16 and f16 products written as f32 (mixed precision's GEMMs): exact products of the rounded
+// operands accumulated in f32, on every operand layout the kernel reads without copies and the ones
+// it copies.
+TEST(Matmul, LowPrecisionOperandsWithAnF32Result) {
+  for (DType low : {DType::bf16, DType::f16}) {
+    const auto check = [low](const Tensor& a32, const Tensor& b32, bool ta, bool tb, const Tensor& bias = {}) {
+      SCOPED_TRACE(shape_str(a32.shape()) + " @ " + shape_str(b32.shape()) + " " + dtype_name(low));
+      const Tensor a = a32.to(low), b = b32.to(low);
+      Shape out;
+      auto r = ref_matmul(a, b, ta, tb, out);
+      if (bias.defined()) {
+        const auto bv = values(bias);
+        for (std::size_t i = 0; i < r.size(); ++i) r[i] += bv[i % bv.size()];
+      }
+      const Tensor c = bias.defined() ? kernels::matmul_bias(a, b, bias, ta, tb, DType::f32)
+                                      : kernels::matmul(a, b, ta, tb, DType::f32);
+      EXPECT_EQ(c.dtype(), DType::f32);
+      expect_close(c, r, out, 1e-5, 1e-5);
+    };
+    try {
+      check(random_tensor({4, 6, 40}, 1), random_tensor({40, 24}, 2), false, false);          // a Linear layer: one product
+      check(random_tensor({4, 6, 40}, 1), random_tensor({24, 40}, 2), false, true);           // weights stored transposed
+      check(random_tensor({3, 5, 4}, 3), random_tensor({3, 5, 2}, 4), true, false);           // batched, a transposed
+      check(random_tensor({2, 1, 3, 8}, 5), random_tensor({1, 3, 8, 2}, 6), false, false);    // both batches broadcast
+      check(random_tensor({3, 6, 5}, 7).slice(1, 0, 4), random_tensor({5, 2}, 8), false, false);  // rows gapped
+      check(random_tensor({2, 3, 9}, 9), random_tensor({9, 7}, 10), false, false, random_tensor({7}, 11));  // bias
+    } catch (const Error& e) {
+      // f16 products need AVX512-FP16 in oneDNN; without it the error says so and names the ISA.
+      ASSERT_EQ(low, DType::f16) << e.what();
+      EXPECT_EQ(e.kind(), ErrorKind::unsupported);
+      EXPECT_NE(std::string(e.what()).find("AVX512-FP16"), std::string::npos) << e.what();
+    }
+  }
+  // The same dtype written as it is, and nothing else but f32 from a low-precision product.
+  EXPECT_EQ(kernels::matmul(random_tensor({2, 3}, 1).to(DType::bf16), random_tensor({3, 2}, 2).to(DType::bf16), false,
+                            false, DType::bf16).dtype(),
+            DType::bf16);
+  EXPECT_THROW(kernels::matmul(random_tensor({2, 3}, 1), random_tensor({3, 2}, 2), false, false, DType::bf16), Error);
+  EXPECT_THROW(kernels::matmul(random_tensor({2, 3}, 1).to(DType::bf16), random_tensor({3, 2}, 2).to(DType::bf16),
+                               false, false, DType::f64), Error);
+  // A bias must be in the result's dtype.
+  EXPECT_THROW(kernels::matmul_bias(random_tensor({2, 3}, 1).to(DType::bf16), random_tensor({3, 2}, 2).to(DType::bf16),
+                                    random_tensor({2}, 3).to(DType::bf16), false, false, DType::f32), Error);
+}

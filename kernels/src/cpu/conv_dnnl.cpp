@@ -1,14 +1,6 @@
 #include "cpu/conv_dnnl.hpp"
 
-#include <dnnl.hpp>
-
-#include <memory>
-#include <vector>
-
-#include "troupe/kernels/storage.hpp"
-#include "troupe/kernels/threading.hpp"
-
-extern "C" void omp_set_num_threads(int) __attribute__((weak));
+#include "cpu/dnnl_common.hpp"
 
 namespace troupe::cpu {
 
@@ -17,17 +9,6 @@ namespace {
 using dnnl::memory;
 using tag = memory::format_tag;
 using dt = memory::data_type;
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-// oneDNN runs on OpenMP, whose thread count is per calling thread: an actor's scheduler thread
-// would otherwise start a team of all cores on each call and oversubscribe the machine.
-void limit_threads_here() {
-  if (omp_set_num_threads) omp_set_num_threads(kernel_threads());
-}
 
 struct Descs {
   memory::desc src, weights, bias, dst;       // the tensors' own layouts: NCHW or nChw16c, OIHW
@@ -52,27 +33,11 @@ Descs descs(const kernels::ConvGeometry& s) {
   return d;
 }
 
-// The buffers one primitive call needs besides the user's (reordered copies, oneDNN's scratchpad),
-// taken from Troupe's allocator: cached across calls, and planned with the step at JIT level 3.
-// Left to oneDNN they come from malloc, whose large blocks may be unmapped at each free and
-// faulted in again at the next call (a third of sr-lite's inference time on two threads).
-class CallBuffers {
- public:
-  memory make(const memory::desc& md) {
-    held_.push_back(std::make_shared<Storage>(md.get_size(), Device::cpu()));
-    return memory(md, cpu_engine(), held_.back()->data());
-  }
-
- private:
-  std::vector<std::shared_ptr<Storage>> held_;
-};
-
 // Primitive attributes: the scratchpad is ours to give (CallBuffers), not oneDNN's to allocate,
 // and a relu epilogue when asked (a post-op on the accumulator: the bits of conv, then relu).
 // With `accumulate`, a sum post-op adds the result to what the destination holds (a residual).
 dnnl::primitive_attr primitive_attributes(bool relu = false, bool accumulate = false) {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::primitive_attr attr = user_scratchpad_attributes();
   dnnl::post_ops ops;
   if (accumulate) ops.append_sum(1.f);
   if (relu) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
@@ -120,14 +85,6 @@ Output output_in(const memory::desc& user_md, void* data, const memory::desc& wa
   Output o{memory(user_md, cpu_engine(), data), memory()};
   o.target = want == user_md ? o.user : buffers.make(want);
   return o;
-}
-
-// Runs `primitive` with `args` and the scratchpad its descriptor asks for.
-template <class Pd>
-void execute_with_scratchpad(const dnnl::primitive& primitive, const Pd& pd, std::unordered_map<int, memory> args,
-                             dnnl::stream& stream, CallBuffers& buffers) {
-  if (pd.scratchpad_desc().get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, buffers.make(pd.scratchpad_desc()));
-  primitive.execute(stream, args);
 }
 
 }  // namespace

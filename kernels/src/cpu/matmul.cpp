@@ -1,10 +1,10 @@
 // CPU matrix products: f32 and f64 through BLAS on the operands' own strides where BLAS can read
-// them, bf16 through oneDNN.
+// them, bf16 and f16 through oneDNN's matmul primitive (cpu/dnnl_matmul.hpp).
 #include <algorithm>
-
-#include <dnnl.hpp>
+#include <optional>
 
 #include "cpu/blas.hpp"
+#include "cpu/dnnl_matmul.hpp"
 #include "cpu/float_kernels.hpp"
 
 namespace troupe::kernels {
@@ -105,37 +105,110 @@ void matmul_bias_blas(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
   blas_products(in[0], in[1], attrs.get_int("trans_a") != 0, attrs.get_int("trans_b") != 0, T(1), c);
 }
 
-// bf16 x bf16 -> bf16 with f32 accumulation on oneDNN (AVX-512 BF16 / AMX where the CPU has them).
-void matmul_bf16(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+dnnl::memory::data_type dnnl_type(DType t) {
+  switch (t) {
+    case DType::bf16: return dnnl::memory::data_type::bf16;
+    case DType::f16: return dnnl::memory::data_type::f16;
+    default: return dnnl::memory::data_type::f32;
+  }
+}
+
+// True when the batch dims of t (all but the last two) step through memory with one stride, the
+// innermost's; size-1 dims are skipped and a broadcast (stride 0) dim of size > 1 never folds.
+bool batch_folds(const Tensor& t, std::int64_t& stride) {
+  stride = 0;
+  std::int64_t expect = -1;
+  for (int d = t.dim() - 3; d >= 0; --d) {
+    const std::int64_t size = t.shape()[static_cast<std::size_t>(d)], st = t.strides()[static_cast<std::size_t>(d)];
+    if (size == 1) continue;
+    if (st == 0 || (expect >= 0 && st != expect)) return false;
+    if (expect < 0) stride = st;
+    expect = st * size;
+  }
+  return true;
+}
+
+// op(x) as oneDNN reads it: [batch, rows, cols] on its own strides, its batch folded into one
+// stride (or 1 when it has none, which broadcasts), else a dense copy over the output's batch.
+cpu::MatmulOperand operand_of(Tensor t, const Shape& batch, Tensor& keep) {
+  const int r = t.dim();
+  const std::int64_t rows = t.size(-2), cols = t.size(-1);
+  const bool unit = t.strides()[r - 1] == 1 || t.strides()[r - 2] == 1 || rows == 1 || cols == 1;
+  const bool broadcast = shape_numel(Shape(t.shape().begin(), t.shape().end() - 2)) == 1;
+  Shape full = batch;
+  full.push_back(rows);
+  full.push_back(cols);
+  if (!broadcast) t = t.expand(full);  // a dim broadcast within the batch gets stride 0: no fold
+  std::int64_t batch_stride = 0;
+  if (!unit || (!broadcast && !batch_folds(t, batch_stride))) {
+    t = t.contiguous();
+    batch_stride = rows * cols;
+  }
+  keep = t;
+  cpu::MatmulOperand o;
+  o.data = t.raw_data();
+  o.type = dnnl_type(t.dtype());
+  o.dims[0] = broadcast ? 1 : shape_numel(batch);
+  o.dims[1] = rows;
+  o.dims[2] = cols;
+  o.strides[0] = broadcast ? rows * cols : batch_stride;
+  o.strides[1] = t.strides()[r - 2];
+  o.strides[2] = t.strides()[r - 1];
+  return o;
+}
+
+// Low-precision products (bf16 or f16 operands, f32 accumulation) on oneDNN's matmul, written as
+// f32 or in the operands' type (the output's dtype says which), with a bias of the output's dtype
+// for matmul_bias. A Linear layer's x[..., k] @ w[k, n] runs as one product over all rows.
+void matmul_low(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
   Tensor& c = out[0];
   const Shape batch = batch_of(c);
-  const std::int64_t bsz = shape_numel(batch), m = c.size(-2), n = c.size(-1);
-  auto dense3 = [&](Tensor t, bool trans, std::int64_t rows, std::int64_t cols) {
-    if (trans) t = t.transpose(-1, -2);
-    Shape full = batch;
-    full.push_back(rows);
-    full.push_back(cols);
-    return t.expand(full).contiguous().reshape({bsz, rows, cols});
-  };
-  const std::int64_t k = attrs.get_int("trans_a") ? in[0].size(-2) : in[0].size(-1);
-  Tensor a = dense3(in[0], attrs.get_int("trans_a") != 0, m, k);
-  Tensor b = dense3(in[1], attrs.get_int("trans_b") != 0, k, n);
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  using tag = dnnl::memory::format_tag;
-  using dt = dnnl::memory::data_type;
-  dnnl::memory::desc ad({bsz, m, k}, dt::bf16, tag::abc), bd({bsz, k, n}, dt::bf16, tag::abc),
-      cd({bsz, m, n}, dt::bf16, tag::abc);
-  dnnl::matmul prim(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), engine));
-  dnnl::stream stream(engine);
-  dnnl::memory am(ad, engine, a.raw_data()), bm(bd, engine, b.raw_data()), cm(cd, engine, c.raw_data());
-  prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-  stream.wait();
+  const std::int64_t m = c.size(-2), n = c.size(-1);
+  const Tensor a = attrs.get_int("trans_a") ? in[0].transpose(-1, -2) : in[0];
+  const Tensor b = attrs.get_int("trans_b") ? in[1].transpose(-1, -2) : in[1];
+  Tensor kept_a, kept_b;
+  cpu::MatmulOperand ao = operand_of(a, batch, kept_a), bo = operand_of(b, batch, kept_b);
+  cpu::MatmulOperand co;
+  co.data = c.raw_data();
+  co.type = dnnl_type(c.dtype());
+  co.dims[0] = shape_numel(batch);
+  co.dims[1] = m;
+  co.dims[2] = n;
+  co.strides[0] = m * n;
+  co.strides[1] = n;
+  if (bo.dims[0] == 1 && ao.dims[0] > 1 && ao.strides[0] == m * ao.strides[1] && ao.strides[2] == 1) {
+    ao.dims[1] = co.dims[1] = ao.dims[0] * m;  // the weights are shared: fold the batch into the rows
+    ao.dims[0] = co.dims[0] = 1;
+    ao.strides[0] = ao.dims[1] * ao.strides[1];
+    co.strides[0] = co.dims[1] * n;
+  }
+  if (c.numel() == 0) return;
+  if (ao.dims[2] == 0) {
+    Tensor zeros = in.size() > 2 ? in[2].expand(c.shape()) : Tensor::zeros(c.shape(), c.dtype());
+    c.copy_from(zeros);
+    return;
+  }
+  std::optional<cpu::MatmulOperand> bias;
+  Tensor kept_bias;
+  if (in.size() > 2) {
+    kept_bias = in[2].contiguous();
+    bias.emplace();
+    bias->data = kept_bias.raw_data();
+    bias->type = dnnl_type(kept_bias.dtype());
+    bias->dims[2] = n;
+    bias->dims[1] = 1;
+    bias->strides[0] = bias->strides[1] = n;
+  }
+  cpu::dnnl_matmul(ao, bo, bias ? &*bias : nullptr, co);
 }
 
 }  // namespace
 
 TROUPE_REGISTER_FLOAT_KERNELS("matmul", matmul_blas);
 TROUPE_REGISTER_FLOAT_KERNELS("matmul_bias", matmul_bias_blas);
-TROUPE_REGISTER_KERNEL("matmul", cpu, bf16, matmul_bf16);
+TROUPE_REGISTER_KERNEL("matmul", cpu, bf16, matmul_low);
+TROUPE_REGISTER_KERNEL("matmul", cpu, f16, matmul_low);
+TROUPE_REGISTER_KERNEL("matmul_bias", cpu, bf16, matmul_low);
+TROUPE_REGISTER_KERNEL("matmul_bias", cpu, f16, matmul_low);
 
 }  // namespace troupe::kernels

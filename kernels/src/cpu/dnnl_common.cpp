@@ -1,0 +1,27 @@
+#include "cpu/dnnl_common.hpp"
+
+#include "cpu/blas.hpp"
+
+namespace troupe::cpu {
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+void limit_threads_here(long long macs) {
+  if (omp_set_num_threads) omp_set_num_threads(macs >= 0 && macs <= kParallelGemmMacs ? 1 : kernel_threads());
+}
+
+dnnl::memory CallBuffers::make(const dnnl::memory::desc& md) {
+  held_.push_back(std::make_shared<Storage>(md.get_size(), Device::cpu()));
+  return dnnl::memory(md, cpu_engine(), held_.back()->data());
+}
+
+dnnl::primitive_attr user_scratchpad_attributes() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+}  // namespace troupe::cpu
