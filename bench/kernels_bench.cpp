@@ -32,6 +32,7 @@
 #include "troupe/kernels/elementwise_chain.hpp"
 #include "troupe/kernels/select.hpp"
 #include "troupe/kernels/layernorm.hpp"
+#include "troupe/kernels/cpu_features.hpp"
 #include "troupe/kernels/matmul.hpp"
 #include "troupe/kernels/optim.hpp"
 #include "troupe/kernels/rng.hpp"
@@ -70,21 +71,8 @@ std::string env_label() {
   return e ? e : "default";
 }
 
-// The widest instruction set oneDNN uses on this CPU (AMX, AVX-512 BF16, ...), for every line.
-const char* isa_name() {
-  switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    default: return "other";
-  }
-}
-
 std::string context() {
-  return std::string("\"isa\":\"") + isa_name() + "\",\"openblas_env\":\"" + env_label() + "\",\"openblas_core\":\"" +
+  return std::string("\"isa\":\"") + kernels::cpu_isa() + "\",\"openblas_env\":\"" + env_label() + "\",\"openblas_core\":\"" +
          openblas_get_corename() + "\"";
 }
 

@@ -66,6 +66,15 @@ ActorSpec sink_spec(const graph::TracedFunction& fn, std::size_t k, int& param) 
   return spec;
 }
 
+// True for a forward cast of parameters (or of step values): the same for every micro-batch, so
+// a step computes it once (StepNode).
+bool once_per_step(const graph::Node& n, const std::vector<InputRef>& source) {
+  if (n.backward || n.op != "cast") return false;
+  return std::all_of(n.inputs.begin(), n.inputs.end(), [&](graph::ValueId v) {
+    return source[static_cast<std::size_t>(v)].from == InputRef::From::parameter;
+  });
+}
+
 }  // namespace
 
 ActorPlan plan_actors(const graph::TracedFunction& fn) {
@@ -77,6 +86,15 @@ ActorPlan plan_actors(const graph::TracedFunction& fn) {
   plan.actors.push_back(std::move(input));
   std::vector<InputRef> source = value_sources(g);
   for (const graph::Node& n : g.nodes()) {
+    if (once_per_step(n, source)) {
+      StepNode step{n.id, {}};
+      for (graph::ValueId v : n.inputs) step.inputs.push_back(source[static_cast<std::size_t>(v)].parameter);
+      InputRef& r = source[static_cast<std::size_t>(n.outputs[0])];
+      r.from = InputRef::From::parameter;
+      r.parameter = static_cast<int>(g.parameters().size() + plan.step_nodes.size());
+      plan.step_nodes.push_back(std::move(step));
+      continue;
+    }
     ActorSpec spec;
     spec.kind = ActorSpec::Kind::op;
     spec.node = n.id;

@@ -32,9 +32,18 @@ struct ActorSpec {
   bool gradient = false;        // sinks: a parameter's gradient (the clip path takes its norm)
 };
 
+/// A node the program computes once per step, before the micro-batches flow, instead of once per
+/// micro-batch in an actor: a cast of a parameter (mixed precision's low-precision weights).
+struct StepNode {
+  graph::NodeId node = -1;
+  std::vector<int> inputs;  // where its inputs are among the step's parameters and step values
+};
+
 /// The lowered graph. Actor 0 is the input actor; op actors follow in node order; sinks last.
 struct ActorPlan {
   std::vector<ActorSpec> actors;
+  /// In node order. Step node k's output is read like a parameter, at index (parameter count + k).
+  std::vector<StepNode> step_nodes;
   std::vector<int> sinks;        // actor index of each graph output's sink
   std::vector<int> sink_param;   // per sink: parameter index of a gradient output, or -1
   int op_count = 0;

@@ -1,9 +1,11 @@
-// The start of a step: its inputs split into micro-batches, the parameters snapshotted, the
+// The start of a step: its inputs split into micro-batches, the parameters snapshotted (and cast
+// once for the step where the graph casts them), the
 // bucket buffers allocated (program_actor.hpp).
 #include <algorithm>
 
 #include "program_actor.hpp"
 #include "troupe/graph/executor.hpp"
+#include "troupe/graph/op_def.hpp"
 #include "troupe/kernels/error.hpp"
 
 namespace troupe::actors {
@@ -41,6 +43,22 @@ std::int64_t batch_rows(const graph::Graph& g, const std::vector<Tensor>& inputs
   return rows;
 }
 
+// The output of step node `s`, from the step's parameters and earlier step values.
+Tensor step_value(const graph::Graph& g, const StepNode& s, const std::vector<Tensor>& parameters,
+                  const graph::SymBindings& bindings) {
+  const graph::Node& n = g.node(s.node);
+  const graph::Value& out = g.value(n.outputs[0]);
+  std::vector<Tensor> in;
+  for (int k : s.inputs) in.push_back(parameters[static_cast<std::size_t>(k)]);
+  const std::vector<Shape> shapes{graph::bind(out.info.shape, bindings)};
+  const std::vector<DType> dtypes{out.info.dtype};
+  try {
+    return graph::OpRegistry::instance().get(n.op).run(in, graph::ComputeContext{n.attrs, shapes, dtypes, n.label})[0];
+  } catch (const Error& e) {
+    throw Error(e.kind(), n.op + " %" + std::to_string(out.id) + " (computed once per step) failed: " + e.message());
+  }
+}
+
 }  // namespace
 
 StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, const std::vector<Tensor>& inputs,
@@ -68,6 +86,7 @@ StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, 
     }
   }
   for (const graph::Var& p : setup.fn->parameters()) ctx->parameters.push_back(p.tensor());
+  for (const StepNode& s : setup.plan->step_nodes) ctx->parameters.push_back(step_value(g, s, ctx->parameters, whole));
   if (setup.comm) {
     // The program's buffers, made by its first step (or after it gave the last ones away).
     const std::vector<std::int64_t>& numel = setup.peers->gradients.buckets->numel;

@@ -106,6 +106,13 @@ TracedFunction TracedFunction::for_inference() const {
   return f;
 }
 
+TracedFunction TracedFunction::with_amp(const AmpOptions& amp) const {
+  if (amp.level == AmpLevel::O0) return *this;
+  TracedFunction f = *this;
+  f.graph_ = std::make_shared<const Graph>(autocast(*graph_, amp.dtype));
+  return f;
+}
+
 TracedFunction TracedFunction::optimized(int level) const {
   TracedFunction f = *this;
   OptimizeOptions options;

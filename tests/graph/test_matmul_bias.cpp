@@ -53,8 +53,8 @@ TEST(MatmulBias, GradientsMatchFiniteDifferencesAndBadInputsAreRefused) {
   EXPECT_THROW(matmul_bias(x, w, Var(test::random_tensor({1, 5}, 9))), Error);  // not a vector
   EXPECT_THROW(matmul_bias(x, w, Var(test::random_tensor({5}, 9).to(DType::f64))), Error);
   EXPECT_THROW(matmul_bias(Var(x.tensor().to(DType::bf16)), Var(w.tensor().to(DType::bf16)),
-                           Var(test::random_tensor({5}, 9).to(DType::bf16))),
-               Error);  // the epilogue is f32 and f64 only
+                           Var(test::random_tensor({5}, 9).to(DType::bf16)), false, false, DType::f32),
+               Error);  // the bias must be in the result's dtype
 }
 
 TEST(MatmulBiasFusion, FusesALinearLayerAndLeavesNearMissesAlone) {

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 
 #include "kernels/reference.hpp"
 #include "troupe/kernels/elementwise.hpp"
+#include "troupe/kernels/registry.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
@@ -154,4 +156,33 @@ TEST(Unary, LeakyReluBackward) {
   expect_close(kernels::relu_backward(g, x, 0.01), {0.01, 0.02, 0.03, 4, 5}, {5});
   expect_close(kernels::relu_backward(g, x, 0.2), {0.2, 0.4, 0.6, 4, 5}, {5});
   EXPECT_THROW(kernels::relu_backward(g, Tensor::zeros({4})), Error);
+}
+
+// The bf16 and f16 kernels of the binary ops (mixed precision sums the gradients of a value read
+// twice in them): each element computed in f32 from the widened operands and rounded once, so the
+// bits equal the scalar conversions', on dense, strided and broadcast operands.
+TEST(Binary, LowPrecisionKernelsComputeInF32AndRoundOnce) {
+  const auto same_bits = [](const Tensor& x, const Tensor& y) {
+    const auto xv = x.to_vector<float>(), yv = y.to_vector<float>();
+    return xv.size() == yv.size() && std::memcmp(xv.data(), yv.data(), xv.size() * sizeof(float)) == 0;
+  };
+  for (DType low : {DType::bf16, DType::f16}) {
+    const Tensor a = random_tensor({6, 8}, 3).to(low).transpose(0, 1);  // strided
+    const Tensor b = random_tensor({8, 1}, 4, 0.5, 2.0).to(low);         // broadcast
+    const Tensor c = random_tensor({8, 6}, 5).to(low);                   // dense
+    for (const auto& [op, name] : {std::pair{BinaryOp::add, "add"}, {BinaryOp::sub, "sub"}, {BinaryOp::mul, "mul"},
+                                   {BinaryOp::div, "div"}}) {
+      for (const Tensor& rhs : {b, c}) {
+        std::vector<Tensor> out{Tensor::empty({8, 6}, low)};
+        dispatch(name, {a, rhs}, out, {});
+        const Tensor wide = out[0].to(DType::f32);
+        const Tensor expected = kernels::binary(op, a.to(DType::f32), rhs.to(DType::f32)).to(low).to(DType::f32);
+        EXPECT_TRUE(same_bits(wide, expected)) << name << " " << dtype_name(low);
+      }
+      std::vector<Tensor> out{Tensor::empty({8, 6}, low)};
+      dispatch(std::string(name) + "_scalar", {a}, out, Attrs().set("value", 0.37));
+      const Tensor expected = kernels::binary(op, a.to(DType::f32), 0.37).to(low).to(DType::f32);
+      EXPECT_TRUE(same_bits(out[0].to(DType::f32), expected)) << name << "_scalar " << dtype_name(low);
+    }
+  }
 }

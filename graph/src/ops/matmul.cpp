@@ -6,6 +6,13 @@ namespace troupe::graph {
 namespace {
 using namespace detail;
 
+// The dtype the product is written in: the operands' unless the node's "out_dtype" says f32 (a
+// bf16 or f16 product written from its f32 accumulator, as mixed precision runs it).
+std::optional<DType> out_dtype(const Attrs& attrs) {
+  if (!attrs.has("out_dtype")) return std::nullopt;
+  return static_cast<DType>(attrs.get_int("out_dtype"));
+}
+
 std::vector<ValueInfo> infer_matmul(const InferContext& c) {
   expect_arity(c, 2, 2);
   expect_floating(c, 0);
@@ -21,18 +28,18 @@ std::vector<ValueInfo> infer_matmul(const InferContext& c) {
   SymShape out = broadcast(SymShape(a.begin(), a.end() - 2), SymShape(b.begin(), b.end() - 2), "matmul (batch dims)");
   out.push_back(m);
   out.push_back(n);
-  return one(c.inputs[0].dtype, out);
+  return one(kernels::product_dtype(c.op.c_str(), c.inputs[0].dtype, out_dtype(c.attrs)), out);
 }
 
 // (a, b, bias): matmul's shape, and a bias over its last dim.
 std::vector<ValueInfo> infer_matmul_bias(const InferContext& c) {
   expect_arity(c, 3, 3);
-  expect_same_dtype(c, 0, 2);
   const std::vector<ValueInfo> operands{c.inputs[0], c.inputs[1]};
   std::vector<ValueInfo> out = infer_matmul(InferContext{c.op, operands, c.attrs, c.target});
   const SymShape& y = out[0].shape;
   if (c.inputs[2].shape != SymShape{y.back()}) shape_error(c, "the bias must have shape [" + y.back().str() + "], the product's last dim");
-  if (out[0].dtype != DType::f32 && out[0].dtype != DType::f64) shape_error(c, "the fused bias epilogue takes f32 or f64");
+  if (c.inputs[2].dtype != out[0].dtype)
+    shape_error(c, std::string("the bias must have the product's dtype, ") + dtype_name(out[0].dtype));
   return out;
 }
 
@@ -43,9 +50,11 @@ Var flat_weight_grad(const Var& rows, const Var& dy, bool rows_first) {
   return rows_first ? matmul(r, d, true, false) : matmul(d, r, true, false);
 }
 
+// The operands' gradients are products in the operands' dtype (bf16 under mixed precision, whatever
+// the product was written in), so dy joins them in that dtype: one cast, which every product shares.
 std::vector<Var> grad_matmul(const GradContext& c) {
-  const Var dy = c.grad_output(0);
   const Var &a = c.inputs[0], &b = c.inputs[1];
+  const Var dy = cast(c.grad_output(0), a.dtype());
   const bool ta = get_flag(c.attrs, "trans_a"), tb = get_flag(c.attrs, "trans_b");
   Var da, db;
   if (c.needs_grad[0]) {
@@ -68,16 +77,23 @@ namespace {
 Attrs transposes(bool trans_a, bool trans_b) {
   return Attrs().set("trans_a", std::int64_t{trans_a}).set("trans_b", std::int64_t{trans_b});
 }
+
+Attrs product_attrs(bool trans_a, bool trans_b, std::optional<DType> out) {
+  Attrs attrs = transposes(trans_a, trans_b);
+  if (out) attrs.set("out_dtype", static_cast<std::int64_t>(*out));
+  return attrs;
+}
 }  // namespace
 
-Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
-  return apply1("matmul", {a, b}, transposes(trans_a, trans_b));
+Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b, std::optional<DType> out_dtype) {
+  return apply1("matmul", {a, b}, product_attrs(trans_a, trans_b, out_dtype));
 }
 // compute: kernels::matmul (one GEMM for x[..., k] @ w[k, n] over all rows).
-TROUPE_DEFINE_OP({.name = "matmul", .infer = infer_matmul, .kernel = "matmul", .grad = grad_matmul});
+TROUPE_DEFINE_OP({.name = "matmul", .infer = infer_matmul, .kernel = "matmul", .grad = grad_matmul,
+                  .autocast_inputs = {0, 1}});
 
-Var matmul_bias(const Var& a, const Var& b, const Var& bias, bool trans_a, bool trans_b) {
-  return apply1("matmul_bias", {a, b, bias}, transposes(trans_a, trans_b));
+Var matmul_bias(const Var& a, const Var& b, const Var& bias, bool trans_a, bool trans_b, std::optional<DType> out_dtype) {
+  return apply1("matmul_bias", {a, b, bias}, product_attrs(trans_a, trans_b, out_dtype));
 }
 // The gradients are the unfused matmul's and add's: the same nodes, so the same bits.
 TROUPE_DEFINE_OP({.name = "matmul_bias", .infer = infer_matmul_bias, .kernel = "matmul_bias",
@@ -85,6 +101,7 @@ TROUPE_DEFINE_OP({.name = "matmul_bias", .infer = infer_matmul_bias, .kernel = "
                     std::vector<Var> g = grad_matmul(c);
                     g.push_back(c.needs_grad[2] ? sum_to(c.grad_output(0), c.inputs[2]) : Var());
                     return g;
-                  }});
+                  },
+                  .autocast_inputs = {0, 1}});
 
 }  // namespace troupe::graph

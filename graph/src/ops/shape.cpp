@@ -222,6 +222,7 @@ TROUPE_DEFINE_OP({.name = "pixel_unshuffle", .infer = infer_pixel_shuffle<false>
 
 // compute: Tensor::to (a converting copy).
 Var cast(const Var& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
   return apply1("cast", {x}, Attrs().set("dtype", static_cast<std::int64_t>(dtype)));
 }
 TROUPE_DEFINE_OP({.name = "cast", .infer = infer_cast, .compute = compute_cast,

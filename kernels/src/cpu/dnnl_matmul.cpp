@@ -62,9 +62,11 @@ const Built& primitive_for(const MatmulOperand& a, const MatmulOperand& b, const
     dnnl::matmul primitive(pd);
     return built.emplace(key, Built{pd, primitive}).first->second;
   } catch (const dnnl::error& e) {
-    fail(ErrorKind::unsupported, "matmul: oneDNN has no ", type_name(a.type), " x ", type_name(b.type), " -> ",
-         type_name(c.type), " product on this CPU (its widest instruction set: ", dnnl_isa_name(),
-         ")", a.type == memory::data_type::f16 ? "; f16 needs AVX512-FP16 support: use bf16" : "", " (", e.what(), ")");
+    const dnnl_version_t* v = dnnl_version();
+    fail(ErrorKind::unsupported, "matmul: oneDNN ", v->major, ".", v->minor, " has no ", type_name(a.type), " x ",
+         type_name(b.type), " -> ", type_name(c.type), " product on this CPU (its widest instruction set: ",
+         dnnl_isa_name(), ")", a.type == memory::data_type::f16 ? "; use bf16 (--amp-dtype bf16)" : "", " (", e.what(),
+         ")");
   }
 }
 
@@ -81,6 +83,20 @@ void dnnl_matmul(const MatmulOperand& a, const MatmulOperand& b, const MatmulOpe
   if (bias) args.emplace(DNNL_ARG_BIAS, memory(desc_of(*bias), cpu_engine(), bias->data));
   execute_with_scratchpad(p.primitive, p.pd, std::move(args), stream, buffers);
   stream.wait();
+}
+
+bool dnnl_has_matmul(dnnl::memory::data_type type) {
+  MatmulOperand a, b, c;
+  a.type = b.type = type;
+  a.dims[1] = a.dims[2] = b.dims[1] = b.dims[2] = c.dims[1] = c.dims[2] = 16;
+  a.strides[1] = b.strides[1] = c.strides[1] = 16;
+  a.strides[0] = b.strides[0] = c.strides[0] = 256;
+  try {
+    primitive_for(a, b, nullptr, c);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 const char* dnnl_isa_name() {

@@ -20,9 +20,12 @@ struct MatmulOperand {
 };
 
 /// c = a @ b, plus `bias` ([1, 1, n], may be null) on every row, accumulated in f32. Throws an
-/// `unsupported` troupe::Error naming the types and the CPU's ISA when oneDNN has no implementation
-/// (f16 on a CPU without AVX512-FP16).
+/// `unsupported` troupe::Error naming the types, oneDNN's version and the CPU's ISA when oneDNN has
+/// no implementation (f16 in oneDNN 2.6, on any CPU).
 void dnnl_matmul(const MatmulOperand& a, const MatmulOperand& b, const MatmulOperand* bias, const MatmulOperand& c);
+
+/// True when oneDNN has a product of `type` operands written as f32 on this CPU.
+bool dnnl_has_matmul(dnnl::memory::data_type type);
 
 /// The widest instruction set oneDNN uses on this CPU, in a word: "amx", "avx512_bf16" (native bf16
 /// dot products without AMX) or the name of a set without native bf16.

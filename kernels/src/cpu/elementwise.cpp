@@ -7,6 +7,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "cpu/convert.hpp"
 #include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
 #include "cpu/strided_loop.hpp"
@@ -167,6 +168,36 @@ void map_kernel(const std::vector<Tensor>& in, Tensor& out, F f) {
   });
 }
 
+// out[i] = f(in0[i], ...) for bf16 or f16 tensors: each run widened to f32 a tile at a time,
+// computed by the f32 functor and rounded once (to nearest even) on the way out.
+template <class Low, std::size_t N, class F>
+void map_low_kernel(const std::vector<Tensor>& in, Tensor& out, F f) {
+  constexpr std::int64_t kTile = 256;
+  walk_runs<Low, N>(in, out, [&](Low* dst, const std::array<const Low*, N>& src, auto off, auto step, std::int64_t n) {
+    alignas(64) float wide[N + 1][kTile];
+    for (std::int64_t c = 0; c < n; c += kTile) {
+      const std::int64_t m = std::min(kTile, n - c);
+      for (std::size_t k = 0; k < N; ++k) {
+        const Low* p = src[k] + off[k + 1] + c * step[k + 1];
+        if (step[k + 1] == 1)
+          cpu::convert_run(p, wide[k], m);
+        else
+          for (std::int64_t i = 0; i < m; ++i) wide[k][i] = to_float(p[i * step[k + 1]]);
+      }
+      float* r = wide[N];
+      if constexpr (N == 1)
+        for (std::int64_t i = 0; i < m; ++i) r[i] = f(wide[0][i]);
+      else
+        for (std::int64_t i = 0; i < m; ++i) r[i] = f(wide[0][i], wide[1][i]);
+      Low* d = dst + off[0] + c * step[0];
+      if (step[0] == 1)
+        cpu::convert_run(r, d, m);
+      else
+        for (std::int64_t i = 0; i < m; ++i) d[i * step[0]] = from_double<Low>(r[i]);
+    }
+  });
+}
+
 // The kernels of one binary op; member templates over T so TROUPE_REGISTER_FLOAT_KERNELS can name them.
 template <BinaryOp Op>
 struct Binary {
@@ -177,6 +208,14 @@ struct Binary {
   template <class T>
   static void scalar_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
     map_kernel<T, 1>(in, out[0], ScalarFn<Op, T>{static_cast<T>(attrs.get_double("value"))});
+  }
+  template <class Low>
+  static void low_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
+    map_low_kernel<Low, 2>(in, out[0], BinaryFn<Op, float>{});
+  }
+  template <class Low>
+  static void low_scalar_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+    map_low_kernel<Low, 1>(in, out[0], ScalarFn<Op, float>{static_cast<float>(attrs.get_double("value"))});
   }
 };
 
@@ -290,7 +329,9 @@ void elementwise_chain_kernel(const std::vector<Tensor>& in, std::vector<Tensor>
 
 #define TROUPE_BINARY(op)                                                   \
   TROUPE_REGISTER_FLOAT_KERNELS(#op, Binary<BinaryOp::op>::kernel);         \
-  TROUPE_REGISTER_FLOAT_KERNELS(#op "_scalar", Binary<BinaryOp::op>::scalar_kernel)
+  TROUPE_REGISTER_FLOAT_KERNELS(#op "_scalar", Binary<BinaryOp::op>::scalar_kernel); \
+  TROUPE_REGISTER_LOW_PRECISION_KERNELS(#op, Binary<BinaryOp::op>::low_kernel);     \
+  TROUPE_REGISTER_LOW_PRECISION_KERNELS(#op "_scalar", Binary<BinaryOp::op>::low_scalar_kernel)
 TROUPE_BINARY(add);
 TROUPE_BINARY(sub);
 TROUPE_BINARY(mul);

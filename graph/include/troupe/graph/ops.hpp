@@ -6,6 +6,7 @@
 // elementwise.cpp, matmul.cpp, reduce.cpp, shape.cpp, nn.cpp.
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "troupe/graph/var.hpp"
@@ -49,10 +50,15 @@ Var relu_backward(const Var& grad, const Var& x, double negative_slope = 0.0);
 
 /// Matrix product over the last two dims, batch dims broadcast; optional transposes of a and b
 /// (ops/matmul.cpp).
-Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
+/// The result has the operands' dtype, or `out_dtype`: f32 for bf16 or f16 operands (written from
+/// the f32 accumulator, as mixed precision runs its products).
+Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false,
+           std::optional<DType> out_dtype = std::nullopt);
 /// matmul(a, b) + bias, bias over the last dim, in one GEMM that accumulates onto the bias (level 3
-/// fuses a Linear layer's product and bias into it); f32 or f64. Gradients as the unfused pair's.
-Var matmul_bias(const Var& a, const Var& b, const Var& bias, bool trans_a = false, bool trans_b = false);
+/// fuses a Linear layer's product and bias into it), the bias in the result's dtype. Gradients as
+/// the unfused pair's.
+Var matmul_bias(const Var& a, const Var& b, const Var& bias, bool trans_a = false, bool trans_b = false,
+                std::optional<DType> out_dtype = std::nullopt);
 
 /// Reductions over `axes` (empty = all) (ops/reduce.cpp).
 Var sum(const Var& x, const std::vector<std::int64_t>& axes = {}, bool keepdim = false);
@@ -75,7 +81,7 @@ std::vector<Var> split(const Var& x, const std::vector<std::int64_t>& sizes, std
 /// [N, C*r*r, H, W] -> [N, C, H*r, W*r] and back.
 Var pixel_shuffle(const Var& x, std::int64_t r);
 Var pixel_unshuffle(const Var& x, std::int64_t r);
-/// Converts the element type.
+/// Converts the element type; x itself when it already has `dtype`.
 Var cast(const Var& x, DType dtype);
 /// The same values; no gradient flows back through it (detach).
 Var stop_gradient(const Var& x);

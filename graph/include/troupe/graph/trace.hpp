@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "troupe/graph/amp.hpp"
 #include "troupe/graph/graph.hpp"
 #include "troupe/graph/memory_plans.hpp"
 #include "troupe/graph/var.hpp"
@@ -41,6 +42,10 @@ class TracedFunction {
   /// training, run it before with_gradients (fusion rewrites forward chains, and autodiff then
   /// takes the fused ops' gradients) and again after (the passes see forward and backward together).
   TracedFunction optimized(int level) const;
+  /// A copy whose graph runs at mixed-precision level `amp` (graph/amp.hpp; O0 changes nothing).
+  /// For training, run it first, before optimized() and with_gradients(): the gradients then
+  /// follow the casts (the products' gradients in low precision, the parameters' in f32).
+  TracedFunction with_amp(const AmpOptions& amp) const;
   /// A copy for inference only: its graph without custom-gradient regions and gradient overrides
   /// (Graph::inference_graph; the forward computation is unchanged), so fusion sees through a
   /// custom_relu. with_gradients() on it is refused. Jit uses it when no gradients are asked for.

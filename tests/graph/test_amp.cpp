@@ -1,0 +1,120 @@
+// Mixed precision O1 (graph/amp.hpp): the autocast rewrite puts one cast per value before the
+// products, which then take bf16 (or f16) operands and write f32; everything else stays f32; the
+// forward and the gradients stay within bf16 tolerances of f32; bad levels and dtypes are refused.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "kernels/reference.hpp"
+#include "troupe/graph/amp.hpp"
+#include "troupe/graph/nn.hpp"
+#include "troupe/graph/ops.hpp"
+#include "troupe/graph/trace.hpp"
+#include "troupe/kernels/cpu_features.hpp"
+#include "troupe/kernels/error.hpp"
+
+using namespace troupe;
+using namespace troupe::graph;
+
+namespace {
+
+const std::vector<InputSpec> kSignature{{"x", {SymDim::symbol("batch"), 6, 16}}, {"t", {SymDim::symbol("batch"), 6, 48}}};
+
+// A Transformer block and a head that reuses the first weight (a tied weight read by two products).
+struct Model {
+  Generator gen{7};
+  GPTBlock block{16, 2, gen};
+  Linear head{16, 16, gen};
+  Var operator()(const Var& x) { return matmul(head(block(x)), block.attn->qkv->weight, false, true); }
+};
+
+std::vector<Var> loss_of(Model& m, const std::vector<Var>& in) {
+  return {mse_loss(m(in[0]), in[1])};
+}
+
+std::map<std::string, int> op_counts(const Graph& g) {
+  std::map<std::string, int> n;
+  for (const Node& node : g.nodes()) ++n[node.op];
+  return n;
+}
+
+}  // namespace
+
+TEST(Amp, O1CastsEachProductOperandOnceAndKeepsTheRestInF32) {
+  Model m;
+  const TracedFunction f32 = trace([&](const std::vector<Var>& in) { return loss_of(m, in); }, kSignature);
+  const TracedFunction o1 = f32.with_amp({AmpLevel::O1, DType::bf16});
+  const Graph& g = o1.graph();
+  std::map<ValueId, int> casts_of;  // value -> casts reading it
+  int products = 0;
+  for (const Node& n : g.nodes()) {
+    if (n.op == "cast") ++casts_of[n.inputs[0]];
+    if (n.op != "matmul") continue;
+    ++products;
+    EXPECT_EQ(g.value(n.inputs[0]).info.dtype, DType::bf16) << g.dump();
+    EXPECT_EQ(g.value(n.inputs[1]).info.dtype, DType::bf16);
+    EXPECT_EQ(g.value(n.outputs[0]).info.dtype, DType::f32);
+    for (ValueId v : n.inputs) EXPECT_EQ(g.node(g.value(v).producer).op, "cast");
+  }
+  EXPECT_EQ(products, op_counts(f32.graph())["matmul"]);
+  for (const auto& [v, k] : casts_of) EXPECT_EQ(k, 1) << "value %" << v << " is cast " << k << " times";
+  // The tied qkv weight feeds two products through one cast: fewer casts than product operands.
+  EXPECT_LT(casts_of.size(), static_cast<std::size_t>(2 * products));
+  // Every other op reads and writes exactly what it did in f32.
+  for (const Node& n : g.nodes())
+    if (n.op != "cast" && n.op != "matmul")
+      for (ValueId v : n.outputs) EXPECT_NE(g.value(v).info.dtype, DType::bf16) << n.op;
+  EXPECT_EQ(op_counts(g)["layer_norm"], op_counts(f32.graph())["layer_norm"]);
+  EXPECT_EQ(op_counts(g)["softmax"], op_counts(f32.graph())["softmax"]);
+  // O0 is the traced graph itself.
+  EXPECT_EQ(f32.with_amp({AmpLevel::O0, DType::bf16}).graph().nodes().size(), f32.graph().nodes().size());
+}
+
+TEST(Amp, O1LossAndGradientsTrackF32WithinBf16Precision) {
+  for (DType low : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(low));
+    if (low == DType::f16 && !kernels::native_low_precision(low)) continue;  // kernels' tests cover its error
+    Model m;
+    const auto fn = [&](const std::vector<Var>& in) { return loss_of(m, in); };
+    const std::vector<Tensor> in{test::random_tensor({4, 6, 16}, 1), test::random_tensor({4, 6, 48}, 2)};
+    const auto run = [&](const TracedFunction& f) {
+      for (const Var& p : m.block.parameters()) p.zero_grad();
+      for (const Var& p : m.head.parameters()) p.zero_grad();
+      const double loss = f(in)[0].item();
+      std::vector<Tensor> grads;
+      for (const Var& p : m.block.parameters()) grads.push_back(p.grad().clone());
+      for (const Var& p : m.head.parameters()) grads.push_back(p.grad().clone());
+      return std::make_pair(loss, grads);
+    };
+    const auto ref = run(trace(fn, kSignature).with_gradients());
+    const auto amp = run(trace(fn, kSignature).with_amp({AmpLevel::O1, low}).with_gradients().optimized(3));
+    EXPECT_NEAR(amp.first, ref.first, 1e-2 * std::abs(ref.first));
+    EXPECT_NE(amp.first, ref.first);  // the products did run in low precision
+    ASSERT_EQ(amp.second.size(), ref.second.size());
+    for (std::size_t i = 0; i < ref.second.size(); ++i) {
+      EXPECT_EQ(amp.second[i].dtype(), DType::f32);  // the parameters' gradients are f32
+      EXPECT_LE(test::scaled_max_error(amp.second[i], ref.second[i]), 3e-2) << "gradient " << i;
+    }
+  }
+}
+
+TEST(Amp, LevelsAndDtypesParseAndBadOnesAreRefused) {
+  EXPECT_EQ(parse_amp_level("O0"), AmpLevel::O0);
+  EXPECT_EQ(parse_amp_level("O1"), AmpLevel::O1);
+  EXPECT_EQ(parse_amp_dtype("bf16"), DType::bf16);
+  EXPECT_EQ(parse_amp_dtype("fp16"), DType::f16);
+  for (const char* bad : {"o1", "O4", "", "1"}) {
+    try {
+      parse_amp_level(bad);
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("expected O0"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(parse_amp_dtype("f32"), Error);
+  EXPECT_THROW(parse_amp_dtype("int8"), Error);
+  Model m;
+  const TracedFunction f = trace([&](const std::vector<Var>& in) { return loss_of(m, in); }, kSignature);
+  EXPECT_THROW(f.with_amp({AmpLevel::O1, DType::f32}), Error);
+  EXPECT_THROW(autocast(f.graph(), DType::f64), Error);
+}
