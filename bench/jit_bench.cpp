@@ -7,8 +7,9 @@
 //                   1 scheduler thread, 1 micro-batch; eager at level 0)
 // peak_bytes: the allocator's peak during a steady-state call above what was held before it, plus
 // the planned arena a level-3 function keeps between calls; planned_bytes: that arena;
-// allocs_per_step: allocator requests in that call.
-// usage: troupe-bench-jit WORKLOAD LEVEL KERNEL_THREADS [SIZE] [STEPS]
+// allocs_per_step: allocator requests in that call. AMP (O0 or O1, bf16) is the training step's
+// mixed precision (bench/amp.py).
+// usage: troupe-bench-jit WORKLOAD LEVEL KERNEL_THREADS [SIZE] [STEPS] [AMP]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,13 +30,14 @@ using graph::Var;
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: troupe-bench-jit sr-infer|gpt-forward|gpt-train LEVEL KERNEL_THREADS [SIZE] [STEPS]\n");
+    std::fprintf(stderr, "usage: troupe-bench-jit sr-infer|gpt-forward|gpt-train LEVEL KERNEL_THREADS [SIZE] [STEPS] [AMP]\n");
     return 2;
   }
   const std::string workload = argv[1];
   const int level = std::atoi(argv[2]), threads = std::atoi(argv[3]);
   const std::int64_t size = argc > 4 ? std::atoll(argv[4]) : 128;
   const int steps = argc > 5 ? std::atoi(argv[5]) : 6;
+  const graph::AmpLevel amp = graph::parse_amp_level(argc > 6 ? argv[6] : "O0");
   set_kernel_threads(threads);
   Generator gen(1);
   const graph::SymDim b = graph::SymDim::symbol("batch");
@@ -77,6 +79,7 @@ int main(int argc, char** argv) {
       options.clip = 1.0;
       options.jit_level = level;
       options.measure_gradients = false;
+      options.amp = {amp, DType::bf16};
       train = std::make_unique<apps::TrainStep>(
           [&](const std::vector<Var>& in) { return std::vector<Var>{gpt->loss(in[0], in[1])}; },
           std::vector<graph::InputSpec>{{"ids", {b, 128}, DType::i64}, {"targets", {b, 128}, DType::i64}}, *gpt,
@@ -110,9 +113,9 @@ int main(int argc, char** argv) {
     allocs = std::max(allocs, s.requests);
   }
   std::sort(ms.begin(), ms.end());
-  std::printf("{\"workload\":\"%s\",\"level\":%d,\"threads\":%d,\"size\":%lld,\"ms\":%.3f,\"peak_bytes\":%zu,"
-              "\"planned_bytes\":%zu,\"allocs_per_step\":%llu}\n",
-              workload.c_str(), level, threads, static_cast<long long>(size), ms[ms.size() / 2], peak, planned(),
-              static_cast<unsigned long long>(allocs));
+  std::printf("{\"workload\":\"%s\",\"level\":%d,\"threads\":%d,\"size\":%lld,\"amp\":\"%s\",\"ms\":%.3f,"
+              "\"peak_bytes\":%zu,\"planned_bytes\":%zu,\"allocs_per_step\":%llu}\n",
+              workload.c_str(), level, threads, static_cast<long long>(size), graph::to_string(amp), ms[ms.size() / 2],
+              peak, planned(), static_cast<unsigned long long>(allocs));
   return 0;
 }

@@ -5,7 +5,9 @@ Thread counts come from the caller: torch's via the argument, OpenBLAS's via OPE
 
 usage: torch_workloads.py WORKLOAD TORCH_THREADS [relu|custom-relu|custom-relu-fn] [STEPS] [SIZE] [VARIANT]
 sr-infer takes the image SIZE (default 128) and a VARIANT for bench/run jit: eager (default),
-channels_last, or jit-freeze (torch.jit.trace, torch.jit.freeze, torch.jit.optimize_for_inference).
+channels_last, or jit-freeze (torch.jit.trace, torch.jit.freeze, torch.jit.optimize_for_inference);
+gpt-train-step takes VARIANT f32 (default) or autocast (forward and loss under
+torch.autocast("cpu", dtype=torch.bfloat16), as bench/run amp compares).
 Prints {"workload":...,"ms":median}.
 """
 import json, math, sys, time
@@ -88,9 +90,13 @@ def main():
         x, y = torch.randint(0, 256, (8, 128)), torch.randint(0, 256, (8, 128))
         if workload == "gpt-train-step":
             opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
+            variant = sys.argv[6] if len(sys.argv) > 6 else "f32"
+            if variant not in ("f32", "autocast"):
+                raise SystemExit(f"unknown gpt-train-step variant {variant}")
 
             def step():
-                loss = F.cross_entropy(model(x).view(-1, 256), y.view(-1))
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant == "autocast"):
+                    loss = F.cross_entropy(model(x).view(-1, 256).float(), y.view(-1))
                 opt.zero_grad()
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

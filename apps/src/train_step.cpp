@@ -7,6 +7,7 @@
 #include "troupe/apps/cli.hpp"
 #include "troupe/apps/metrics.hpp"
 #include "troupe/graph/autodiff.hpp"
+#include "troupe/kernels/cpu_features.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/kernels/optim.hpp"
 #include "troupe/transport/process_group.hpp"
@@ -31,6 +32,10 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
       ->capture_default_str()->check(in_range(1, kMany));
   app.add_option("--threads", f.threads, "scheduler threads (0 = all cores)")
       ->capture_default_str()->check(in_range(0, 4096, "0 = all cores"));
+  app.add_option("--amp", f.amp, "mixed precision: O0 (f32) or O1 (matrix products in --amp-dtype, the rest in f32)")
+      ->capture_default_str()->check(CLI::IsMember({"O0", "O1"}));
+  app.add_option("--amp-dtype", f.amp_dtype, "the low-precision type of --amp O1: bf16 or fp16")
+      ->capture_default_str()->check(CLI::IsMember({"bf16", "fp16"}));
   app.add_option("--micro-batches", f.micro_batches,
                  "micro-batches per step, uneven when they do not divide the batch (0 = 2 on several cores, else 1)")
       ->capture_default_str()->check(in_range(0, 65536, "0 = automatic"));
@@ -57,6 +62,20 @@ int resolve_micro_batches(const RunFlags& f, int threads, std::int64_t batch) {
   // The program splits an uneven batch itself (5 rows in 3: 2 + 2 + 1); what it cannot do is give
   // every micro-batch a row when there are fewer rows, so the count the run reports is at most the batch.
   return static_cast<int>(std::max<std::int64_t>(1, std::min(wanted, batch)));
+}
+
+graph::AmpOptions resolve_amp(const RunFlags& flags, int jit_level, const std::string& app) {
+  graph::AmpOptions amp{graph::parse_amp_level(flags.amp), graph::parse_amp_dtype(flags.amp_dtype)};
+  if (amp.level == graph::AmpLevel::O0) return amp;
+  TROUPE_CHECK(jit_level > 0, invalid_argument, "--amp ", flags.amp, " rewrites the traced graph and JIT_LEVEL=0 runs ",
+               "eagerly; use JIT_LEVEL=1 or more, or --amp O0");
+  if (kernels::native_low_precision(amp.dtype)) return amp;
+  TROUPE_CHECK(amp.dtype == DType::bf16, unsupported, "--amp-dtype fp16: this CPU (", kernels::cpu_isa(),
+               ") or this oneDNN has no f16 matrix products; use --amp-dtype bf16");
+  std::fprintf(stderr, "%s: warning: this CPU (%s) has no native bf16 (AVX512-BF16 or AMX): --amp %s would be slower "
+               "than f32, so the run stays at O0\n", app.c_str(), kernels::cpu_isa(), flags.amp.c_str());
+  amp.level = graph::AmpLevel::O0;
+  return amp;
 }
 
 TrainStepOptions step_options(const RunFlags& flags, std::int64_t batch) {
@@ -87,7 +106,8 @@ TrainStep::TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputS
   po.return_gradients = measure_;  // otherwise their memory is free for the next step
   // Optimized before the gradients (fusion) and after (forward and backward together).
   const int level = options.jit_level;
-  program_ = engine_->compile(graph::trace(loss_fn_, signature).optimized(level).with_gradients().optimized(level), po);
+  program_ = engine_->compile(
+      graph::trace(loss_fn_, signature).with_amp(options.amp).optimized(level).with_gradients().optimized(level), po);
 }
 
 StepOutcome TrainStep::operator()(const std::vector<Tensor>& inputs) {

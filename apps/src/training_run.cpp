@@ -8,6 +8,7 @@
 #include "troupe/apps/weights.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/kernels/allocator.hpp"
+#include "troupe/kernels/cpu_features.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/kernels/threading.hpp"
 
@@ -99,7 +100,7 @@ int run_loop(Session& s, const TrainStepOptions& step_setup, std::int64_t start_
     actors::ProgramOptions options;
     options.micro_batches = step_setup.micro_batches;
     forward_program = s.step.engine()->compile(
-        graph::trace(s.parts.loss, s.setup.signature).optimized(step_setup.jit_level), options);
+        graph::trace(s.parts.loss, s.setup.signature).with_amp(step_setup.amp).optimized(step_setup.jit_level), options);
   }
   const ForwardLoss forward = forward_loss(s, forward_program.get());
   std::int64_t step_number = start_step;
@@ -144,6 +145,7 @@ int TrainingRun::train(const TrainingSetup& setup, const TrainingParts& parts) {
   TrainStepOptions step_setup = step_options(flags_, setup.batch);
   step_setup.mode = mode_;
   step_setup.jit_level = jit_;
+  step_setup.amp = resolve_amp(flags_, jit_, name_);
   step_setup.measure_gradients = !flags_.metrics.empty();
   set_kernel_threads(1);  // parallelism comes from actors running concurrently, not from inside a GEMM
   announce(setup, parts, step_setup, start_step, job ? &*job : nullptr);
@@ -180,6 +182,11 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
   std::printf("%s: GRAD_MODE=%s%s, JIT_LEVEL=%d (%s), %d threads, %d micro-batches%s\n", name, to_string(mode_),
               setup.grad_mode_note.c_str(), jit_, jit_ == 0 ? "eager" : "actor graph", step.threads,
               jit_ == 0 ? 1 : step.micro_batches, resuming.c_str());
+  if (step.amp.level == graph::AmpLevel::O0)
+    std::printf("%s: mixed precision: O0 (f32)\n", name);
+  else
+    std::printf("%s: mixed precision: %s, matrix products in %s on %s, the rest in f32\n", name,
+                graph::to_string(step.amp.level), dtype_name(step.amp.dtype), kernels::cpu_isa());
   if (resumed_) std::printf("%s: resuming '%s'; %s\n", name, flags_.resume.c_str(), settings_->summary().c_str());
   if (job && job->size() > 1)
     std::printf("%s: data parallel: rank %d of %d (%s), per-rank batch %lld, global batch %lld, fusion %.0f MiB\n", name,

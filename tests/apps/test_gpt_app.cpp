@@ -13,6 +13,7 @@
 #include "troupe/apps/corpus.hpp"
 #include "troupe/apps/gpt_model.hpp"
 #include "troupe/graph/safetensors.hpp"
+#include "troupe/kernels/cpu_features.hpp"
 
 using namespace troupe;
 using test::run_app;
@@ -328,4 +329,32 @@ TEST(Launch, SetsTheJobAndStopsEveryoneWhenARankFails) {
       {launch + " -n 2 --port 70000 -- true", "--port: must be from 0 to 65535 (a TCP port; 0 = a free one), got 70000"},
       {launch + " -n 2 --timeout 0 -- true", "--timeout: must be from 1 to 86400"},
   });
+}
+
+// --amp O1: the start-up line names the level and the ISA (or the warning says why the run stays
+// f32), the losses track O0's, a checkpoint saved at O1 resumes at O0 (f32 weights at every level),
+// and the combinations that cannot run are refused with one line.
+TEST(GptApp, MixedPrecisionTracksF32AndResumesAcrossLevels) {
+  const std::string dir = test::fresh_dir("gpt_amp"), data = corpus_file(dir);
+  const auto f32 = run_app(tiny(data) + " --steps 8 --metrics " + dir + "/o0.csv");
+  const auto o1 = run_app(tiny(data) + " --steps 8 --amp O1 --metrics " + dir + "/o1.csv");
+  ASSERT_EQ(o1.exit_code, 0) << o1.output;
+  const bool native = kernels::native_low_precision(DType::bf16);
+  EXPECT_NE(o1.output.find(native ? "mixed precision: O1, matrix products in bf16 on " : "has no native bf16"),
+            std::string::npos) << o1.output;
+  const auto l0 = test::csv_column(dir + "/o0.csv", "loss"), l1 = test::csv_column(dir + "/o1.csv", "loss");
+  ASSERT_EQ(l0.size(), l1.size());
+  for (std::size_t i = 0; i < l0.size(); ++i) EXPECT_NEAR(l1[i], l0[i], 0.02 * l0[i]) << "step " << i + 1;
+  if (native) EXPECT_NE(l1.back(), l0.back());  // the products did run in bf16
+  ASSERT_EQ(run_app(tiny(data) + " --steps 4 --amp O1 --save " + dir + "/ck").exit_code, 0);
+  const auto resumed = run_app(tiny(data) + " --steps 6 --amp O0 --resume " + dir + "/ck");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming at step 4"), std::string::npos) << resumed.output;
+  std::vector<test::BadInput> bad{
+      {"JIT_LEVEL=0 " + tiny(data) + " --steps 1 --amp O1", "--amp O1 rewrites the traced graph"},
+      {tiny(data) + " --steps 1 --amp O2", "--amp"},
+      {tiny(data) + " --steps 1 --amp-dtype int8", "--amp-dtype"}};
+  if (!kernels::native_low_precision(DType::f16))
+    bad.push_back({tiny(data) + " --steps 1 --amp O1 --amp-dtype fp16", "no f16 matrix products; use --amp-dtype bf16"});
+  test::expect_clear_failures(bad);
 }

@@ -13,6 +13,7 @@
 #include "troupe/actors/engine.hpp"
 #include "troupe/apps/grad_mode.hpp"
 #include "troupe/apps/train_loop.hpp"
+#include "troupe/graph/amp.hpp"
 #include "troupe/graph/module.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/graph/trace.hpp"
@@ -25,6 +26,7 @@ struct RunFlags {
   double clip = 0;
   std::string save, resume, metrics, trace;
   int threads = 0, micro_batches = 0;
+  std::string amp = "O0", amp_dtype = "bf16";  // mixed precision: level and low-precision type
 };
 
 /// Registers RunFlags on `app`, each numeric flag with its range; `steps` and `clip` keep the
@@ -40,6 +42,12 @@ int resolve_threads(const RunFlags& flags);
 /// program splits a batch the count does not divide unevenly, weighting each part by its rows.
 int resolve_micro_batches(const RunFlags& flags, int threads, std::int64_t batch);
 
+/// The mixed precision the flags ask for, checked against the JIT level (AMP rewrites traced
+/// graphs, so it needs JIT_LEVEL >= 1) and the CPU: f16 where oneDNN has no f16 products is an
+/// error; bf16 on a CPU without native bf16 would be slower than f32, so it runs at O0 after a
+/// warning on stderr naming `app` and the CPU's instruction set.
+graph::AmpOptions resolve_amp(const RunFlags& flags, int jit_level, const std::string& app);
+
 /// How a training step runs.
 struct TrainStepOptions {
   double clip = 0;                      // global gradient-norm clipping threshold (0 = off)
@@ -49,6 +57,7 @@ struct TrainStepOptions {
   int jit_level = 1;                    // 0: eager steps, no actors
   actors::DataParallel data_parallel;   // off unless its communicator is set
   bool measure_gradients = true;        // each step also takes gradient statistics (two extra passes; only --metrics needs them)
+  graph::AmpOptions amp;                // mixed precision of the traced step (O0: f32)
 };
 
 /// The step the flags ask for: the clip threshold, and threads and micro-batches resolved for a
