@@ -37,7 +37,7 @@ struct OptimizerSetup {
   PeersPtr peers;
   std::shared_ptr<const std::vector<std::string>> names;  // per sink: the parameter its gradient is for
   int gradients = 0;                            // gradients it receives per step
-  bool clipping = false;                        // it waits for the clip coefficient
+  bool clipping = false;                        // it waits for the clip actor's coefficient (clipping or loss scaling)
   bool returns = true;                          // it hands the gradients it used to the program for the result
 };
 /// Spawns an optimizer actor (optimizer_actor.cpp).
@@ -45,7 +45,8 @@ OptimizerActor spawn_optimizer_actor(caf::actor_system& sys, OptimizerSetup setu
 
 /// What the clip actor is given at spawn.
 struct ClipSetup {
-  double max_norm = 0;
+  double max_norm = 0;      // 0: no clipping, only the loss scale divided out
+  std::shared_ptr<graph::GradScaler> scaler;  // null: the gradients are not scaled
   int slots = 0;            // partial norms per step: one per gradient, or per bucket (parallel, data parallel)
   bool takes_norms = true;  // parallel: squared norms arrive; naive: gradients, whose norms it takes
   std::uint32_t track = 0;

@@ -57,10 +57,14 @@ void slot_in(Self self) {
     return;
   }
   s.gradients.clear();
+  // Loss scaling: the gradients are the scale times the true ones; it comes out before clipping.
+  const double loss_scale = s.setup.scaler ? s.setup.scaler->scale() : 1.0;
+  norm /= loss_scale;
+  const bool skip = s.setup.scaler && !std::isfinite(norm);
   tell(self, s.setup.track, program, SendTag{"clipped", s.step}, clipped_atom::value, s.step, norm);
-  const double scale = kernels::clip_coefficient(norm, s.setup.max_norm);
+  const double clip = s.setup.max_norm > 0 && !skip ? kernels::clip_coefficient(norm, s.setup.max_norm) : 1.0;
   for (const auto& o : s.setup.peers->gradients.optimizers)
-    tell(self, s.setup.track, o, SendTag{"clip", s.step}, clip_atom::value, s.step, scale);
+    tell(self, s.setup.track, o, SendTag{"clip", s.step}, clip_atom::value, s.step, clip / loss_scale, skip);
 }
 
 ClipActor::behavior_type clip_actor(Self self, ClipSetup setup) {

@@ -107,6 +107,13 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
                "compile: clip_grad_norm must be a finite number >= 0 (0 turns clipping off), got ", options.clip_grad_norm);
   TROUPE_CHECK(options.clip_grad_norm == 0 || fn.output_count() < fn.graph().outputs().size(), invalid_argument,
                "compile: clip_grad_norm needs gradients; trace the function with_gradients()");
+  const int scale_at = fn.loss_scale_parameter();
+  TROUPE_CHECK(!options.loss_scaler || (scale_at >= 0 && fn.parameters()[static_cast<std::size_t>(scale_at)].key() ==
+                                                            options.loss_scaler->scale_var().key()),
+               invalid_argument, "compile: loss_scaler needs a function whose backward it seeds; trace it ",
+               "with_gradients(params, scaler->scale_var())");
+  TROUPE_CHECK(options.loss_scaler || scale_at < 0, invalid_argument, "compile: the function's gradients are ",
+               "multiplied by a loss scale; pass its GradScaler as ProgramOptions::loss_scaler so it is divided out");
   auto traced = std::make_shared<const graph::TracedFunction>(fn);
   auto plan = std::make_shared<const ActorPlan>(plan_actors(*traced));
   auto graph = std::shared_ptr<const graph::Graph>(traced, &traced->graph());
@@ -127,6 +134,7 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
   setup->micro_batches = options.micro_batches;
   setup->clip_grad_norm = options.clip_grad_norm;
   setup->clip_mode = options.clip_mode;
+  setup->loss_scaler = options.loss_scaler;
   setup->peers = peers;
   setup->comm = options.data_parallel.communicator;
   if (traced->plans_memory()) setup->memory = std::make_shared<StepMemory>(plan, options.registers);

@@ -55,7 +55,7 @@ void spawn_optimizers(caf::actor_system& sys, const ProgramOptions& options,
     setup.track = Tracer::instance().register_actor(setup.optimizer ? "optimizer " + std::to_string(o) : "gradients");
     setup.peers = peers;
     setup.names = names;
-    setup.clipping = options.clip_grad_norm > 0;
+    setup.clipping = options.clip_grad_norm > 0 || options.loss_scaler;
     setup.returns = options.return_gradients;
     for (std::size_t k = 0; k < names->size(); ++k) {
       const std::string& name = (*names)[k];
@@ -93,9 +93,10 @@ GradientActors spawn_gradient_path(caf::actor_system& sys, const graph::TracedFu
   GradientActors out;
   for (const auto& o : path.optimizers) out.all.push_back(caf::actor_cast<caf::actor>(o.actor));
   out.counts = {{"optimizer", static_cast<int>(options.optimizers.size())}, {"clip", 0}, {"bucket", 0}, {"communicator", 0}};
-  if (options.clip_grad_norm > 0) {
+  if (options.clip_grad_norm > 0 || options.loss_scaler) {
     ClipSetup clip;
     clip.max_norm = options.clip_grad_norm;
+    clip.scaler = options.loss_scaler;
     clip.takes_norms = options.clip_mode == ClipMode::parallel;
     // Parallel clip with data parallelism sums the reduced buckets' norms, else one per gradient.
     clip.slots = path.buckets && clip.takes_norms ? static_cast<int>(path.buckets->buckets.size()) : gradients;

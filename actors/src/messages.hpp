@@ -73,7 +73,7 @@ using ProgramActor = caf::typed_actor<
 /// coefficient and updates once the program allows it (optimizer_actor.cpp).
 using OptimizerActor = caf::typed_actor<
     caf::reacts_to<gradient_atom, std::uint64_t /*step*/, int /*sink*/, Tensor, std::uint64_t>,
-    caf::reacts_to<clip_atom, std::uint64_t /*step*/, double /*scale*/, std::uint64_t>,
+    caf::reacts_to<clip_atom, std::uint64_t /*step*/, double /*scale*/, bool /*skip the update*/, std::uint64_t>,
     caf::reacts_to<update_atom, std::uint64_t /*step*/, std::uint64_t>>;
 
 /// The clip actor: sums the squared norms (or takes them of the gradients) in a fixed order and

@@ -20,12 +20,14 @@ struct OptimizerState {
   std::map<std::string, Tensor> gradients;
   int gradients_in = 0, scales_in = 0, updates_in = 0;
   double scale = 1.0;
+  bool skip = false;  // loss scaling found an Inf or NaN gradient: no update this step
   caf::abstract_actor* self = nullptr;
   /// Clears what arrived for a new step (current_step).
   void start_step() {
     gradients.clear();
     gradients_in = scales_in = updates_in = 0;
     scale = 1.0;
+    skip = false;
   }
   ~OptimizerState() { state_closing(&self); }
   static inline const char* name = "troupe.optimizer";
@@ -65,7 +67,7 @@ void apply(OptimizerState& s) {
   } catch (const Error& e) {
     throw Error(e.kind(), "gradient clipping failed in step " + std::to_string(s.step) + ": " + e.message());
   }
-  if (!s.setup.optimizer) return;
+  if (!s.setup.optimizer || s.skip) return;
   try {
     // The step owns the parameters' grad() for the update, then leaves them empty.
     for (const graph::Var& p : s.setup.optimizer->parameters()) {
@@ -114,10 +116,11 @@ OptimizerActor::behavior_type optimizer_actor(Self self, OptimizerSetup setup) {
         ++s.gradients_in;
         update_if_ready(self);
       },
-      [=](clip_atom, std::uint64_t step, double scale, std::uint64_t flow) {
+      [=](clip_atom, std::uint64_t step, double scale, bool skip, std::uint64_t flow) {
         Handling h(self, track, "clip", flow, step, -1);
         if (!current_step(self->state, step)) return;
         self->state.scale = scale;
+        self->state.skip = skip;
         ++self->state.scales_in;
         update_if_ready(self);
       },

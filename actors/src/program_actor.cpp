@@ -4,6 +4,7 @@
 // in progress answer the caller from any phase.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <deque>
 #include <limits>
 #include <utility>
@@ -116,6 +117,12 @@ std::unique_ptr<StepResult> collect(ProgramState& s) {
   auto r = std::make_unique<StepResult>();
   r->step = s.step;
   r->grad_norm = s.grad_norm;
+  if (const auto& scaler = s.setup->loss_scaler) {
+    // The next step's backward reads the updated scale: steps run one after another.
+    r->loss_scale = scaler->scale();
+    r->skipped = !std::isfinite(s.grad_norm);
+    scaler->update(r->skipped);
+  }
   r->bucket_squared_norms = s.bucket_norms;
   if (s.setup->comm) {
     r->comm_ms = (s.setup->comm->busy_seconds() - s.comm_busy_at_start) * 1e3;
@@ -140,7 +147,7 @@ void finish(Self* self, std::unique_ptr<StepResult> result, std::exception_ptr e
 // The step is over once every optimizer applied and every report the result carries is in.
 void finish_if_complete(Self* self) {
   ProgramState& s = self->state;
-  const int norms = s.setup->clip_grad_norm > 0 ? 1 : 0;
+  const int norms = s.setup->clip_grad_norm > 0 || s.setup->loss_scaler ? 1 : 0;
   if (s.applied == static_cast<int>(path(s).optimizers.size()) && s.norms_in == norms &&
       s.buckets_in == static_cast<int>(s.bucket_norms.size()))
     finish(self, collect(s), nullptr);

@@ -20,6 +20,7 @@ struct ProgramSetup {
   int micro_batches = 1;
   double clip_grad_norm = 0;  // 0: no clipping
   ClipMode clip_mode = ClipMode::parallel;
+  std::shared_ptr<graph::GradScaler> loss_scaler;  // null: the gradients are not scaled
   PeersPtr peers;
   // Data parallel (null when off): read for the time the step's collectives took, nothing else.
   std::shared_ptr<transport::Communicator> comm;

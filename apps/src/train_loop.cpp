@@ -28,16 +28,18 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
     const StepOutcome out = hooks.step();
     const double ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3;
     if (last && !o.trace_path.empty()) tracer.enable(false);
-    TROUPE_CHECK(std::isfinite(out.loss), runtime, "the loss became ", out.loss, " at step ", step,
+    // A step loss scaling skipped may have overflowed its forward too; the scaler handles it.
+    TROUPE_CHECK(std::isfinite(out.loss) || out.skipped, runtime, "the loss became ", out.loss, " at step ", step,
                  "; training diverged: lower --lr or clip harder (--clip)");
     ++summary.steps;
+    summary.skipped_steps += out.skipped ? 1 : 0;
     total_ms += ms;
     if (summary.steps > 1) {
       warm_ms += ms;
       summary.comm_ms += out.comm_ms;
       summary.exposed_comm_ms += out.exposed_comm_ms;
     }
-    recent.push_back(out.loss);
+    if (std::isfinite(out.loss)) recent.push_back(out.loss);
     if (recent.size() > 10) recent.pop_front();
     progress.step(step, out.loss, o.items_per_step, ms / 1e3);
 
@@ -50,6 +52,8 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
     m.peak_bytes = st.peak_bytes;
     m.current_bytes = st.current_bytes;
     m.step_ms = ms;
+    m.loss_scale = out.loss_scale;
+    m.skipped = out.skipped;
     if ((o.eval_every > 0 && step % o.eval_every == 0) || last) {
       summary.eval = hooks.evaluate();
       m.evaluated = true;
@@ -70,7 +74,7 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
     std::printf("message flow of the last step written to %s (troupe-trace summary %s)\n", o.trace_path.c_str(),
                 o.trace_path.c_str());
   }
-  summary.train_loss = std::accumulate(recent.begin(), recent.end(), 0.0) / static_cast<double>(recent.size());
+  if (!recent.empty()) summary.train_loss = std::accumulate(recent.begin(), recent.end(), 0.0) / static_cast<double>(recent.size());
   summary.ms_per_step = summary.steps > 1 ? warm_ms / static_cast<double>(summary.steps - 1) : total_ms;
   if (summary.steps > 1) {
     summary.comm_ms /= static_cast<double>(summary.steps - 1);

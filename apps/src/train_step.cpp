@@ -36,6 +36,9 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
       ->capture_default_str()->check(CLI::IsMember({"O0", "O1"}));
   app.add_option("--amp-dtype", f.amp_dtype, "the low-precision type of --amp O1: bf16 or fp16")
       ->capture_default_str()->check(CLI::IsMember({"bf16", "fp16"}));
+  app.add_option("--loss-scale", f.loss_scale,
+                 "dynamic loss scaling: auto (on with --amp-dtype fp16), dynamic, or off")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "dynamic", "off"}));
   app.add_option("--micro-batches", f.micro_batches,
                  "micro-batches per step, uneven when they do not divide the batch (0 = 2 on several cores, else 1)")
       ->capture_default_str()->check(in_range(0, 65536, "0 = automatic"));
@@ -78,6 +81,14 @@ graph::AmpOptions resolve_amp(const RunFlags& flags, int jit_level, const std::s
   return amp;
 }
 
+bool resolve_loss_scaling(const RunFlags& flags, const graph::AmpOptions& amp, int jit_level) {
+  const bool on = flags.loss_scale == "dynamic" ||
+                  (flags.loss_scale == "auto" && amp.level != graph::AmpLevel::O0 && amp.dtype == DType::f16);
+  TROUPE_CHECK(!on || jit_level > 0, invalid_argument, "--loss-scale dynamic needs the actor runtime, and JIT_LEVEL=0 ",
+               "runs eagerly; use JIT_LEVEL=1 or more, or --loss-scale off");
+  return on;
+}
+
 TrainStepOptions step_options(const RunFlags& flags, std::int64_t batch) {
   TrainStepOptions o;
   o.clip = flags.clip;
@@ -104,10 +115,14 @@ TrainStep::TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputS
   po.data_parallel = dp_;
   po.data_parallel.overlap = options.mode == GradMode::advanced;
   po.return_gradients = measure_;  // otherwise their memory is free for the next step
+  if (options.loss_scaling) scaler_ = std::make_shared<graph::GradScaler>();
+  po.loss_scaler = scaler_;
   // Optimized before the gradients (fusion) and after (forward and backward together).
   const int level = options.jit_level;
+  const graph::Var seed = scaler_ ? scaler_->scale_var() : graph::Var();
   program_ = engine_->compile(
-      graph::trace(loss_fn_, signature).with_amp(options.amp).optimized(level).with_gradients().optimized(level), po);
+      graph::trace(loss_fn_, signature).with_amp(options.amp).optimized(level).with_gradients({}, seed).optimized(level),
+      po);
 }
 
 StepOutcome TrainStep::operator()(const std::vector<Tensor>& inputs) {
@@ -118,6 +133,8 @@ StepOutcome TrainStep::operator()(const std::vector<Tensor>& inputs) {
     out.bucket_squared_norms = r.bucket_squared_norms;
     out.comm_ms = r.comm_ms;
     out.exposed_comm_ms = r.exposed_comm_ms;
+    out.loss_scale = scaler_ ? r.loss_scale : 0;
+    out.skipped = r.skipped;
     if (!measure_) return out;
     auto [norm, variance] = gradient_stats(r.gradients);
     // The returned gradients are clipped; report the norm and variance from before clipping.

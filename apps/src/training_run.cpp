@@ -68,6 +68,8 @@ LoopHooks loop_hooks(Session& s, const ForwardLoss& forward, std::int64_t& step_
       st.ints["step"] = step;
       st.ints["data_position"] = static_cast<std::int64_t>(s.parts.data_position());
       st.strings["app"] = s.name;
+      if (const graph::GradScaler* scaler = s.step.loss_scaler())
+        for (const auto& [key, value] : scaler->state_dict()) st.strings["loss_scaler." + key] = value;
       save_checkpoint(s.flags.save, step, s.model.state_dict(), s.optimizer.state_dict(), st);
     };
   return hooks;
@@ -87,9 +89,10 @@ void print_summary(const Session& s, const LoopSummary& summary) {
   // At JIT level 3 the steps ran in a planned arena: the planned peak next to the measured one.
   if (const auto memory = s.step.memory_report()) std::printf("%s: memory: %s\n", s.name.c_str(), memory->describe().c_str());
   const std::string fields = s.parts.summary_fields(summary);
-  std::printf("{\"app\":\"%s\",\"steps\":%lld,%s,\"params\":%lld,\"peak_bytes\":%zu%s}\n", s.name.c_str(),
-              static_cast<long long>(summary.steps), fields.c_str(), static_cast<long long>(s.model.parameter_count()),
-              cpu_allocator().stats().peak_bytes, dp_fields.c_str());
+  std::printf("{\"app\":\"%s\",\"steps\":%lld,%s,\"params\":%lld,\"peak_bytes\":%zu,\"skipped_steps\":%lld%s}\n",
+              s.name.c_str(), static_cast<long long>(summary.steps), fields.c_str(),
+              static_cast<long long>(s.model.parameter_count()), cpu_allocator().stats().peak_bytes,
+              static_cast<long long>(summary.skipped_steps), dp_fields.c_str());
 }
 
 // Runs the loop from `start_step` (evaluating on a forward-only program when the app asks for one)
@@ -146,11 +149,13 @@ int TrainingRun::train(const TrainingSetup& setup, const TrainingParts& parts) {
   step_setup.mode = mode_;
   step_setup.jit_level = jit_;
   step_setup.amp = resolve_amp(flags_, jit_, name_);
+  step_setup.loss_scaling = resolve_loss_scaling(flags_, step_setup.amp, jit_);
   step_setup.measure_gradients = !flags_.metrics.empty();
   set_kernel_threads(1);  // parallelism comes from actors running concurrently, not from inside a GEMM
   announce(setup, parts, step_setup, start_step, job ? &*job : nullptr);
   if (job) step_setup.data_parallel = job->options(setup.data_parallel->comm_fusion_mb);
   TrainStep step(parts.loss, setup.signature, model, optimizer, step_setup);
+  restore_loss_scaler(step);
   Session session{name_, flags_, setup, parts, job ? &*job : nullptr, model, *optimizer, step};
   return run_loop(session, step_setup, start_step);
 }
@@ -174,6 +179,21 @@ std::int64_t TrainingRun::restore(graph::Module& model, graph::Optimizer& optimi
   return 0;
 }
 
+void TrainingRun::restore_loss_scaler(TrainStep& step) const {
+  graph::GradScaler* scaler = step.loss_scaler();
+  if (!resumed_ || !scaler) return;
+  // A run saved without loss scaling has no scaler state: the scaler starts from its defaults.
+  std::map<std::string, std::string> state;
+  for (const auto& [key, value] : resumed_->state.strings)
+    if (key.rfind("loss_scaler.", 0) == 0) state[key.substr(12)] = value;
+  if (state.empty()) return;
+  try {
+    scaler->load_state_dict(state);
+  } catch (const Error& e) {
+    throw Error(e.kind(), "'" + resumed_->state.source + "': " + e.message() + "; the checkpoint is damaged");
+  }
+}
+
 void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& parts, const TrainStepOptions& step,
                            std::int64_t start_step, const DataParallelJob* job) const {
   const char* name = name_.c_str();
@@ -182,11 +202,12 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
   std::printf("%s: GRAD_MODE=%s%s, JIT_LEVEL=%d (%s), %d threads, %d micro-batches%s\n", name, to_string(mode_),
               setup.grad_mode_note.c_str(), jit_, jit_ == 0 ? "eager" : "actor graph", step.threads,
               jit_ == 0 ? 1 : step.micro_batches, resuming.c_str());
+  const char* scaling = step.loss_scaling ? ", dynamic loss scaling from 2^16" : "";
   if (step.amp.level == graph::AmpLevel::O0)
-    std::printf("%s: mixed precision: O0 (f32)\n", name);
+    std::printf("%s: mixed precision: O0 (f32)%s\n", name, scaling);
   else
-    std::printf("%s: mixed precision: %s, matrix products in %s on %s, the rest in f32\n", name,
-                graph::to_string(step.amp.level), dtype_name(step.amp.dtype), kernels::cpu_isa());
+    std::printf("%s: mixed precision: %s, matrix products in %s on %s, the rest in f32%s\n", name,
+                graph::to_string(step.amp.level), dtype_name(step.amp.dtype), kernels::cpu_isa(), scaling);
   if (resumed_) std::printf("%s: resuming '%s'; %s\n", name, flags_.resume.c_str(), settings_->summary().c_str());
   if (job && job->size() > 1)
     std::printf("%s: data parallel: rank %d of %d (%s), per-rank batch %lld, global batch %lld, fusion %.0f MiB\n", name,

@@ -119,7 +119,7 @@ void backward(const Var& loss, const Tensor& grad_output) {
   }
 }
 
-std::vector<ValueId> append_backward(Graph& g, ValueId loss, const std::vector<ValueId>& wrt) {
+std::vector<ValueId> append_backward(Graph& g, ValueId loss, const std::vector<ValueId>& wrt, ValueId seed) {
   TROUPE_CHECK(loss >= 0 && loss < static_cast<ValueId>(g.values().size()), invalid_argument,
                "append_backward: loss value ", loss, " is not in this graph");
   check_scalar_loss(g.value(loss).info.shape, "append_backward");
@@ -168,7 +168,14 @@ std::vector<ValueId> append_backward(Graph& g, ValueId loss, const std::vector<V
     Var& slot = grad[static_cast<std::size_t>(v)];
     slot = slot.defined() ? slot + gv : gv;
   };
-  add_grad(loss, zeros_like(Var::symbolic(&g, loss)) + 1.0);
+  if (seed < 0) {
+    add_grad(loss, zeros_like(Var::symbolic(&g, loss)) + 1.0);
+  } else {
+    const ValueInfo &l = g.value(loss).info, &s = g.value(seed).info;
+    TROUPE_CHECK(l.dtype == s.dtype && l.shape == s.shape, invalid_argument, "append_backward: the seed %", seed, " is ",
+                 dtype_name(s.dtype), sym_shape_str(s.shape), "; the loss is ", dtype_name(l.dtype), sym_shape_str(l.shape));
+    add_grad(loss, Var::symbolic(&g, seed));
+  }
 
   // Runs `rule` for a node or region with the given inputs/outputs and routes the results.
   auto run_rule = [&](const std::string& what, const GradFn& rule, const std::vector<ValueId>& ins,

@@ -63,7 +63,7 @@ TracedFunction trace(const TraceableFn& fn, const std::vector<InputSpec>& signat
   return f;
 }
 
-TracedFunction TracedFunction::with_gradients(const std::vector<Var>& params) const {
+TracedFunction TracedFunction::with_gradients(const std::vector<Var>& params, const Var& loss_scale) const {
   TROUPE_CHECK(outputs_ > 0, invalid_argument, "with_gradients: the traced function has no output to differentiate");
   TROUPE_CHECK(grad_parameters_.empty(), invalid_argument, "with_gradients: this function already has gradients");
   TROUPE_CHECK(!inference_, invalid_argument,
@@ -83,7 +83,16 @@ TracedFunction TracedFunction::with_gradients(const std::vector<Var>& params) co
   for (const Var& p : params)
     TROUPE_CHECK(p.requires_grad(), invalid_argument, "with_gradients: '", p.name(),
                  "' is not a parameter (create it with Var::leaf)");
-  const std::vector<ValueId> grads = append_backward(*g, g->outputs()[0], wrt);
+  ValueId seed = -1;
+  if (loss_scale.defined()) {
+    TROUPE_CHECK(!loss_scale.is_symbolic() && loss_scale.tensor().dim() == 0, invalid_argument,
+                 "with_gradients: the loss scale must be an eager 0-d tensor (GradScaler::scale_var())");
+    seed = g->add_parameter(loss_scale.name().empty() ? "loss_scale" : loss_scale.name(),
+                            ValueInfo{loss_scale.dtype(), {}});
+    f.loss_scale_ = static_cast<int>(f.parameters_.size());
+    f.parameters_.push_back(loss_scale);
+  }
+  const std::vector<ValueId> grads = append_backward(*g, g->outputs()[0], wrt, seed);
   std::vector<std::size_t> kept;
   for (std::size_t k = 0; k < grads.size(); ++k) {
     if (grads[k] < 0) continue;  // the output does not depend on it

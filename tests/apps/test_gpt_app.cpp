@@ -350,8 +350,37 @@ TEST(GptApp, MixedPrecisionTracksF32AndResumesAcrossLevels) {
   const auto resumed = run_app(tiny(data) + " --steps 6 --amp O0 --resume " + dir + "/ck");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resuming at step 4"), std::string::npos) << resumed.output;
+  // Dynamic loss scaling: every step at 2^16 (none overflows), counted in the metrics and the final
+  // line, and the scaler's state saved with the checkpoint and taken up by --resume.
+  const auto scaled = run_app(tiny(data) + " --steps 4 --amp O1 --loss-scale dynamic --save " + dir + "/scaled --metrics " +
+                              dir + "/scaled.csv");
+  ASSERT_EQ(scaled.exit_code, 0) << scaled.output;
+  EXPECT_NE(scaled.output.find("dynamic loss scaling from 2^16"), std::string::npos) << scaled.output;
+  EXPECT_EQ(scaled.last_json().at("skipped_steps"), 0);
+  for (double s : test::csv_column(dir + "/scaled.csv", "loss_scale")) EXPECT_EQ(s, 65536);
+  for (double s : test::csv_column(dir + "/scaled.csv", "skipped")) EXPECT_EQ(s, 0);
+  const auto scaled_losses = test::csv_column(dir + "/scaled.csv", "loss");
+  for (std::size_t i = 0; i < scaled_losses.size(); ++i) EXPECT_NEAR(scaled_losses[i], l1[i], 1e-4 * l1[i]);
+  std::ifstream state(dir + "/scaled/step-00000004/state.json");
+  const std::string text((std::istreambuf_iterator<char>(state)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"loss_scaler.scale\""), std::string::npos) << text;
+  const auto scaled_resumed = run_app(tiny(data) + " --steps 6 --amp O1 --loss-scale dynamic --resume " + dir + "/scaled --save " + dir + "/scaled");
+  ASSERT_EQ(scaled_resumed.exit_code, 0) << scaled_resumed.output;
+  {  // the resumed run reads the scaler's state: a damaged one is refused
+    const std::string path = dir + "/scaled/step-00000006/state.json";
+    std::ifstream in(path);
+    std::string saved((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto at = saved.find("\"loss_scaler.scale\": \"65536\"");
+    ASSERT_NE(at, std::string::npos) << saved;
+    saved.replace(at, 28, "\"loss_scaler.scale\": \"oops\"");
+    std::ofstream(path) << saved;
+  }
   std::vector<test::BadInput> bad{
       {"JIT_LEVEL=0 " + tiny(data) + " --steps 1 --amp O1", "--amp O1 rewrites the traced graph"},
+      {"JIT_LEVEL=0 " + tiny(data) + " --steps 1 --loss-scale dynamic", "--loss-scale dynamic needs the actor runtime"},
+      {tiny(data) + " --steps 1 --loss-scale sometimes", "--loss-scale"},
+      {tiny(data) + " --steps 8 --amp O1 --loss-scale dynamic --resume " + dir + "/scaled",
+       "loss scaler state: 'scale' is 'oops'"},
       {tiny(data) + " --steps 1 --amp O2", "--amp"},
       {tiny(data) + " --steps 1 --amp-dtype int8", "--amp-dtype"}};
   if (!kernels::native_low_precision(DType::f16))

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "troupe/graph/grad_scaler.hpp"
 #include "troupe/graph/memory_plans.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/kernels/tensor.hpp"
@@ -70,6 +71,13 @@ struct ProgramOptions {
   ClipMode clip_mode = ClipMode::parallel;
   /// Data parallelism (off unless a communicator is set).
   DataParallel data_parallel;
+  /// Dynamic loss scaling (mixed precision): the scaler whose scale_var() the function's backward
+  /// was seeded with (TracedFunction::with_gradients). The clip actor then always takes the global
+  /// norm, divides the scale out of it and of the gradients (before clipping), and when the norm is
+  /// Inf or NaN the optimizers skip the step; afterwards the program updates the scaler. With data
+  /// parallelism the norm of the reduced gradients is Inf on every rank as soon as one rank's
+  /// gradient was, so all ranks skip the same steps without another collective.
+  std::shared_ptr<graph::GradScaler> loss_scaler;
   /// Whether StepResult carries the gradients. A loop that only trains turns it off: the
   /// optimizers then let go of them after the update, and at JIT level 3 their memory is shared
   /// with the next step's instead of kept for the caller.
@@ -80,7 +88,9 @@ struct ProgramOptions {
 struct StepResult {
   std::vector<Tensor> outputs;              // the traced function's own outputs
   std::map<std::string, Tensor> gradients;  // by parameter name, row-weighted over micro-batches (clipped when clipping); empty unless return_gradients
-  double grad_norm = 0;                     // global gradient norm before clipping (NaN when not clipping)
+  double grad_norm = 0;                     // global gradient norm before clipping (NaN when not clipping), loss scale divided out
+  bool skipped = false;                     // loss scaling: a gradient was Inf or NaN, so the optimizers skipped the step
+  double loss_scale = 1;                    // loss scaling: the scale this step's backward ran with
   std::vector<double> bucket_squared_norms; // data parallel: each reduced bucket's squared norm
   double comm_ms = 0;     // data parallel: time the communicator spent on this step's collectives (buckets, the loss' mean)
   double exposed_comm_ms = 0;  // of which after backward had finished (not hidden behind compute)

@@ -20,6 +20,8 @@ struct StepMetrics {
   double grad_variance = 0;  // variance of all gradient elements taken together
   std::size_t peak_bytes = 0, current_bytes = 0;
   double step_ms = 0;
+  double loss_scale = 0;     // loss scaling: the step's scale (0: none)
+  bool skipped = false;      // loss scaling: the update was skipped
   bool evaluated = false;    // a held-out evaluation ran after this step
   double eval = 0;           // its result (validation loss, PSNR, ...)
 };

@@ -19,6 +19,8 @@ struct StepOutcome {
   double grad_variance = 0;  // of all gradient elements
   std::vector<double> bucket_squared_norms;  // data parallel: each reduced bucket's squared norm
   double comm_ms = 0, exposed_comm_ms = 0;   // data parallel: gradient communication, and the part after compute
+  double loss_scale = 0;     // loss scaling: the scale the step ran with (0: no loss scaling)
+  bool skipped = false;      // loss scaling: an Inf or NaN gradient skipped the update
 };
 
 /// Cadence and outputs of the loop.
@@ -50,6 +52,7 @@ struct LoopSummary {
   double ms_per_step = 0;     // mean step time, the first step (warm-up) excluded when there are more
   double items_per_s = 0;
   double comm_ms = 0, exposed_comm_ms = 0;  // means per step, warm-up excluded like ms_per_step
+  std::int64_t skipped_steps = 0;           // loss scaling: steps whose update an Inf or NaN gradient skipped
 };
 
 /// Runs steps start_step + 1 .. steps.

@@ -27,6 +27,7 @@ struct RunFlags {
   std::string save, resume, metrics, trace;
   int threads = 0, micro_batches = 0;
   std::string amp = "O0", amp_dtype = "bf16";  // mixed precision: level and low-precision type
+  std::string loss_scale = "auto";             // dynamic loss scaling: auto (with fp16), dynamic, off
 };
 
 /// Registers RunFlags on `app`, each numeric flag with its range; `steps` and `clip` keep the
@@ -47,6 +48,9 @@ int resolve_micro_batches(const RunFlags& flags, int threads, std::int64_t batch
 /// error; bf16 on a CPU without native bf16 would be slower than f32, so it runs at O0 after a
 /// warning on stderr naming `app` and the CPU's instruction set.
 graph::AmpOptions resolve_amp(const RunFlags& flags, int jit_level, const std::string& app);
+/// Whether the step scales its loss dynamically: --loss-scale dynamic, or auto with fp16 products
+/// (bf16 has f32's range and needs none); needs JIT_LEVEL >= 1 (the actor runtime divides it out).
+bool resolve_loss_scaling(const RunFlags& flags, const graph::AmpOptions& amp, int jit_level);
 
 /// How a training step runs.
 struct TrainStepOptions {
@@ -58,6 +62,7 @@ struct TrainStepOptions {
   actors::DataParallel data_parallel;   // off unless its communicator is set
   bool measure_gradients = true;        // each step also takes gradient statistics (two extra passes; only --metrics needs them)
   graph::AmpOptions amp;                // mixed precision of the traced step (O0: f32)
+  bool loss_scaling = false;            // dynamic loss scaling (graph::GradScaler's defaults)
 };
 
 /// The step the flags ask for: the clip threshold, and threads and micro-batches resolved for a
@@ -78,6 +83,8 @@ class TrainStep {
   /// The engine of the actor program (null in eager mode), for programs the app adds (evaluation).
   actors::Engine* engine() const { return engine_.get(); }
   /// JIT level 3: the planned and measured peak memory of the steps (empty otherwise).
+  /// The dynamic loss scaler, or null without loss scaling (checkpoints save its state).
+  graph::GradScaler* loss_scaler() const { return scaler_.get(); }
   std::optional<graph::MemoryPlanReport> memory_report() const {
     return program_ ? program_->memory_report() : std::nullopt;
   }
@@ -91,6 +98,7 @@ class TrainStep {
   bool measure_;
   std::unique_ptr<actors::Engine> engine_;
   std::unique_ptr<actors::Program> program_;
+  std::shared_ptr<graph::GradScaler> scaler_;
 };
 
 }  // namespace troupe::apps

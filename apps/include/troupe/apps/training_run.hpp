@@ -102,6 +102,8 @@ class TrainingRun {
   /// --load-weights file; returns the step the run continues after (0 when fresh).
   std::int64_t restore(graph::Module& model, graph::Optimizer& optimizer, const TrainingSetup& setup,
                        const TrainingParts& parts);
+  /// Restores the resumed checkpoint's loss-scaler state into the step's scaler, when both exist.
+  void restore_loss_scaler(TrainStep& step) const;
   /// The start-up lines: the app's, then the gradient path, resuming and data parallelism.
   void announce(const TrainingSetup& setup, const TrainingParts& parts, const TrainStepOptions& step,
                 std::int64_t start_step, const DataParallelJob* job) const;

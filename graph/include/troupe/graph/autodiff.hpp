@@ -17,7 +17,9 @@ void backward(const Var& loss, const Tensor& grad_output = Tensor());
 
 /// Appends to `g` the nodes computing d(loss)/d(wrt[i]) and returns those values; -1 where
 /// loss does not depend on wrt[i]. Only nodes on a path from some wrt to loss get a gradient;
-/// values used several times accumulate; integer values and stop_gradient block the flow.
-std::vector<ValueId> append_backward(Graph& g, ValueId loss, const std::vector<ValueId>& wrt);
+/// values used several times accumulate; integer values and stop_gradient block the flow. The
+/// backward starts from `seed` (a value of loss's dtype and shape: a loss scale), or from 1 when
+/// seed is -1.
+std::vector<ValueId> append_backward(Graph& g, ValueId loss, const std::vector<ValueId>& wrt, ValueId seed = -1);
 
 }  // namespace troupe::graph

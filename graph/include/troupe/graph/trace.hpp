@@ -34,7 +34,10 @@ class TracedFunction {
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const;
   /// A copy whose graph also computes d(output 0)/d(param) for `params` (default: every parameter
   /// the function read); calling it fills their grad() like eager backward().
-  TracedFunction with_gradients(const std::vector<Var>& params = {}) const;
+  /// With `loss_scale` (a 0-d Var of the loss's dtype: GradScaler::scale_var()), the backward starts
+  /// from its value instead of 1, read at each call like a parameter, so every gradient comes out
+  /// multiplied by it (the actor runtime divides it out again; ProgramOptions::loss_scaler).
+  TracedFunction with_gradients(const std::vector<Var>& params = {}, const Var& loss_scale = Var()) const;
   /// A copy whose graph went through the pass pipeline of JIT level `level` (graph/passes.hpp):
   /// the same signature and results (bit for bit at level 2; level 3 fuses) with less work. Level
   /// 3 also plans memory: each input shape gets an arena (memory_plans.hpp) after its first call,
@@ -62,6 +65,8 @@ class TracedFunction {
   const std::vector<Var>& parameters() const { return parameters_; }
   /// How many graph outputs are the function's own; the rest are gradients.
   std::size_t output_count() const { return outputs_; }
+  /// The index among parameters() of the loss scale with_gradients() seeded the backward with, or -1.
+  int loss_scale_parameter() const { return loss_scale_; }
   /// For each gradient output (graph output output_count() + k), the index of its parameter.
   const std::vector<std::size_t>& gradient_parameters() const { return grad_parameters_; }
 
@@ -72,6 +77,7 @@ class TracedFunction {
   std::vector<Var> parameters_;
   std::size_t outputs_ = 0;                   // the function's own outputs; gradients follow them
   std::vector<std::size_t> grad_parameters_;  // parameter index of each gradient output
+  int loss_scale_ = -1;                        // parameter index of the backward's seed, or -1
   std::shared_ptr<MemoryPlanCache> memory_;    // level 3: the arenas, one per input shape
   bool inference_ = false;                     // for_inference(): no gradients may be added
 };
