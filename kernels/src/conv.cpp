@@ -4,6 +4,7 @@
 
 #include "conv_geometry.hpp"
 #include "float_checks.hpp"
+#include "troupe/kernels/matmul.hpp"
 #include "troupe/kernels/reduce.hpp"
 
 namespace troupe::kernels {
@@ -20,20 +21,22 @@ Shape channel_unblocked_shape(const Shape& blocked) {
   return {blocked[0], blocked[1] * kChannelBlock, blocked[2], blocked[3]};
 }
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
-  check_float("conv2d", "input", x);
-  check_float_like("conv2d", "weight", w, "input", x);
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, std::optional<DType> out_dtype) {
+  check_float("conv2d", "input", x, true);
+  check_float_like("conv2d", "weight", w, "input", x, true);
+  const DType y_dtype = product_dtype("conv2d", x.dtype(), out_dtype);
   TROUPE_CHECK(!(p.blocked_input || p.blocked_output) || x.dtype() == DType::f32, unsupported,
                "conv2d: channel-blocked layouts are f32 only, got ", x.str());
   const Shape x_shape = p.blocked_input ? channel_unblocked_shape(x.shape()) : x.shape();
   const ConvGeometry g = conv_geometry("conv2d", x_shape, w.shape(), p);
   if (bias.defined()) {
-    check_float_like("conv2d", "bias", bias, "input", x);
+    TROUPE_CHECK(bias.dtype() == y_dtype, dtype_mismatch, "conv2d: the bias ", bias.str(),
+                 " must have the result's dtype, ", dtype_name(y_dtype));
     TROUPE_CHECK(bias.shape() == Shape{g.o}, shape_mismatch, "conv2d: bias ", shape_str(bias.shape()), " must be [",
                  g.o, "]");
   }
   const Shape y_shape = p.blocked_output ? channel_blocked_shape(g.output_shape()) : g.output_shape();
-  std::vector<Tensor> out{Tensor::empty(y_shape, x.dtype(), x.device())};
+  std::vector<Tensor> out{Tensor::empty(y_shape, y_dtype, x.device())};
   std::vector<Tensor> in{x.contiguous(), w.contiguous()};
   if (bias.defined()) in.push_back(bias.contiguous());
   dispatch("conv2d", in, out, conv_geometry_attrs(x_shape, w.shape(), p));
@@ -41,8 +44,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
 }
 
 Tensor conv2d_backward_data(const Tensor& grad, const Tensor& w, const Shape& input_shape, const Conv2dParams& p) {
-  check_float("conv2d_backward_data", "grad", grad);
-  check_float_like("conv2d_backward_data", "weight", w, "grad", grad);
+  check_float("conv2d_backward_data", "grad", grad, true);
+  check_float_like("conv2d_backward_data", "weight", w, "grad", grad, true);
   const ConvGeometry g = conv_geometry("conv2d_backward_data", input_shape, w.shape(), p);
   TROUPE_CHECK(grad.shape() == g.output_shape(), shape_mismatch, "conv2d_backward_data: grad ",
                shape_str(grad.shape()), " must be ", shape_str(g.output_shape()));
@@ -53,8 +56,8 @@ Tensor conv2d_backward_data(const Tensor& grad, const Tensor& w, const Shape& in
 }
 
 Tensor conv2d_backward_weight(const Tensor& grad, const Tensor& x, const Shape& weight_shape, const Conv2dParams& p) {
-  check_float("conv2d_backward_weight", "grad", grad);
-  check_float_like("conv2d_backward_weight", "input", x, "grad", grad);
+  check_float("conv2d_backward_weight", "grad", grad, true);
+  check_float_like("conv2d_backward_weight", "input", x, "grad", grad, true);
   const ConvGeometry g = conv_geometry("conv2d_backward_weight", x.shape(), weight_shape, p);
   TROUPE_CHECK(grad.shape() == g.output_shape(), shape_mismatch, "conv2d_backward_weight: grad ",
                shape_str(grad.shape()), " must be ", shape_str(g.output_shape()));

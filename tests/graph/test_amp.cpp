@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "graph/models.hpp"
 #include "kernels/reference.hpp"
 #include "troupe/graph/amp.hpp"
 #include "troupe/graph/nn.hpp"
@@ -117,4 +118,42 @@ TEST(Amp, LevelsAndDtypesParseAndBadOnesAreRefused) {
   const TracedFunction f = trace([&](const std::vector<Var>& in) { return loss_of(m, in); }, kSignature);
   EXPECT_THROW(f.with_amp({AmpLevel::O1, DType::f32}), Error);
   EXPECT_THROW(autocast(f.graph(), DType::f64), Error);
+}
+
+// Convolutions run in bf16 at O1 too: a small super-resolution net's loss and gradients track f32,
+// trained (levels 1 and 3) and at inference at level 3, whose f32-only layout and algorithm choices
+// leave the bf16 convolutions alone.
+TEST(Amp, O1ConvolutionsTrackF32) {
+  if (!kernels::native_low_precision(DType::bf16)) GTEST_SKIP() << "no native bf16 on this CPU";
+  test::SrLike net(false);
+  const std::vector<InputSpec> sig{{"x", {SymDim::symbol("batch"), 3, 12, 12}}, {"y", {SymDim::symbol("batch"), 3, 24, 24}}};
+  const auto fn = [&](const std::vector<Var>& in) { return std::vector<Var>{mse_loss(net(in[0]), in[1])}; };
+  const std::vector<Tensor> in{test::random_tensor({2, 3, 12, 12}, 1), test::random_tensor({2, 3, 24, 24}, 2)};
+  const auto run = [&](const TracedFunction& f) {
+    for (const Var& p : net.parameters()) p.zero_grad();
+    const double loss = f(in)[0].item();
+    std::vector<Tensor> grads;
+    for (const Var& p : net.parameters()) grads.push_back(p.grad().clone());
+    return std::make_pair(loss, grads);
+  };
+  const auto ref = run(trace(fn, sig).with_gradients());
+  for (int level : {1, 3}) {
+    SCOPED_TRACE("level " + std::to_string(level));
+    const TracedFunction o1 = trace(fn, sig).with_amp({AmpLevel::O1, DType::bf16}).optimized(level).with_gradients().optimized(level);
+    int low_convs = 0;
+    for (const Node& n : o1.graph().nodes())
+      if (n.op == "conv2d" && o1.graph().value(n.inputs[0]).info.dtype == DType::bf16) ++low_convs;
+    EXPECT_EQ(low_convs, 6);
+    const auto amp = run(o1);
+    EXPECT_NEAR(amp.first, ref.first, 2e-2 * ref.first);
+    for (std::size_t i = 0; i < ref.second.size(); ++i)
+      EXPECT_LE(test::scaled_max_error(amp.second[i], ref.second[i]), 5e-2) << "gradient " << i;
+  }
+  const auto forward = [&](const std::vector<Var>& v) { return std::vector<Var>{net(v[0])}; };
+  const std::vector<InputSpec> image{{"x", {1, 3, 16, 16}}};
+  const Tensor x = test::random_tensor({1, 3, 16, 16}, 3);
+  const Tensor f32 = trace(forward, image).for_inference().optimized(3)({x})[0];
+  const Tensor o1 = trace(forward, image).with_amp({AmpLevel::O1, DType::bf16}).for_inference().optimized(3)({x})[0];
+  EXPECT_EQ(o1.dtype(), DType::f32);
+  EXPECT_LE(test::scaled_max_error(o1, f32), 2e-2);
 }

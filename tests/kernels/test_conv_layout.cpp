@@ -97,6 +97,29 @@ TEST(Conv2d, NoBiasAndNonContiguousInput) {
   expect_close(kernels::conv2d(x, w, Tensor(), c.p), ref_conv(values(x), values(w), c, out), out, 1e-5, 1e-5);
 }
 
+// Mixed precision's convolutions: bf16 operands on oneDNN with f32 accumulation, the forward
+// written as f32 (with an f32 bias), the gradients in bf16; against f32 on the same rounded values.
+TEST(Conv2d, Bf16OperandsAccumulateInF32) {
+  const kernels::Conv2dParams p{1, 1, 1, 1};
+  const Tensor x = random_tensor({2, 16, 9, 7}, 1).to(DType::bf16), w = random_tensor({8, 16, 3, 3}, 2).to(DType::bf16);
+  const Tensor b = random_tensor({8}, 3), dy = random_tensor({2, 8, 9, 7}, 4).to(DType::bf16);
+  const Tensor xf = x.to(DType::f32), wf = w.to(DType::f32), dyf = dy.to(DType::f32);
+  const Tensor y = kernels::conv2d(x, w, b, p, DType::f32);
+  EXPECT_EQ(y.dtype(), DType::f32);
+  EXPECT_LE(scaled_max_error(y, kernels::conv2d(xf, wf, b, p)), 1e-5);
+  const Tensor dx = kernels::conv2d_backward_data(dy, w, x.shape(), p);
+  const Tensor dw = kernels::conv2d_backward_weight(dy, x, w.shape(), p);
+  EXPECT_EQ(dx.dtype(), DType::bf16);
+  EXPECT_EQ(dw.dtype(), DType::bf16);
+  EXPECT_LE(scaled_max_error(dx.to(DType::f32), kernels::conv2d_backward_data(dyf, wf, x.shape(), p)), 8e-3);
+  EXPECT_LE(scaled_max_error(dw.to(DType::f32), kernels::conv2d_backward_weight(dyf, xf, w.shape(), p)), 8e-3);
+  // bf16 written as bf16 needs a bf16 bias; f32 operands cannot be written as bf16.
+  EXPECT_THROW(kernels::conv2d(x, w, b, p), Error);
+  EXPECT_EQ(kernels::conv2d(x, w, b.to(DType::bf16), p).dtype(), DType::bf16);
+  EXPECT_THROW(kernels::conv2d(xf, wf, b, p, DType::bf16), Error);
+  EXPECT_THROW(kernels::conv2d(x, wf, b, p, DType::f32), Error);
+}
+
 TEST(Conv2d, BadInput) {
   Tensor x = random_tensor({1, 3, 8, 8}, 1);
   try {

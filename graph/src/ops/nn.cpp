@@ -2,6 +2,7 @@
 // convolution and the causal attention mask, each with its backward op.
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "op_helpers.hpp"
 #include "troupe/kernels/attention.hpp"
@@ -9,6 +10,7 @@
 #include "troupe/kernels/embedding.hpp"
 #include "troupe/kernels/layernorm.hpp"
 #include "troupe/kernels/loss.hpp"
+#include "troupe/kernels/matmul.hpp"
 #include "troupe/kernels/select.hpp"
 #include "troupe/kernels/softmax.hpp"
 
@@ -203,14 +205,17 @@ std::vector<ValueInfo> infer_conv2d(const InferContext& c) {
   const SymShape x = blocked_in ? unblocked(c, c.inputs[0].shape) : c.inputs[0].shape;
   const SymShape& w = c.inputs[1].shape;
   if (x[1] != w[1]) shape_error(c, "input channels " + x[1].str() + " differ from the weight's " + w[1].str());
+  const std::optional<DType> out = c.attrs.has("out_dtype") ? std::optional<DType>(static_cast<DType>(c.attrs.get_int("out_dtype")))
+                                                              : std::nullopt;
+  const DType y_dtype = kernels::product_dtype(c.op.c_str(), c.inputs[0].dtype, out);
   if (c.inputs.size() == 3) {
-    expect_same_dtype(c, 0, 2);
+    if (c.inputs[2].dtype != y_dtype) shape_error(c, std::string("bias must have the result's dtype, ") + dtype_name(y_dtype));
     if (c.inputs[2].shape != SymShape{w[0]}) shape_error(c, "bias must have shape [" + w[0].str() + "]");
   }
   const auto s = c.attrs.get_int("stride"), p = c.attrs.get_int("padding");
   if (s < 1 || p < 0) shape_error(c, "stride must be >= 1 and padding >= 0");
   const SymShape y{x[0], w[0], conv_out(c, x[2], w[2], s, p), conv_out(c, x[3], w[3], s, p)};
-  return one(c.inputs[0].dtype, blocked_out ? blocked(c, y) : y);
+  return one(y_dtype, blocked_out ? blocked(c, y) : y);
 }
 std::vector<ValueInfo> infer_conv2d_residual(const InferContext& c) {
   expect_arity(c, 3, 4);
@@ -227,14 +232,17 @@ std::vector<Var> grad_conv2d(const GradContext& c) {
     fail(ErrorKind::unsupported, "conv2d with a channel-blocked layout or Winograd has no gradient: both are chosen "
          "for inference graphs only (TracedFunction::for_inference)");
   const Var dy = relu ? relu_backward(c.grad_output(0), c.outputs[0], 0.0) : c.grad_output(0);
+  // The operands' gradients come in the operands' dtype (bf16 under mixed precision), so dy joins
+  // them in it: one cast both share. The bias's gradient sums dy as it is.
+  const Var dy_low = cast(dy, c.inputs[0].dtype());
   std::vector<Var> g(c.inputs.size());
-  if (c.needs_grad[0]) g[0] = apply1("conv2d_backward_data", {dy, c.inputs[1], c.inputs[0]}, c.attrs);
-  if (c.needs_grad[1]) g[1] = apply1("conv2d_backward_weight", {dy, c.inputs[0], c.inputs[1]}, c.attrs);
+  if (c.needs_grad[0]) g[0] = apply1("conv2d_backward_data", {dy_low, c.inputs[1], c.inputs[0]}, c.attrs);
+  if (c.needs_grad[1]) g[1] = apply1("conv2d_backward_weight", {dy_low, c.inputs[0], c.inputs[1]}, c.attrs);
   if (c.inputs.size() == 3 && c.needs_grad[2]) g[2] = apply1("conv2d_backward_bias", {dy});
   return g;
 }
 std::vector<Tensor> compute_conv2d(const std::vector<Tensor>& in, const ComputeContext& c) {
-  return {kernels::conv2d(in[0], in[1], in.size() == 3 ? in[2] : Tensor(), conv_params(c.attrs))};
+  return {kernels::conv2d(in[0], in[1], in.size() == 3 ? in[2] : Tensor(), conv_params(c.attrs), c.output_dtypes[0])};
 }
 // (grad, other operand, like): the result has the shape of `like`, the operand being differentiated.
 std::vector<ValueInfo> infer_conv_backward(const InferContext& c) {
@@ -355,7 +363,8 @@ Var conv2d(const Var& x, const Var& w, const Var& bias, std::int64_t stride, std
 Var conv2d(const Var& x, const Var& w, std::int64_t stride, std::int64_t padding) {
   return apply1("conv2d", {x, w}, Attrs().set("stride", stride).set("padding", padding));
 }
-TROUPE_DEFINE_OP({.name = "conv2d", .infer = infer_conv2d, .compute = compute_conv2d, .grad = grad_conv2d});
+TROUPE_DEFINE_OP({.name = "conv2d", .infer = infer_conv2d, .compute = compute_conv2d, .grad = grad_conv2d,
+                  .autocast_inputs = {0, 1}});
 // conv2d_residual(r, x, w[, b]) = conv2d(x, w[, b]) + r, conv2d's attributes: the residual add fused
 // into the convolution by conv-residual fusion (level 3, inference graphs; no gradient). Output 0
 // may be written over r when r dies there; the kernel adds the convolution to it.

@@ -1,5 +1,6 @@
-// Convolution: f32 through oneDNN's direct convolutions (conv_dnnl.hpp); f64, for the gradient
-// checks, as im2col + GEMM (OpenBLAS), each image's patches a [C*kh*kw, Ho*Wo] matrix.
+// Convolution: f32 and bf16 (mixed precision: bf16 operands, f32 or bf16 results) through oneDNN's
+// direct convolutions (conv_dnnl.hpp); f64, for the gradient checks, as im2col + GEMM (OpenBLAS),
+// each image's patches a [C*kh*kw, Ho*Wo] matrix.
 #include <algorithm>
 #include <type_traits>
 #include <vector>
@@ -57,13 +58,17 @@ void col2im(const ConvGeometry& g, const T* col, T* img) {
 
 int I(std::int64_t v) { return static_cast<int>(v); }
 
-// The forward of geometry g on inputs (x, w[, b]) into out[0].
+// oneDNN computes every dtype but f64.
 template <class T>
-void forward(const ConvGeometry& g, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-  const T *x = in[0].data<T>(), *w = in[1].data<T>();
-  const T* b = in.size() > 2 && in[2].defined() ? in[2].data<T>() : nullptr;
-  T* y = out[0].data<T>();
-  if constexpr (std::is_same_v<T, float>) return cpu::dnnl_conv_forward(g, x, w, b, y);
+inline constexpr bool kOnDnnl = !std::is_same_v<T, double>;
+
+// The forward as im2col + GEMM (f64): y = conv(x, w) + b (b may be undefined), accumulated onto y
+// when g.accumulate, then relu when g.relu.
+template <class T>
+void forward_im2col(const ConvGeometry& g, const Tensor& xt, const Tensor& wt, const Tensor& bt, const Tensor& yt) {
+  const T *x = xt.data<T>(), *w = wt.data<T>();
+  const T* b = bt.defined() ? bt.data<T>() : nullptr;
+  T* y = yt.data<T>();
   std::vector<T> col(static_cast<std::size_t>(g.patch() * g.pixels()));
   for (std::int64_t n = 0; n < g.n; ++n) {
     im2col(g, x + n * g.c * g.h * g.w, col.data());
@@ -80,6 +85,14 @@ void forward(const ConvGeometry& g, const std::vector<Tensor>& in, std::vector<T
   }
 }
 
+// The forward of geometry g on inputs (x, w[, b]) into out[0].
+template <class T>
+void forward(const ConvGeometry& g, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+  const Tensor bias = in.size() > 2 ? in[2] : Tensor();
+  if constexpr (kOnDnnl<T>) cpu::dnnl_conv_forward(g, in[0], in[1], bias, out[0]);
+  else forward_im2col<T>(g, in[0], in[1], bias, out[0]);
+}
+
 template <class T>
 void forward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
   forward<T>(conv_geometry_of(a), in, out);
@@ -93,26 +106,23 @@ void residual_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, co
   const auto flag = [&](const char* name) { return a.has(name) && a.get_int(name) != 0; };
   const std::int64_t s = a.get_int("stride"), pad = a.get_int("padding");
   const Conv2dParams p{s, s, pad, pad, false, flag("blocked_input"), flag("blocked_output"), flag("winograd")};
-  constexpr bool is_f32 = std::is_same_v<T, float>;
-  TROUPE_CHECK(is_f32 || !(p.blocked_input || p.blocked_output), unsupported,
+  TROUPE_CHECK((std::is_same_v<T, float>) || !(p.blocked_input || p.blocked_output), unsupported,
                "conv2d_residual: channel-blocked layouts are f32 only");
   const Tensor r = in[0].contiguous(), x = in[1].contiguous(), w = in[2].contiguous();
   const Tensor b = in.size() > 3 ? in[3].contiguous() : Tensor();
   ConvGeometry g = conv_geometry("conv2d_residual", p.blocked_input ? channel_unblocked_shape(x.shape()) : x.shape(),
                                  w.shape(), p);
   g.accumulate = true;
-  T* y = out[0].data<T>();
-  if (y != r.data<T>()) std::copy_n(r.data<T>(), r.numel(), y);
+  if (out[0].raw_data() != r.raw_data()) out[0].copy_from(r);
   forward<T>(g, {x, w, b}, out);
 }
 
+// The input's gradient as GEMM + col2im (f64).
 template <class T>
-void backward_data_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
-  const ConvGeometry g = conv_geometry_of(a);
-  const T *dy = in[0].data<T>(), *w = in[1].data<T>();
-  T* dx = out[0].data<T>();
-  if constexpr (std::is_same_v<T, float>) return cpu::dnnl_conv_backward_data(g, dy, w, dx);
-  std::fill_n(dx, out[0].numel(), T(0));
+void backward_data_im2col(const ConvGeometry& g, const Tensor& dyt, const Tensor& wt, const Tensor& dxt) {
+  const T *dy = dyt.data<T>(), *w = wt.data<T>();
+  T* dx = dxt.data<T>();
+  std::fill_n(dx, dxt.numel(), T(0));
   std::vector<T> col(static_cast<std::size_t>(g.patch() * g.pixels()));
   for (std::int64_t n = 0; n < g.n; ++n) {
     cpu::gemm(CblasTrans, CblasNoTrans, I(g.patch()), I(g.pixels()), I(g.o), T(1), w, I(g.patch()),
@@ -122,12 +132,18 @@ void backward_data_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& ou
 }
 
 template <class T>
-void backward_weight_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
+void backward_data_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
   const ConvGeometry g = conv_geometry_of(a);
-  const T *dy = in[0].data<T>(), *x = in[1].data<T>();
-  T* dw = out[0].data<T>();
-  if constexpr (std::is_same_v<T, float>) return cpu::dnnl_conv_backward_weights(g, dy, x, dw);
-  std::fill_n(dw, out[0].numel(), T(0));
+  if constexpr (kOnDnnl<T>) cpu::dnnl_conv_backward_data(g, in[0], in[1], out[0]);
+  else backward_data_im2col<T>(g, in[0], in[1], out[0]);
+}
+
+// The weights' gradient as im2col + GEMM (f64).
+template <class T>
+void backward_weight_im2col(const ConvGeometry& g, const Tensor& dyt, const Tensor& xt, const Tensor& dwt) {
+  const T *dy = dyt.data<T>(), *x = xt.data<T>();
+  T* dw = dwt.data<T>();
+  std::fill_n(dw, dwt.numel(), T(0));
   std::vector<T> col(static_cast<std::size_t>(g.patch() * g.pixels()));
   for (std::int64_t n = 0; n < g.n; ++n) {
     im2col(g, x + n * g.c * g.h * g.w, col.data());
@@ -136,11 +152,22 @@ void backward_weight_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& 
   }
 }
 
+template <class T>
+void backward_weight_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
+  const ConvGeometry g = conv_geometry_of(a);
+  if constexpr (kOnDnnl<T>) cpu::dnnl_conv_backward_weights(g, in[0], in[1], out[0]);
+  else backward_weight_im2col<T>(g, in[0], in[1], out[0]);
+}
+
 }  // namespace
 
 TROUPE_REGISTER_FLOAT_KERNELS("conv2d", forward_kernel);
 TROUPE_REGISTER_FLOAT_KERNELS("conv2d_residual", residual_kernel);
 TROUPE_REGISTER_FLOAT_KERNELS("conv2d_backward_data", backward_data_kernel);
 TROUPE_REGISTER_FLOAT_KERNELS("conv2d_backward_weight", backward_weight_kernel);
+TROUPE_REGISTER_KERNEL("conv2d", cpu, bf16, forward_kernel<BFloat16>);
+TROUPE_REGISTER_KERNEL("conv2d_residual", cpu, bf16, residual_kernel<BFloat16>);
+TROUPE_REGISTER_KERNEL("conv2d_backward_data", cpu, bf16, backward_data_kernel<BFloat16>);
+TROUPE_REGISTER_KERNEL("conv2d_backward_weight", cpu, bf16, backward_weight_kernel<BFloat16>);
 
 }  // namespace troupe::kernels

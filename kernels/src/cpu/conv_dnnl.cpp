@@ -16,16 +16,21 @@ struct Descs {
   memory::dims strides, pad_l, pad_r;
 };
 
-Descs descs(const kernels::ConvGeometry& s) {
+// The element types of one call: the input, the weights and the output (the bias: the output's).
+struct Types {
+  dt src, weights, dst;
+};
+
+Descs descs(const kernels::ConvGeometry& s, const Types& t) {
   Descs d;
   const memory::dims src{s.n, s.c, s.h, s.w}, wei{s.o, s.c, s.kh, s.kw}, dst{s.n, s.o, s.ho, s.wo};
-  d.src = memory::desc(src, dt::f32, s.blocked_src ? tag::nChw16c : tag::nchw);
-  d.weights = memory::desc(wei, dt::f32, tag::oihw);
-  d.bias = memory::desc({s.o}, dt::f32, tag::x);
-  d.dst = memory::desc(dst, dt::f32, s.blocked_dst ? tag::nChw16c : tag::nchw);
-  d.any_src = memory::desc(src, dt::f32, tag::any);
-  d.any_weights = memory::desc(wei, dt::f32, tag::any);
-  d.any_dst = memory::desc(dst, dt::f32, tag::any);
+  d.src = memory::desc(src, t.src, s.blocked_src ? tag::nChw16c : tag::nchw);
+  d.weights = memory::desc(wei, t.weights, tag::oihw);
+  d.bias = memory::desc({s.o}, t.dst, tag::x);
+  d.dst = memory::desc(dst, t.dst, s.blocked_dst ? tag::nChw16c : tag::nchw);
+  d.any_src = memory::desc(src, t.src, tag::any);
+  d.any_weights = memory::desc(wei, t.weights, tag::any);
+  d.any_dst = memory::desc(dst, t.dst, tag::any);
   d.strides = {s.sh, s.sw};
   d.pad_l = {s.ph, s.pw};
   // Right padding that makes the output exactly ho x wo (it can be smaller than the left with strides).
@@ -89,27 +94,27 @@ Output output_in(const memory::desc& user_md, void* data, const memory::desc& wa
 
 }  // namespace
 
-void dnnl_conv_forward(const kernels::ConvGeometry& s, const float* x, const float* w, const float* b, float* y) {
+void dnnl_conv_forward(const kernels::ConvGeometry& s, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
   limit_threads_here();
-  const Descs d = descs(s);
-  const auto pd = forward_pd(d, b != nullptr, s.relu, s.winograd, s.accumulate);
+  const Descs d = descs(s, {dnnl_type(x.dtype()), dnnl_type(w.dtype()), dnnl_type(y.dtype())});
+  const auto pd = forward_pd(d, b.defined(), s.relu, s.winograd, s.accumulate);
   dnnl::stream stream(cpu_engine());
   CallBuffers buffers;
-  memory src = as_layout(d.src, const_cast<float*>(x), pd.src_desc(), stream, buffers);
-  memory wei = as_layout(d.weights, const_cast<float*>(w), pd.weights_desc(), stream, buffers);
-  Output dst = output_in(d.dst, y, pd.dst_desc(), buffers);
+  memory src = as_layout(d.src, x.raw_data(), pd.src_desc(), stream, buffers);
+  memory wei = as_layout(d.weights, w.raw_data(), pd.weights_desc(), stream, buffers);
+  Output dst = output_in(d.dst, y.raw_data(), pd.dst_desc(), buffers);
   // The sum post-op reads the destination: in oneDNN's layout, if that is not the user's.
   if (s.accumulate && dst.target != dst.user) dnnl::reorder(dst.user, dst.target).execute(stream, dst.user, dst.target);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst.target}};
-  if (b) args.emplace(DNNL_ARG_BIAS, memory(d.bias, cpu_engine(), const_cast<float*>(b)));
+  if (b.defined()) args.emplace(DNNL_ARG_BIAS, memory(d.bias, cpu_engine(), b.raw_data()));
   execute_with_scratchpad(dnnl::convolution_forward(pd), pd, args, stream, buffers);
   dst.finish(stream);
   stream.wait();
 }
 
-void dnnl_conv_backward_data(const kernels::ConvGeometry& s, const float* dy, const float* w, float* dx) {
+void dnnl_conv_backward_data(const kernels::ConvGeometry& s, const Tensor& dy, const Tensor& w, const Tensor& dx) {
   limit_threads_here();
-  const Descs d = descs(s);
+  const Descs d = descs(s, {dnnl_type(dx.dtype()), dnnl_type(w.dtype()), dnnl_type(dy.dtype())});
   const auto hint = forward_pd(d, false);
   const dnnl::convolution_backward_data::primitive_desc pd(
       dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, d.any_src, d.any_weights, d.any_dst,
@@ -117,9 +122,9 @@ void dnnl_conv_backward_data(const kernels::ConvGeometry& s, const float* dy, co
       primitive_attributes(), cpu_engine(), hint);
   dnnl::stream stream(cpu_engine());
   CallBuffers buffers;
-  memory ddst = as_layout(d.dst, const_cast<float*>(dy), pd.diff_dst_desc(), stream, buffers);
-  memory wei = as_layout(d.weights, const_cast<float*>(w), pd.weights_desc(), stream, buffers);
-  Output dsrc = output_in(d.src, dx, pd.diff_src_desc(), buffers);
+  memory ddst = as_layout(d.dst, dy.raw_data(), pd.diff_dst_desc(), stream, buffers);
+  memory wei = as_layout(d.weights, w.raw_data(), pd.weights_desc(), stream, buffers);
+  Output dsrc = output_in(d.src, dx.raw_data(), pd.diff_src_desc(), buffers);
   execute_with_scratchpad(dnnl::convolution_backward_data(pd), pd,
                           {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DIFF_SRC, dsrc.target}},
                           stream, buffers);
@@ -127,9 +132,9 @@ void dnnl_conv_backward_data(const kernels::ConvGeometry& s, const float* dy, co
   stream.wait();
 }
 
-void dnnl_conv_backward_weights(const kernels::ConvGeometry& s, const float* dy, const float* x, float* dw) {
+void dnnl_conv_backward_weights(const kernels::ConvGeometry& s, const Tensor& dy, const Tensor& x, const Tensor& dw) {
   limit_threads_here();
-  const Descs d = descs(s);
+  const Descs d = descs(s, {dnnl_type(x.dtype()), dnnl_type(dw.dtype()), dnnl_type(dy.dtype())});
   const auto hint = forward_pd(d, false);
   const dnnl::convolution_backward_weights::primitive_desc pd(
       dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.any_src, d.any_weights,
@@ -137,9 +142,9 @@ void dnnl_conv_backward_weights(const kernels::ConvGeometry& s, const float* dy,
       primitive_attributes(), cpu_engine(), hint);
   dnnl::stream stream(cpu_engine());
   CallBuffers buffers;
-  memory ddst = as_layout(d.dst, const_cast<float*>(dy), pd.diff_dst_desc(), stream, buffers);
-  memory src = as_layout(d.src, const_cast<float*>(x), pd.src_desc(), stream, buffers);
-  Output dwei = output_in(d.weights, dw, pd.diff_weights_desc(), buffers);
+  memory ddst = as_layout(d.dst, dy.raw_data(), pd.diff_dst_desc(), stream, buffers);
+  memory src = as_layout(d.src, x.raw_data(), pd.src_desc(), stream, buffers);
+  Output dwei = output_in(d.weights, dw.raw_data(), pd.diff_weights_desc(), buffers);
   execute_with_scratchpad(dnnl::convolution_backward_weights(pd), pd,
                           {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_WEIGHTS, dwei.target}},
                           stream, buffers);

@@ -4,6 +4,14 @@
 
 namespace troupe::cpu {
 
+dnnl::memory::data_type dnnl_type(DType t) {
+  switch (t) {
+    case DType::bf16: return dnnl::memory::data_type::bf16;
+    case DType::f16: return dnnl::memory::data_type::f16;
+    default: return dnnl::memory::data_type::f32;
+  }
+}
+
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;

@@ -8,9 +8,13 @@
 
 #include <dnnl.hpp>
 
+#include "troupe/kernels/dtype.hpp"
 #include "troupe/kernels/storage.hpp"
 
 namespace troupe::cpu {
+
+/// oneDNN's name for `t` (f32, bf16, f16; anything else maps to f32, which callers never pass).
+dnnl::memory::data_type dnnl_type(DType t);
 
 /// The one CPU engine of the process.
 dnnl::engine& cpu_engine();

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "cpu/blas.hpp"
+#include "cpu/dnnl_common.hpp"
 #include "cpu/dnnl_matmul.hpp"
 #include "cpu/float_kernels.hpp"
 
@@ -105,14 +106,6 @@ void matmul_bias_blas(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
   blas_products(in[0], in[1], attrs.get_int("trans_a") != 0, attrs.get_int("trans_b") != 0, T(1), c);
 }
 
-dnnl::memory::data_type dnnl_type(DType t) {
-  switch (t) {
-    case DType::bf16: return dnnl::memory::data_type::bf16;
-    case DType::f16: return dnnl::memory::data_type::f16;
-    default: return dnnl::memory::data_type::f32;
-  }
-}
-
 // True when the batch dims of t (all but the last two) step through memory with one stride, the
 // innermost's; size-1 dims are skipped and a broadcast (stride 0) dim of size > 1 never folds.
 bool batch_folds(const Tensor& t, std::int64_t& stride) {
@@ -147,7 +140,7 @@ cpu::MatmulOperand operand_of(Tensor t, const Shape& batch, Tensor& keep) {
   keep = t;
   cpu::MatmulOperand o;
   o.data = t.raw_data();
-  o.type = dnnl_type(t.dtype());
+  o.type = cpu::dnnl_type(t.dtype());
   o.dims[0] = broadcast ? 1 : shape_numel(batch);
   o.dims[1] = rows;
   o.dims[2] = cols;
@@ -170,7 +163,7 @@ void matmul_low(const std::vector<Tensor>& in, std::vector<Tensor>& out, const A
   cpu::MatmulOperand ao = operand_of(a, batch, kept_a), bo = operand_of(b, batch, kept_b);
   cpu::MatmulOperand co;
   co.data = c.raw_data();
-  co.type = dnnl_type(c.dtype());
+  co.type = cpu::dnnl_type(c.dtype());
   co.dims[0] = shape_numel(batch);
   co.dims[1] = m;
   co.dims[2] = n;
@@ -194,7 +187,7 @@ void matmul_low(const std::vector<Tensor>& in, std::vector<Tensor>& out, const A
     kept_bias = in[2].contiguous();
     bias.emplace();
     bias->data = kept_bias.raw_data();
-    bias->type = dnnl_type(kept_bias.dtype());
+    bias->type = cpu::dnnl_type(kept_bias.dtype());
     bias->dims[2] = n;
     bias->dims[1] = 1;
     bias->strides[0] = bias->strides[1] = n;

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include <optional>
+
 #include "troupe/kernels/tensor.hpp"
 
 namespace troupe::kernels {
@@ -27,9 +29,12 @@ Shape channel_blocked_shape(const Shape& nchw);
 Shape channel_unblocked_shape(const Shape& blocked);
 
 /// y[N, O, Ho, Wo] = conv(x[N, C, H, W], w[O, C, kh, kw]) + bias[O] (bias may be undefined), then
-/// max(y, 0) when p.relu; x and y are channel-blocked as p says.
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p);
-/// d loss / d x from grad[N, O, Ho, Wo] and the weight.
+/// max(y, 0) when p.relu; x and y are channel-blocked as p says. x and w are f32, f64 or bf16 (both
+/// the same); y has their dtype, or `out_dtype` (f32 for bf16 operands: the f32 accumulator written
+/// as it is), and the bias has y's.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
+              std::optional<DType> out_dtype = std::nullopt);
+/// d loss / d x from grad[N, O, Ho, Wo] and the weight, in their dtype (f32, f64 or bf16).
 Tensor conv2d_backward_data(const Tensor& grad, const Tensor& w, const Shape& input_shape, const Conv2dParams& p);
 /// d loss / d w from grad and the forward input.
 Tensor conv2d_backward_weight(const Tensor& grad, const Tensor& x, const Shape& weight_shape, const Conv2dParams& p);
