@@ -46,6 +46,7 @@ struct TrainFlags {
 constexpr const char* kWeightsAdvice = "give the model flags it was saved with (--d-model, --layers, --heads, --d-ff, --seq)";
 
 struct GenerateFlags {
+  apps::AmpFlags amp;
   std::string checkpoint, weights, prompt = "\n";
   apps::GptConfig model;
   std::int64_t tokens = 200, top_k = 40;
@@ -203,20 +204,22 @@ int train(TrainFlags f, CLI::App& app) {
 // run through the graph passes of JIT_LEVEL (eagerly at 0): the position ids depend on t.
 class ContextLogits {
  public:
-  explicit ContextLogits(apps::Gpt& model) : model_(model) {}
+  ContextLogits(apps::Gpt& model, graph::AmpOptions amp) : model_(model), amp_(amp) {}
   /// Logits [1, t, vocab] of the token ids `window`.
   Tensor operator()(const std::vector<std::int64_t>& window) {
     const auto t = static_cast<std::int64_t>(window.size());
     auto it = by_length_.find(t);
     if (it == by_length_.end()) {
       graph::TraceableFn fn = [this](const std::vector<Var>& in) { return std::vector<Var>{model_.logits(in[0])}; };
-      it = by_length_.emplace(t, graph::Jit(std::move(fn), {{"ids", {1, t}, DType::i64}})).first;
+      it = by_length_.emplace(t, graph::Jit(std::move(fn), {{"ids", {1, t}, DType::i64}}, false, graph::jit_level(), amp_))
+               .first;
     }
     return it->second({Tensor::from_vector(window, {1, t})})[0];
   }
 
  private:
   apps::Gpt& model_;
+  graph::AmpOptions amp_;
   std::map<std::int64_t, graph::Jit> by_length_;
 };
 
@@ -238,6 +241,7 @@ int generate(GenerateFlags f, CLI::App& app) {
     file = f.weights;
     advice = kWeightsAdvice;
   }
+  const graph::AmpOptions amp = apps::resolve_amp(f.amp, graph::jit_level(), "troupe-gpt");
   Generator gen(0);
   apps::Gpt model(f.model, gen);
   apps::load_weights_into(model, weights, file, advice);
@@ -248,7 +252,7 @@ int generate(GenerateFlags f, CLI::App& app) {
   std::printf("%s", f.prompt.c_str());
   std::uint64_t rng = f.seed;
   graph::NoGradGuard no_grad;
-  ContextLogits context_logits(model);
+  ContextLogits context_logits(model, amp);
   for (std::int64_t k = 0; k < f.tokens; ++k) {
     const std::int64_t t = std::min<std::int64_t>(static_cast<std::int64_t>(context.size()), f.model.seq);
     const std::vector<std::int64_t> window(context.end() - t, context.end());
@@ -313,5 +317,6 @@ int main(int argc, char** argv) {
   gen->add_option("--top-k", gf.top_k, "sample among the k most likely bytes (0 = all)")
       ->capture_default_str()->check(apps::in_range(0, 256, "0 = all"));
   gen->add_option("--seed", gf.seed, "sampling seed")->capture_default_str();
+  apps::add_amp_flags(*gen, gf.amp);
   return apps::run_cli(app, argc, argv, "troupe-gpt", [&] { return gen->parsed() ? generate(gf, *gen) : train(tf, app); });
 }

@@ -42,6 +42,7 @@ constexpr const char* kWeightsAdvice = "give the --channels and --blocks it was 
 struct InferFlags {
   std::string weights, input, output;
   std::int64_t channels = 64, blocks = 4;
+  apps::AmpFlags amp;
 };
 
 // Where a model's weights come from: the tensors, the file they were read from, and what to do
@@ -190,9 +191,12 @@ int infer(const InferFlags& f, CLI::App& app) {
   apps::require_file(f.input, "give a PNG image to upscale");
   const Tensor image = apps::read_png(f.input);
   graph::NoGradGuard no_grad;
+  const int level = graph::jit_level();
+  const graph::AmpOptions amp = apps::resolve_amp(f.amp, level, "troupe-sr");
   // Through the graph passes of JIT_LEVEL (eager at 0), traced once for any image size.
   const graph::Jit upscale([&](const std::vector<Var>& in) { return std::vector<Var>{model(in[0])}; },
-                           {{"image", {1, 3, graph::SymDim::symbol("height"), graph::SymDim::symbol("width")}}});
+                           {{"image", {1, 3, graph::SymDim::symbol("height"), graph::SymDim::symbol("width")}}}, false,
+                           level, amp);
   const Tensor out = upscale({image.unsqueeze(0)})[0];
   apps::write_png(f.output, out.slice(0, 0, 1).reshape({3, out.size(2), out.size(3)}));
   std::printf("troupe-sr: %s (%lldx%lld) -> %s (%lldx%lld)\n", f.input.c_str(), static_cast<long long>(image.size(2)),
@@ -230,6 +234,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(apps::in_range(1, 4096));
   infer_cmd->add_option("--blocks", inf.blocks, "residual blocks of a .safetensors model")
       ->capture_default_str()->check(apps::in_range(0, 1024));
+  apps::add_amp_flags(*infer_cmd, inf.amp);
   infer_cmd->add_option("input", inf.input, "input PNG")->required();
   infer_cmd->add_option("output", inf.output, "output PNG")->required();
   return apps::run_cli(app, argc, argv, "troupe-sr", [&] { return infer_cmd->parsed() ? infer(inf, *infer_cmd) : train(tf, app); });

@@ -32,10 +32,7 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
       ->capture_default_str()->check(in_range(1, kMany));
   app.add_option("--threads", f.threads, "scheduler threads (0 = all cores)")
       ->capture_default_str()->check(in_range(0, 4096, "0 = all cores"));
-  app.add_option("--amp", f.amp, "mixed precision: O0 (f32) or O1 (matrix products in --amp-dtype, the rest in f32)")
-      ->capture_default_str()->check(CLI::IsMember({"O0", "O1"}));
-  app.add_option("--amp-dtype", f.amp_dtype, "the low-precision type of --amp O1: bf16 or fp16")
-      ->capture_default_str()->check(CLI::IsMember({"bf16", "fp16"}));
+  add_amp_flags(app, f.amp);
   app.add_option("--loss-scale", f.loss_scale,
                  "dynamic loss scaling: auto (on with --amp-dtype fp16), dynamic, or off")
       ->capture_default_str()->check(CLI::IsMember({"auto", "dynamic", "off"}));
@@ -67,16 +64,24 @@ int resolve_micro_batches(const RunFlags& f, int threads, std::int64_t batch) {
   return static_cast<int>(std::max<std::int64_t>(1, std::min(wanted, batch)));
 }
 
-graph::AmpOptions resolve_amp(const RunFlags& flags, int jit_level, const std::string& app) {
-  graph::AmpOptions amp{graph::parse_amp_level(flags.amp), graph::parse_amp_dtype(flags.amp_dtype)};
+void add_amp_flags(CLI::App& app, AmpFlags& f) {
+  app.add_option("--amp", f.level,
+                 "mixed precision: O0 (f32) or O1 (matrix products and convolutions in --amp-dtype, the rest in f32)")
+      ->capture_default_str()->check(CLI::IsMember({"O0", "O1"}));
+  app.add_option("--amp-dtype", f.dtype, "the low-precision type of --amp O1: bf16 or fp16")
+      ->capture_default_str()->check(CLI::IsMember({"bf16", "fp16"}));
+}
+
+graph::AmpOptions resolve_amp(const AmpFlags& flags, int jit_level, const std::string& app) {
+  graph::AmpOptions amp{graph::parse_amp_level(flags.level), graph::parse_amp_dtype(flags.dtype)};
   if (amp.level == graph::AmpLevel::O0) return amp;
-  TROUPE_CHECK(jit_level > 0, invalid_argument, "--amp ", flags.amp, " rewrites the traced graph and JIT_LEVEL=0 runs ",
-               "eagerly; use JIT_LEVEL=1 or more, or --amp O0");
+  TROUPE_CHECK(jit_level > 0, invalid_argument, "--amp ", flags.level, " rewrites the traced graph and JIT_LEVEL=0 ",
+               "runs eagerly; use JIT_LEVEL=1 or more, or --amp O0");
   if (kernels::native_low_precision(amp.dtype)) return amp;
   TROUPE_CHECK(amp.dtype == DType::bf16, unsupported, "--amp-dtype fp16: this CPU (", kernels::cpu_isa(),
                ") or this oneDNN has no f16 matrix products; use --amp-dtype bf16");
   std::fprintf(stderr, "%s: warning: this CPU (%s) has no native bf16 (AVX512-BF16 or AMX): --amp %s would be slower "
-               "than f32, so the run stays at O0\n", app.c_str(), kernels::cpu_isa(), flags.amp.c_str());
+               "than f32, so the run stays at O0\n", app.c_str(), kernels::cpu_isa(), flags.level.c_str());
   amp.level = graph::AmpLevel::O0;
   return amp;
 }

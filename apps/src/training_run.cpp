@@ -148,7 +148,7 @@ int TrainingRun::train(const TrainingSetup& setup, const TrainingParts& parts) {
   TrainStepOptions step_setup = step_options(flags_, setup.batch);
   step_setup.mode = mode_;
   step_setup.jit_level = jit_;
-  step_setup.amp = resolve_amp(flags_, jit_, name_);
+  step_setup.amp = resolve_amp(flags_.amp, jit_, name_);
   step_setup.loss_scaling = resolve_loss_scaling(flags_, step_setup.amp, jit_);
   step_setup.measure_gradients = !flags_.metrics.empty();
   set_kernel_threads(1);  // parallelism comes from actors running concurrently, not from inside a GEMM
@@ -206,7 +206,7 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
   if (step.amp.level == graph::AmpLevel::O0)
     std::printf("%s: mixed precision: O0 (f32)%s\n", name, scaling);
   else
-    std::printf("%s: mixed precision: %s, matrix products in %s on %s, the rest in f32%s\n", name,
+    std::printf("%s: mixed precision: %s, matrix products and convolutions in %s on %s, the rest in f32%s\n", name,
                 graph::to_string(step.amp.level), dtype_name(step.amp.dtype), kernels::cpu_isa(), scaling);
   if (resumed_) std::printf("%s: resuming '%s'; %s\n", name, flags_.resume.c_str(), settings_->summary().c_str());
   if (job && job->size() > 1)

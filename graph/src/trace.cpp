@@ -177,11 +177,13 @@ int jit_level() {
   return s[0] - '0';
 }
 
-Jit::Jit(TraceableFn fn, std::vector<InputSpec> signature, bool gradients, int level)
+Jit::Jit(TraceableFn fn, std::vector<InputSpec> signature, bool gradients, int level, AmpOptions amp)
     : fn_(std::move(fn)), signature_(std::move(signature)), gradients_(gradients) {
   TROUPE_CHECK(level >= 0 && level <= 3, invalid_argument, "jit level ", level, " is not in 0..3");
+  TROUPE_CHECK(level > 0 || amp.level == AmpLevel::O0, invalid_argument, "mixed precision ", to_string(amp.level),
+               " rewrites traced graphs; jit level 0 runs eagerly");
   if (level == 0) return;
-  TracedFunction t = trace(fn_, signature_);
+  TracedFunction t = trace(fn_, signature_).with_amp(amp);
   if (gradients_)
     t = t.optimized(level).with_gradients();  // fuse forward chains before autodiff
   else

@@ -123,6 +123,12 @@ TEST(GptApp, GeneratesFromACheckpoint) {
   // Greedy decoding is deterministic.
   EXPECT_EQ(run_app(kGpt + " generate --checkpoint " + dir + "/ck --prompt 'The actor' --tokens 30 --temperature 0").output,
             r.output);
+  // --amp O1: the products in bf16, the same number of bytes out; at JIT_LEVEL=0 it is refused.
+  const auto low = run_app(kGpt + " generate --amp O1 --checkpoint " + dir + "/ck --prompt 'The actor' --tokens 30 --temperature 0");
+  ASSERT_EQ(low.exit_code, 0) << low.output;
+  EXPECT_EQ(low.output.size(), r.output.size());
+  test::expect_clear_failures({{"JIT_LEVEL=0 " + kGpt + " generate --amp O1 --checkpoint " + dir + "/ck --tokens 3",
+                                "--amp O1 rewrites the traced graph"}});
 }
 
 // A state dict in nanoGPT's names (transformer.h.0.attn.c_attn.weight, ...) loads into the model
@@ -340,7 +346,7 @@ TEST(GptApp, MixedPrecisionTracksF32AndResumesAcrossLevels) {
   const auto o1 = run_app(tiny(data) + " --steps 8 --amp O1 --metrics " + dir + "/o1.csv");
   ASSERT_EQ(o1.exit_code, 0) << o1.output;
   const bool native = kernels::native_low_precision(DType::bf16);
-  EXPECT_NE(o1.output.find(native ? "mixed precision: O1, matrix products in bf16 on " : "has no native bf16"),
+  EXPECT_NE(o1.output.find(native ? "mixed precision: O1, matrix products and convolutions in bf16 on " : "has no native bf16"),
             std::string::npos) << o1.output;
   const auto l0 = test::csv_column(dir + "/o0.csv", "loss"), l1 = test::csv_column(dir + "/o1.csv", "loss");
   ASSERT_EQ(l0.size(), l1.size());

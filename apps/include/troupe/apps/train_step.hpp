@@ -21,12 +21,20 @@
 namespace troupe::apps {
 
 /// The flags every training app has (steps, cadences, outputs, threads, clipping).
+/// --amp and --amp-dtype, as training and inference commands take them.
+struct AmpFlags {
+  std::string level = "O0", dtype = "bf16";
+};
+
+/// Registers AmpFlags on `app` (a command or a subcommand).
+void add_amp_flags(CLI::App& app, AmpFlags& flags);
+
 struct RunFlags {
   std::int64_t steps = 200, eval_every = 50, save_every = 100, log_every = 10;
   double clip = 0;
   std::string save, resume, metrics, trace;
   int threads = 0, micro_batches = 0;
-  std::string amp = "O0", amp_dtype = "bf16";  // mixed precision: level and low-precision type
+  AmpFlags amp;
   std::string loss_scale = "auto";             // dynamic loss scaling: auto (with fp16), dynamic, off
 };
 
@@ -47,7 +55,7 @@ int resolve_micro_batches(const RunFlags& flags, int threads, std::int64_t batch
 /// graphs, so it needs JIT_LEVEL >= 1) and the CPU: f16 where oneDNN has no f16 products is an
 /// error; bf16 on a CPU without native bf16 would be slower than f32, so it runs at O0 after a
 /// warning on stderr naming `app` and the CPU's instruction set.
-graph::AmpOptions resolve_amp(const RunFlags& flags, int jit_level, const std::string& app);
+graph::AmpOptions resolve_amp(const AmpFlags& flags, int jit_level, const std::string& app);
 /// Whether the step scales its loss dynamically: --loss-scale dynamic, or auto with fp16 products
 /// (bf16 has f32's range and needs none); needs JIT_LEVEL >= 1 (the actor runtime divides it out).
 bool resolve_loss_scaling(const RunFlags& flags, const graph::AmpOptions& amp, int jit_level);

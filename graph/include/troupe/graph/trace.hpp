@@ -95,7 +95,9 @@ int jit_level();
 class Jit {
  public:
   /// Traces now unless `level` is 0.
-  Jit(TraceableFn fn, std::vector<InputSpec> signature, bool gradients = false, int level = jit_level());
+  /// At an `amp` level above O0 the traced graph is autocast first (an error at level 0).
+  Jit(TraceableFn fn, std::vector<InputSpec> signature, bool gradients = false, int level = jit_level(),
+      AmpOptions amp = {});
   /// Runs the function on `inputs`.
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const;
   /// True when calls run the traced graph.
