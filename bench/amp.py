@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """bench/run amp: what mixed precision buys, in one invocation, runs alternating (ROUNDS rounds,
 medians). One JSON line per measurement on stdout, each naming the CPU's ISA:
-  gpt-train-amp     gpt-mini's training step (batch 8 x 128, AdamW, clip 1.0) at JIT level 3:
-                    Troupe O0 (f32) and O1 (bf16 products), next to PyTorch f32 and
-                    torch.autocast("cpu", bfloat16), each PyTorch side at its best thread setting
+  gpt-train-amp     gpt-mini's training step (batch 8 x 128, AdamW, clip 1.0)
+  gpt-forward-amp   gpt-mini's logits (batch 8 x 128)
+  sr-train-amp      sr-lite's training step (batch 4 of 64x64 -> 128x128, Adam)
+  sr-infer-amp      sr-lite on one 128x128 image
+                    each at JIT level 3, Troupe O0 (f32) and O1 (bf16 products and convolutions), next
+                    to PyTorch f32 and torch.autocast("cpu", bfloat16), each PyTorch side at its
+                    fastest variant and thread setting (named in the line)
   gpt-converge-amp  troupe-gpt trained 450 steps at O0 and at O1 bf16: final train and val loss
 Levels this version does not have (O2) are left out of the lines.
 """
@@ -25,26 +29,42 @@ def emit(line):
     print(json.dumps({**line, "isa": native_isa(), "cpu": machine()["cpu"]}), flush=True)
 
 
-def gpt_train(build, env, threads):
+# Each line: the Troupe workload (bench/jit_bench.cpp), the PyTorch one (bench/torch_workloads.py)
+# with the variants each side may take (the fastest of them at the fastest thread setting is timed),
+# the image size and the steps per measurement.
+WORKLOADS = [
+    ("gpt-train-amp", "gpt-train", "gpt-train-step", ["f32"], ["autocast"], 128, 4),
+    ("gpt-forward-amp", "gpt-forward", "gpt-forward", ["f32"], ["autocast"], 128, 6),
+    ("sr-train-amp", "sr-train", "sr-train-step", ["f32"], ["autocast"], 0, 4),
+    ("sr-infer-amp", "sr-infer", "sr-infer", ["eager", "channels_last", "jit-freeze"],
+     ["autocast", "channels_last-autocast"], 128, 6),
+]
+
+
+def measure(build, env, threads, bench, ours_name, theirs_name, f32_variants, autocast_variants, size, steps):
     def ours(amp):
-        cmd = [os.path.join(build, "bench", "troupe-bench-jit"), "gpt-train", "3", str(threads), "128", "4", amp]
+        cmd = [os.path.join(build, "bench", "troupe-bench-jit"), ours_name, "3", str(threads), str(size or 128),
+               str(steps), amp]
         return lambda: run_json(cmd, env)
 
-    def theirs(variant):
-        best = None
-        for _, th, extra in torch_settings(threads):
-            cmd = [TORCH_PYTHON, os.path.join(HERE, "torch_workloads.py"), "gpt-train-step", str(th), "relu", "4", "0",
-                   variant]
-            ms = run_json(cmd, {**env, **extra})["ms"]
-            if best is None or ms < best[0]:
-                best = (ms, cmd, {**env, **extra})
-        return lambda: run_json(best[1], best[2])
+    def theirs(variants):
+        tried = []
+        for variant in variants:
+            for _, th, extra in torch_settings(threads):
+                cmd = [TORCH_PYTHON, os.path.join(HERE, "torch_workloads.py"), theirs_name, str(th), "relu", str(steps),
+                       str(size), variant]
+                tried.append((run_json(cmd, {**env, **extra})["ms"], cmd, {**env, **extra}, variant))
+        _, cmd, run_env, variant = min(tried, key=lambda t: t[0])
+        return variant, lambda: run_json(cmd, run_env)
 
-    o0, o1, t32, tac = alternate([ours("O0"), ours("O1"), theirs("f32"), theirs("autocast")])
-    emit({"bench": "gpt-train-amp", "threads": threads, "o0_ms": round(o0["ms"], 2), "o1_ms": round(o1["ms"], 2),
-          "torch_f32_ms": round(t32["ms"], 2), "torch_autocast_ms": round(tac["ms"], 2),
-          "ratio_o1_vs_o0": round(o1["ms"] / o0["ms"], 3), "ratio_vs_torch_autocast": round(o1["ms"] / tac["ms"], 3),
-          "peak_bytes_o0": o0["peak_bytes"], "peak_bytes_o1": o1["peak_bytes"]})
+    f32_variant, t32_run = theirs(f32_variants)
+    ac_variant, tac_run = theirs(autocast_variants)
+    o0, o1, t32, tac = alternate([ours("O0"), ours("O1"), t32_run, tac_run])
+    emit({"bench": bench, "threads": threads, "o0_ms": round(o0["ms"], 2), "o1_ms": round(o1["ms"], 2),
+          "torch_f32_ms": round(t32["ms"], 2), "torch_f32": f32_variant, "torch_autocast_ms": round(tac["ms"], 2),
+          "torch_autocast": ac_variant, "ratio_o1_vs_o0": round(o1["ms"] / o0["ms"], 3),
+          "ratio_vs_torch_autocast": round(o1["ms"] / tac["ms"], 3), "peak_bytes_o0": o0["peak_bytes"],
+          "peak_bytes_o1": o1["peak_bytes"]})
 
 
 def converge(build, env):
@@ -66,8 +86,9 @@ def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     env = dict(os.environ)
     for threads in sorted({1, os.cpu_count() or 1}):
-        log(f"gpt-train, {threads} thread(s)")
-        gpt_train(build, env, threads)
+        for workload in WORKLOADS:
+            log(f"{workload[0]}, {threads} thread(s)")
+            measure(build, env, threads, *workload)
     converge(build, env)
 
 

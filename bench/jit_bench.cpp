@@ -5,10 +5,11 @@
 //   gpt-forward     gpt-mini logits of batch 8 x 128: troupe-gpt generate's graph::Jit
 //   gpt-train       gpt-mini, batch 8 x 128, AdamW, clip 1.0: the apps' TrainStep (actor program,
 //                   1 scheduler thread, 1 micro-batch; eager at level 0)
+//   sr-train        sr-lite, batch 4 of 64x64 -> 128x128, Adam 1e-3: the apps' TrainStep, as gpt-train
 // peak_bytes: the allocator's peak during a steady-state call above what was held before it, plus
 // the planned arena a level-3 function keeps between calls; planned_bytes: that arena;
-// allocs_per_step: allocator requests in that call. AMP (O0 or O1, bf16) is the training step's
-// mixed precision (bench/amp.py).
+// allocs_per_step: allocator requests in that call. AMP (O0 or O1, bf16) is the mixed precision of
+// every workload (bench/amp.py).
 // usage: troupe-bench-jit WORKLOAD LEVEL KERNEL_THREADS [SIZE] [STEPS] [AMP]
 #include <algorithm>
 #include <chrono>
@@ -21,6 +22,7 @@
 #include "troupe/apps/gpt_model.hpp"
 #include "troupe/apps/sr_model.hpp"
 #include "troupe/apps/train_step.hpp"
+#include "troupe/graph/ops.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/kernels/threading.hpp"
@@ -30,21 +32,21 @@ using graph::Var;
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: troupe-bench-jit sr-infer|gpt-forward|gpt-train LEVEL KERNEL_THREADS [SIZE] [STEPS] [AMP]\n");
+    std::fprintf(stderr, "usage: troupe-bench-jit sr-infer|sr-train|gpt-forward|gpt-train LEVEL KERNEL_THREADS [SIZE] [STEPS] [AMP]\n");
     return 2;
   }
   const std::string workload = argv[1];
   const int level = std::atoi(argv[2]), threads = std::atoi(argv[3]);
   const std::int64_t size = argc > 4 ? std::atoll(argv[4]) : 128;
   const int steps = argc > 5 ? std::atoi(argv[5]) : 6;
-  const graph::AmpLevel amp = graph::parse_amp_level(argc > 6 ? argv[6] : "O0");
+  const graph::AmpOptions amp{graph::parse_amp_level(argc > 6 ? argv[6] : "O0"), DType::bf16};
   set_kernel_threads(threads);
   Generator gen(1);
   const graph::SymDim b = graph::SymDim::symbol("batch");
   // Inference runs without recording gradients, as troupe-sr infer and troupe-gpt generate do
   // (eager mode would otherwise keep the autograd tape of every call).
   std::unique_ptr<graph::NoGradGuard> no_grad;
-  if (workload != "gpt-train") no_grad = std::make_unique<graph::NoGradGuard>();
+  if (workload != "gpt-train" && workload != "sr-train") no_grad = std::make_unique<graph::NoGradGuard>();
   std::function<void()> call;
   std::unique_ptr<apps::SrLite> sr;
   std::unique_ptr<apps::Gpt> gpt;
@@ -54,11 +56,29 @@ int main(int argc, char** argv) {
   if (workload == "sr-infer") {
     sr = std::make_unique<apps::SrLite>(apps::SrConfig{}, gen);
     jit = std::make_unique<graph::Jit>([&](const std::vector<Var>& in) { return std::vector<Var>{(*sr)(in[0])}; },
-                                       std::vector<graph::InputSpec>{{"image", {1, 3, -1, -1}}}, false, level);
+                                       std::vector<graph::InputSpec>{{"image", {1, 3, -1, -1}}}, false, level, amp);
     Tensor x = Tensor::empty({1, 3, size, size});
     gen.uniform_(x);
     inputs = {x};
     call = [&] { (*jit)(inputs); };
+  } else if (workload == "sr-train") {
+    sr = std::make_unique<apps::SrLite>(apps::SrConfig{}, gen);
+    kernels::AdamWParams hp;
+    hp.lr = 1e-3;
+    hp.weight_decay = 0;
+    apps::TrainStepOptions options;
+    options.jit_level = level;
+    options.measure_gradients = false;
+    options.amp = amp;
+    train = std::make_unique<apps::TrainStep>(
+        [&](const std::vector<Var>& in) { return std::vector<Var>{graph::mse_loss((*sr)(in[0]), in[1])}; },
+        std::vector<graph::InputSpec>{{"x", {b, 3, 64, 64}}, {"y", {b, 3, 128, 128}}}, *sr,
+        std::make_shared<graph::AdamW>(sr->parameters(), hp), options);
+    Tensor x = Tensor::empty({4, 3, 64, 64}), y = Tensor::empty({4, 3, 128, 128});
+    gen.uniform_(x);
+    gen.uniform_(y);
+    inputs = {x, y};
+    call = [&] { (*train)(inputs); };
   } else {
     gpt = std::make_unique<apps::Gpt>(apps::GptConfig{}, gen);
     Tensor ids = Tensor::empty({8, 128}, DType::i64), targets = Tensor::empty({8, 128}, DType::i64);
@@ -68,7 +88,7 @@ int main(int argc, char** argv) {
     }
     if (workload == "gpt-forward") {
       jit = std::make_unique<graph::Jit>([&](const std::vector<Var>& in) { return std::vector<Var>{gpt->logits(in[0])}; },
-                                         std::vector<graph::InputSpec>{{"ids", {b, 128}, DType::i64}}, false, level);
+                                         std::vector<graph::InputSpec>{{"ids", {b, 128}, DType::i64}}, false, level, amp);
       inputs = {ids};
       call = [&] { (*jit)(inputs); };
     } else if (workload == "gpt-train") {
@@ -79,7 +99,7 @@ int main(int argc, char** argv) {
       options.clip = 1.0;
       options.jit_level = level;
       options.measure_gradients = false;
-      options.amp = {amp, DType::bf16};
+      options.amp = amp;
       train = std::make_unique<apps::TrainStep>(
           [&](const std::vector<Var>& in) { return std::vector<Var>{gpt->loss(in[0], in[1])}; },
           std::vector<graph::InputSpec>{{"ids", {b, 128}, DType::i64}, {"targets", {b, 128}, DType::i64}}, *gpt,
@@ -115,7 +135,7 @@ int main(int argc, char** argv) {
   std::sort(ms.begin(), ms.end());
   std::printf("{\"workload\":\"%s\",\"level\":%d,\"threads\":%d,\"size\":%lld,\"amp\":\"%s\",\"ms\":%.3f,"
               "\"peak_bytes\":%zu,\"planned_bytes\":%zu,\"allocs_per_step\":%llu}\n",
-              workload.c_str(), level, threads, static_cast<long long>(size), graph::to_string(amp), ms[ms.size() / 2],
+              workload.c_str(), level, threads, static_cast<long long>(size), graph::to_string(amp.level), ms[ms.size() / 2],
               peak, planned(), static_cast<unsigned long long>(allocs));
   return 0;
 }

@@ -6,8 +6,9 @@ Thread counts come from the caller: torch's via the argument, OpenBLAS's via OPE
 usage: torch_workloads.py WORKLOAD TORCH_THREADS [relu|custom-relu|custom-relu-fn] [STEPS] [SIZE] [VARIANT]
 sr-infer takes the image SIZE (default 128) and a VARIANT for bench/run jit: eager (default),
 channels_last, or jit-freeze (torch.jit.trace, torch.jit.freeze, torch.jit.optimize_for_inference);
-gpt-train-step takes VARIANT f32 (default) or autocast (forward and loss under
-torch.autocast("cpu", dtype=torch.bfloat16), as bench/run amp compares).
+gpt-train-step, gpt-forward and sr-train-step take VARIANT f32 (default) or autocast (forward and
+loss under torch.autocast("cpu", dtype=torch.bfloat16), as bench/run amp compares); sr-infer also
+takes autocast and channels_last-autocast.
 Prints {"workload":...,"ms":median}.
 """
 import json, math, sys, time
@@ -102,17 +103,25 @@ def main():
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 opt.step()
         else:
+            variant = sys.argv[6] if len(sys.argv) > 6 else "f32"
+            if variant not in ("f32", "autocast"):
+                raise SystemExit(f"unknown gpt-forward variant {variant}")
+
             def step():
-                with torch.no_grad():
+                with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant == "autocast"):
                     model(x)
     else:
         model = SR(act)
         if workload == "sr-train-step":
             opt = torch.optim.Adam(model.parameters(), lr=1e-3)
             x, y = torch.rand(4, 3, 64, 64), torch.rand(4, 3, 128, 128)
+            variant = sys.argv[6] if len(sys.argv) > 6 else "f32"
+            if variant not in ("f32", "autocast"):
+                raise SystemExit(f"unknown sr-train-step variant {variant}")
 
             def step():
-                loss = F.mse_loss(model(x), y)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant == "autocast"):
+                    loss = F.mse_loss(model(x).float(), y)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
@@ -121,6 +130,8 @@ def main():
             variant = sys.argv[6] if len(sys.argv) > 6 else "eager"
             x = torch.rand(1, 3, size, size)
             model.eval()
+            autocast = variant.endswith("autocast")
+            variant = {"autocast": "eager", "channels_last-autocast": "channels_last"}.get(variant, variant)
             if variant == "channels_last":
                 model = model.to(memory_format=torch.channels_last)
                 x = x.contiguous(memory_format=torch.channels_last)
@@ -131,7 +142,7 @@ def main():
                 raise SystemExit(f"unknown sr-infer variant {variant}")
 
             def step():
-                with torch.no_grad():
+                with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                     model(x)
     ms = []
     for i in range(steps + 2):
