@@ -67,9 +67,12 @@ ActorSpec sink_spec(const graph::TracedFunction& fn, std::size_t k, int& param) 
 }
 
 // True for a forward cast of parameters (or of step values): the same for every micro-batch, so
-// a step computes it once (StepNode).
-bool once_per_step(const graph::Node& n, const std::vector<InputRef>& source) {
+// a step computes it once (StepNode). Not for a graph output: the program writes step values over
+// the last step's, which a caller must never see change.
+bool once_per_step(const graph::Graph& g, const graph::Node& n, const std::vector<InputRef>& source) {
   if (n.backward || n.op != "cast") return false;
+  const auto& outs = g.outputs();
+  if (std::find(outs.begin(), outs.end(), n.outputs[0]) != outs.end()) return false;
   return std::all_of(n.inputs.begin(), n.inputs.end(), [&](graph::ValueId v) {
     return source[static_cast<std::size_t>(v)].from == InputRef::From::parameter;
   });
@@ -86,7 +89,7 @@ ActorPlan plan_actors(const graph::TracedFunction& fn) {
   plan.actors.push_back(std::move(input));
   std::vector<InputRef> source = value_sources(g);
   for (const graph::Node& n : g.nodes()) {
-    if (once_per_step(n, source)) {
+    if (once_per_step(g, n, source)) {
       StepNode step{n.id, {}};
       for (graph::ValueId v : n.inputs) step.inputs.push_back(source[static_cast<std::size_t>(v)].parameter);
       InputRef& r = source[static_cast<std::size_t>(n.outputs[0])];

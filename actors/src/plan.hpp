@@ -33,7 +33,8 @@ struct ActorSpec {
 };
 
 /// A node the program computes once per step, before the micro-batches flow, instead of once per
-/// micro-batch in an actor: a cast of a parameter (mixed precision's low-precision weights).
+/// micro-batch in an actor: a cast of a parameter (mixed precision's low-precision weights), never
+/// a graph output.
 struct StepNode {
   graph::NodeId node = -1;
   std::vector<int> inputs;  // where its inputs are among the step's parameters and step values

@@ -37,6 +37,7 @@ struct ProgramState {
   // it possibly still writing: then the next step makes new ones.
   std::vector<Tensor> bucket_buffers;
   Tensor output_means;  // data parallel: the 0-d outputs packed for their mean over the ranks, reused
+  std::vector<Tensor> step_values;  // the step nodes' outputs (bf16 weights), written over each step
   std::uint64_t step = 0;
   // What the step in progress has collected so far.
   int done = 0, outputs_in = 0, applied = 0, buckets_in = 0, norms_in = 0;
@@ -100,7 +101,7 @@ void start_next(Self* self) {
     if (s.setup->comm) s.comm_busy_at_start = s.setup->comm->busy_seconds();
     StepContextPtr ctx;
     try {
-      ctx = make_step_context(*s.setup, s.step, s.current->inputs, s.bucket_buffers);
+      ctx = make_step_context(*s.setup, s.step, s.current->inputs, s.bucket_buffers, s.step_values);
     } catch (...) {
       answer(std::exchange(s.current, nullptr), nullptr, std::current_exception());
       continue;
@@ -138,7 +139,10 @@ std::unique_ptr<StepResult> collect(ProgramState& s) {
 // Answers the caller and moves on to the next step. A recorded step's memory plan is made first,
 // so the caller can read its report.
 void finish(Self* self, std::unique_ptr<StepResult> result, std::exception_ptr error) {
-  if (error) self->state.bucket_buffers.clear();
+  if (error) {  // acts of the failed step may still run: the next step writes into new buffers
+    self->state.bucket_buffers.clear();
+    self->state.step_values.clear();
+  }
   if (auto memory = std::exchange(self->state.memory, nullptr)) self->state.setup->memory->end(*memory, error != nullptr);
   answer(std::exchange(self->state.current, nullptr), result.get(), error);
   start_next(self);

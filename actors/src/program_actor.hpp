@@ -31,11 +31,12 @@ struct ProgramSetup {
 /// Spawns the program actor.
 ProgramActor spawn_program_actor(caf::actor_system& sys, std::shared_ptr<const ProgramSetup> setup);
 
-/// The context of step `step` on `inputs`: split into micro-batches, parameters snapshotted, bucket
-/// buffers taken from `bucket_buffers` (the program's, kept between steps; made where undefined),
-/// its planned memory begun (step_context.cpp). Throws a troupe::Error naming an input that cannot
-/// be split.
+/// The context of step `step` on `inputs`: split into micro-batches, parameters snapshotted, the
+/// step nodes computed into `step_values` and bucket buffers taken from `bucket_buffers` (both the
+/// program's, kept between steps: steps run one at a time and the last one's readers are done;
+/// made where undefined), its planned memory begun (step_context.cpp). Throws a troupe::Error
+/// naming an input that cannot be split.
 StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, const std::vector<Tensor>& inputs,
-                                 std::vector<Tensor>& bucket_buffers);
+                                 std::vector<Tensor>& bucket_buffers, std::vector<Tensor>& step_values);
 
 }  // namespace troupe::actors

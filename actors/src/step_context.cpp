@@ -43,9 +43,10 @@ std::int64_t batch_rows(const graph::Graph& g, const std::vector<Tensor>& inputs
   return rows;
 }
 
-// The output of step node `s`, from the step's parameters and earlier step values.
+// The output of step node `s` (a cast), from the step's parameters and earlier step values,
+// written over `kept`, the last step's, when it has the shape: no allocation after the first step.
 Tensor step_value(const graph::Graph& g, const StepNode& s, const std::vector<Tensor>& parameters,
-                  const graph::SymBindings& bindings) {
+                  const graph::SymBindings& bindings, Tensor& kept) {
   const graph::Node& n = g.node(s.node);
   const graph::Value& out = g.value(n.outputs[0]);
   std::vector<Tensor> in;
@@ -53,7 +54,11 @@ Tensor step_value(const graph::Graph& g, const StepNode& s, const std::vector<Te
   const std::vector<Shape> shapes{graph::bind(out.info.shape, bindings)};
   const std::vector<DType> dtypes{out.info.dtype};
   try {
-    return graph::OpRegistry::instance().get(n.op).run(in, graph::ComputeContext{n.attrs, shapes, dtypes, n.label})[0];
+    if (kept.defined() && kept.shape() == shapes[0] && kept.dtype() == dtypes[0]) {
+      kept.copy_from(in[0]);  // a cast is a converting copy
+      return kept;
+    }
+    return kept = graph::OpRegistry::instance().get(n.op).run(in, graph::ComputeContext{n.attrs, shapes, dtypes, n.label})[0];
   } catch (const Error& e) {
     throw Error(e.kind(), n.op + " %" + std::to_string(out.id) + " (computed once per step) failed: " + e.message());
   }
@@ -62,7 +67,7 @@ Tensor step_value(const graph::Graph& g, const StepNode& s, const std::vector<Te
 }  // namespace
 
 StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, const std::vector<Tensor>& inputs,
-                                 std::vector<Tensor>& bucket_buffers) {
+                                 std::vector<Tensor>& bucket_buffers, std::vector<Tensor>& step_values) {
   const graph::Graph& g = setup.fn->graph();
   const graph::SymBindings whole = graph::bind_inputs(g, inputs);  // whole-batch check first: its errors name the user's shapes
   auto ctx = std::make_shared<StepContext>();
@@ -86,7 +91,9 @@ StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, 
     }
   }
   for (const graph::Var& p : setup.fn->parameters()) ctx->parameters.push_back(p.tensor());
-  for (const StepNode& s : setup.plan->step_nodes) ctx->parameters.push_back(step_value(g, s, ctx->parameters, whole));
+  step_values.resize(setup.plan->step_nodes.size());
+  for (std::size_t k = 0; k < step_values.size(); ++k)
+    ctx->parameters.push_back(step_value(g, setup.plan->step_nodes[k], ctx->parameters, whole, step_values[k]));
   if (setup.comm) {
     // The program's buffers, made by its first step (or after it gave the last ones away).
     const std::vector<std::int64_t>& numel = setup.peers->gradients.buckets->numel;

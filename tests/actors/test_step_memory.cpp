@@ -18,6 +18,7 @@
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/optim.hpp"
+#include "troupe/kernels/cpu_features.hpp"
 
 using namespace troupe;
 using namespace troupe::graph;
@@ -176,6 +177,42 @@ TEST(StepMemory, TrainingWithAnOptimizerAndMicroBatchesInFlightMakesNoAllocatorC
       EXPECT_EQ(requests_of(*program, inputs), 0u) << "a planned training step asked the allocator";
     }
   }
+}
+
+// Mixed precision O1 with dynamic loss scaling: the bf16 weights are written over the last step's
+// and the scale is read in place, so a planned step still asks the allocator for nothing.
+TEST(StepMemory, AMixedPrecisionStepMakesNoAllocatorCalls) {
+  if (!kernels::native_low_precision(DType::bf16)) GTEST_SKIP() << "no native bf16 on this CPU";
+  Generator gen(6);
+  GPTBlock block(16, 2, gen, 32);
+  auto scaler = std::make_shared<GradScaler>();
+  auto loss = [&](const std::vector<Var>& in) {
+    const Var y = block(in[0]);
+    return std::vector<Var>{mean(y * y)};
+  };
+  const TracedFunction fn = trace(loss, {{"x", {kBatch, 8, 16}}})
+                                .with_amp({AmpLevel::O1, DType::bf16})
+                                .optimized(3)
+                                .with_gradients({}, scaler->scale_var())
+                                .optimized(3);
+  ProgramOptions options;
+  options.micro_batches = 2;
+  options.return_gradients = false;
+  options.loss_scaler = scaler;
+  kernels::AdamWParams hp;
+  hp.lr = 1e-2;
+  options.optimizers = {std::make_shared<AdamW>(block.parameters(), hp)};
+  Engine engine(EngineOptions{2});
+  const auto program = engine.compile(fn, options);
+  const std::vector<Tensor> inputs{test::random_tensor({4, 8, 16}, 7)};
+  double first = 0, last = 0;
+  for (int step = 0; step < 4; ++step) {
+    const StepResult r = run_step(*program, inputs);
+    EXPECT_FALSE(r.skipped);
+    (step == 0 ? first : last) = r.outputs[0].item();
+  }
+  EXPECT_LT(last, first) << "the steps did not train";
+  EXPECT_EQ(requests_of(*program, inputs), 0u) << "a planned mixed-precision step asked the allocator";
 }
 
 TEST(StepMemory, ANewBatchSizePlansOnceAndStaysCorrect) {

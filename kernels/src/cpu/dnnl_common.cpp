@@ -17,8 +17,10 @@ dnnl::engine& cpu_engine() {
   return engine;
 }
 
-void limit_threads_here(long long macs) {
-  if (omp_set_num_threads) omp_set_num_threads(macs >= 0 && macs <= kParallelGemmMacs ? 1 : kernel_threads());
+int limit_threads_here(long long macs) {
+  const int threads = macs >= 0 && macs <= kParallelGemmMacs ? 1 : kernel_threads();
+  if (omp_set_num_threads) omp_set_num_threads(threads);
+  return threads;
 }
 
 dnnl::memory CallBuffers::make(const dnnl::memory::desc& md) {

@@ -22,8 +22,8 @@ dnnl::engine& cpu_engine();
 /// oneDNN runs on OpenMP, whose thread count is per calling thread: an actor's scheduler thread
 /// would otherwise start a team of all cores on each call and oversubscribe the machine. Sets it
 /// to kernel_threads(), or to one thread for a call of fewer than `macs` multiply-adds when
-/// `macs` is given (starting a team costs more than it saves there).
-void limit_threads_here(long long macs = -1);
+/// `macs` is given (starting a team costs more than it saves there). Returns the count it set.
+int limit_threads_here(long long macs = -1);
 
 /// The buffers one primitive call needs besides the user's (reordered copies, oneDNN's scratchpad),
 /// taken from Troupe's allocator: cached across calls, and planned with the step at JIT level 3.

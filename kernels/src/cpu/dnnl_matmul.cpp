@@ -45,13 +45,14 @@ struct Built {
   dnnl::matmul primitive;
 };
 
-// The primitive for these operands, built once per thread and shape: building one costs tens of
-// microseconds, a tenth of a small product.
+// The primitive for these operands and OpenMP threads, built once per calling thread: building one
+// costs tens of microseconds, a tenth of a small product.
 const Built& primitive_for(const MatmulOperand& a, const MatmulOperand& b, const MatmulOperand* bias,
-                           const MatmulOperand& c) {
+                           const MatmulOperand& c, int threads) {
   thread_local std::map<std::vector<std::int64_t>, Built> built;
   constexpr std::size_t kMaxKept = 512;  // shapes of one model's steps; a dynamic-shape workload starts over
-  const std::vector<std::int64_t> key = key_of({&a, &b, bias, &c});
+  std::vector<std::int64_t> key = key_of({&a, &b, bias, &c});
+  key.push_back(threads);  // the scratchpad's size depends on it: a planned step must see the same one
   auto it = built.find(key);
   if (it != built.end()) return it->second;
   if (built.size() >= kMaxKept) built.clear();
@@ -73,8 +74,9 @@ const Built& primitive_for(const MatmulOperand& a, const MatmulOperand& b, const
 }  // namespace
 
 void dnnl_matmul(const MatmulOperand& a, const MatmulOperand& b, const MatmulOperand* bias, const MatmulOperand& c) {
-  const Built& p = primitive_for(a, b, bias, c);
-  limit_threads_here(static_cast<long long>(c.dims[0]) * c.dims[1] * c.dims[2] * a.dims[2]);
+  // The thread count first: a primitive sizes its scratchpad for the threads it is built with.
+  const int threads = limit_threads_here(static_cast<long long>(c.dims[0]) * c.dims[1] * c.dims[2] * a.dims[2]);
+  const Built& p = primitive_for(a, b, bias, c, threads);
   dnnl::stream stream(cpu_engine());
   CallBuffers buffers;
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(desc_of(a), cpu_engine(), a.data)},
@@ -92,7 +94,7 @@ bool dnnl_has_matmul(dnnl::memory::data_type type) {
   a.strides[1] = b.strides[1] = c.strides[1] = 16;
   a.strides[0] = b.strides[0] = c.strides[0] = 256;
   try {
-    primitive_for(a, b, nullptr, c);
+    primitive_for(a, b, nullptr, c, limit_threads_here(0));
     return true;
   } catch (const Error&) {
     return false;
