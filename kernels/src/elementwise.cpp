@@ -35,8 +35,8 @@ const char* to_string(UnaryOp op) {
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = to_string(op);
-  check_float(name, "input a", a);
-  check_float_like(name, "input b", b, "input a", a);
+  check_float(name, "input a", a, true);
+  check_float_like(name, "input b", b, "input a", a, true);
   const Shape out_shape = broadcast_shapes(a.shape(), b.shape(), name);
   std::vector<Tensor> out{Tensor::empty(out_shape, a.dtype(), a.device())};
   dispatch(name, {a, b}, out);
@@ -45,9 +45,9 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 
 void binary_into(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   const char* name = to_string(op);
-  check_float(name, "input a", a);
-  check_float_like(name, "input b", b, "input a", a);
-  check_float_like(name, "output", out, "input a", a);
+  check_float(name, "input a", a, true);
+  check_float_like(name, "input b", b, "input a", a, true);
+  check_float_like(name, "output", out, "input a", a, true);
   const Shape out_shape = broadcast_shapes(a.shape(), b.shape(), name);
   TROUPE_CHECK(out.shape() == out_shape, shape_mismatch, name, ": output ", out.str(), " must have the broadcast shape ",
                shape_str(out_shape));
@@ -57,7 +57,7 @@ void binary_into(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& ou
 
 Tensor binary(BinaryOp op, const Tensor& a, double s) {
   const std::string name = std::string(to_string(op)) + "_scalar";
-  check_float(name.c_str(), "input", a);
+  check_float(name.c_str(), "input", a, true);
   std::vector<Tensor> out{Tensor::empty(a.shape(), a.dtype(), a.device())};
   dispatch(name, {a}, out, Attrs().set("value", s));
   return out[0];
@@ -65,7 +65,7 @@ Tensor binary(BinaryOp op, const Tensor& a, double s) {
 
 Tensor unary(UnaryOp op, const Tensor& x) {
   const char* name = to_string(op);
-  check_float(name, "input", x);
+  check_float(name, "input", x, true);
   std::vector<Tensor> out{Tensor::empty(x.shape(), x.dtype(), x.device())};
   dispatch(name, {x}, out);
   return out[0];
@@ -75,8 +75,8 @@ namespace {
 
 // The output of a backward op, after checking grad against x.
 Tensor grad_like(const char* op, const Tensor& grad, const Tensor& x) {
-  check_float(op, "x", x);
-  check_float_like(op, "grad", grad, "x", x);
+  check_float(op, "x", x, true);
+  check_float_like(op, "grad", grad, "x", x, true);
   TROUPE_CHECK(grad.shape() == x.shape(), shape_mismatch, op, ": grad ", shape_str(grad.shape()),
                " and x ", shape_str(x.shape()), " must have the same shape");
   return Tensor::empty(x.shape(), x.dtype(), x.device());

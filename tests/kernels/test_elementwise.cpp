@@ -186,3 +186,31 @@ TEST(Binary, LowPrecisionKernelsComputeInF32AndRoundOnce) {
     }
   }
 }
+
+// The bf16 and f16 kernels of the unary ops, their backward ops, relu's and the bias-gelu pair:
+// the f32 functors on the widened inputs, rounded once, so within one rounding step of the f32
+// kernel's result rounded (its vectorised clone may contract differently).
+TEST(Unary, LowPrecisionKernelsTrackTheF32OnesWithinOneRounding) {
+  for (DType low : {DType::bf16, DType::f16}) {
+    const double step = low == DType::bf16 ? 1.0 / 128 : 1.0 / 1024;  // relative spacing, with a margin
+    const auto check = [&](const std::string& name, std::vector<Tensor> in, const Attrs& attrs = {}) {
+      std::vector<Tensor> wide_in;
+      for (Tensor& t : in) t = t.to(low), wide_in.push_back(t.to(DType::f32));
+      std::vector<Tensor> out{Tensor::empty(in[0].shape(), low)}, ref{Tensor::empty(in[0].shape())};
+      dispatch(name, in, out, attrs);
+      dispatch(name, wide_in, ref, attrs);
+      const auto got = values(out[0].to(DType::f32)), want = values(ref[0].to(low).to(DType::f32));
+      for (std::size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], step * std::abs(want[i]) + 1e-30) << name << " " << dtype_name(low) << " " << i;
+    };
+    for (UnaryOp op : kAllUnary) {
+      const Tensor x = positive_domain(op) ? random_tensor({7, 9}, 1, 0.1, 3.0) : random_tensor({7, 9}, 1);
+      const std::string name = kernels::to_string(op);
+      check(name, {x});
+      if (op != UnaryOp::relu) check(name + "_backward", {random_tensor({7, 9}, 2), x});
+    }
+    check("relu_backward", {random_tensor({7, 9}, 2), random_tensor({7, 9}, 3)}, Attrs().set("negative_slope", 0.1));
+    check("bias_gelu", {random_tensor({7, 9}, 4), random_tensor({9}, 5)});
+    check("bias_gelu_backward", {random_tensor({7, 9}, 6), random_tensor({7, 9}, 4), random_tensor({9}, 5)});
+  }
+}

@@ -187,8 +187,10 @@ void map_low_kernel(const std::vector<Tensor>& in, Tensor& out, F f) {
       float* r = wide[N];
       if constexpr (N == 1)
         for (std::int64_t i = 0; i < m; ++i) r[i] = f(wide[0][i]);
-      else
+      else if constexpr (N == 2)
         for (std::int64_t i = 0; i < m; ++i) r[i] = f(wide[0][i], wide[1][i]);
+      else
+        for (std::int64_t i = 0; i < m; ++i) r[i] = f(wide[0][i], wide[1][i], wide[2][i]);
       Low* d = dst + off[0] + c * step[0];
       if (step[0] == 1)
         cpu::convert_run(r, d, m);
@@ -198,24 +200,32 @@ void map_low_kernel(const std::vector<Tensor>& in, Tensor& out, F f) {
   });
 }
 
-// The kernels of one binary op; member templates over T so TROUPE_REGISTER_FLOAT_KERNELS can name them.
+// The type an elementwise kernel of element type T computes in: T itself for f32 and f64, f32 for
+// bf16 and f16.
+template <class T>
+using ComputeType = std::conditional_t<std::is_same_v<T, float> || std::is_same_v<T, double>, T, float>;
+
+// out[i] = f(in0[i], ...) with f computing in ComputeType<T>: map_kernel for f32 and f64, the
+// widening map_low_kernel for bf16 and f16.
+template <class T, std::size_t N, class F>
+void map_elements(const std::vector<Tensor>& in, Tensor& out, F f) {
+  if constexpr (std::is_same_v<ComputeType<T>, T>)
+    map_kernel<T, N>(in, out, f);
+  else
+    map_low_kernel<T, N>(in, out, f);
+}
+
+// The kernels of one binary op; member templates over T so the registration macros can name them.
 template <BinaryOp Op>
 struct Binary {
   template <class T>
   static void kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
-    map_kernel<T, 2>(in, out[0], BinaryFn<Op, T>{});
+    map_elements<T, 2>(in, out[0], BinaryFn<Op, ComputeType<T>>{});
   }
   template <class T>
   static void scalar_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
-    map_kernel<T, 1>(in, out[0], ScalarFn<Op, T>{static_cast<T>(attrs.get_double("value"))});
-  }
-  template <class Low>
-  static void low_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
-    map_low_kernel<Low, 2>(in, out[0], BinaryFn<Op, float>{});
-  }
-  template <class Low>
-  static void low_scalar_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
-    map_low_kernel<Low, 1>(in, out[0], ScalarFn<Op, float>{static_cast<float>(attrs.get_double("value"))});
+    using C = ComputeType<T>;
+    map_elements<T, 1>(in, out[0], ScalarFn<Op, C>{static_cast<C>(attrs.get_double("value"))});
   }
 };
 
@@ -224,11 +234,11 @@ template <UnaryOp Op>
 struct Unary {
   template <class T>
   static void kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
-    map_kernel<T, 1>(in, out[0], ForwardFn<Op, T>{});
+    map_elements<T, 1>(in, out[0], ForwardFn<Op, ComputeType<T>>{});
   }
   template <class T>
   static void backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
-    map_kernel<T, 2>(in, out[0], BackwardFn<Op, T>{});
+    map_elements<T, 2>(in, out[0], BackwardFn<Op, ComputeType<T>>{});
   }
 };
 
@@ -237,16 +247,18 @@ struct Unary {
 // add-then-gelu bit for bit.
 template <class T>
 void bias_gelu_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
-  map_kernel<T, 2>(in, out[0], BiasGeluFn<T>{});
+  map_elements<T, 2>(in, out[0], BiasGeluFn<ComputeType<T>>{});
 }
 template <class T>
 void bias_gelu_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
-  map_kernel<T, 3>(in, out[0], [](T g, T h, T b) { return g * derivative<UnaryOp::gelu>(static_cast<T>(h + b)); });
+  using C = ComputeType<T>;
+  map_elements<T, 3>(in, out[0], [](C g, C h, C b) { return g * derivative<UnaryOp::gelu>(static_cast<C>(h + b)); });
 }
 
 template <class T>
 void relu_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
-  map_kernel<T, 2>(in, out[0], ReluBackwardFn<T>{static_cast<T>(attrs.get_double("negative_slope"))});
+  using C = ComputeType<T>;
+  map_elements<T, 2>(in, out[0], ReluBackwardFn<C>{static_cast<C>(attrs.get_double("negative_slope"))});
 }
 
 // One step of a chain over n dense elements: the loop of the step's own kernel.
@@ -327,25 +339,27 @@ void elementwise_chain_kernel(const std::vector<Tensor>& in, std::vector<Tensor>
 
 }  // namespace
 
-#define TROUPE_BINARY(op)                                                   \
-  TROUPE_REGISTER_FLOAT_KERNELS(#op, Binary<BinaryOp::op>::kernel);         \
-  TROUPE_REGISTER_FLOAT_KERNELS(#op "_scalar", Binary<BinaryOp::op>::scalar_kernel); \
-  TROUPE_REGISTER_LOW_PRECISION_KERNELS(#op, Binary<BinaryOp::op>::low_kernel);     \
-  TROUPE_REGISTER_LOW_PRECISION_KERNELS(#op "_scalar", Binary<BinaryOp::op>::low_scalar_kernel)
+// Every elementwise kernel but the chain has bf16 and f16 versions, computing in f32.
+#define TROUPE_ELEMENT_KERNELS(op, fn)   \
+  TROUPE_REGISTER_FLOAT_KERNELS(op, fn); \
+  TROUPE_REGISTER_LOW_PRECISION_KERNELS(op, fn)
+#define TROUPE_BINARY(op)                                           \
+  TROUPE_ELEMENT_KERNELS(#op, Binary<BinaryOp::op>::kernel);        \
+  TROUPE_ELEMENT_KERNELS(#op "_scalar", Binary<BinaryOp::op>::scalar_kernel)
 TROUPE_BINARY(add);
 TROUPE_BINARY(sub);
 TROUPE_BINARY(mul);
 TROUPE_BINARY(div);
 #undef TROUPE_BINARY
 
-#define TROUPE_UNARY(op)                                                    \
-  TROUPE_REGISTER_FLOAT_KERNELS(#op, Unary<UnaryOp::op>::kernel);           \
-  TROUPE_REGISTER_FLOAT_KERNELS(#op "_backward", Unary<UnaryOp::op>::backward_kernel)
-TROUPE_REGISTER_FLOAT_KERNELS("relu", Unary<UnaryOp::relu>::kernel);
-TROUPE_REGISTER_FLOAT_KERNELS("relu_backward", relu_backward_kernel);
+#define TROUPE_UNARY(op)                                           \
+  TROUPE_ELEMENT_KERNELS(#op, Unary<UnaryOp::op>::kernel);         \
+  TROUPE_ELEMENT_KERNELS(#op "_backward", Unary<UnaryOp::op>::backward_kernel)
+TROUPE_ELEMENT_KERNELS("relu", Unary<UnaryOp::relu>::kernel);
+TROUPE_ELEMENT_KERNELS("relu_backward", relu_backward_kernel);
 TROUPE_UNARY(gelu);
-TROUPE_REGISTER_FLOAT_KERNELS("bias_gelu", bias_gelu_kernel);
-TROUPE_REGISTER_FLOAT_KERNELS("bias_gelu_backward", bias_gelu_backward_kernel);
+TROUPE_ELEMENT_KERNELS("bias_gelu", bias_gelu_kernel);
+TROUPE_ELEMENT_KERNELS("bias_gelu_backward", bias_gelu_backward_kernel);
 TROUPE_REGISTER_FLOAT_KERNELS("elementwise_chain", elementwise_chain_kernel);
 TROUPE_UNARY(silu);
 TROUPE_UNARY(exp);
@@ -355,5 +369,6 @@ TROUPE_UNARY(sqrt);
 TROUPE_UNARY(rsqrt);
 TROUPE_UNARY(neg);
 #undef TROUPE_UNARY
+#undef TROUPE_ELEMENT_KERNELS
 
 }  // namespace troupe::kernels

@@ -16,7 +16,8 @@ const char* to_string(BinaryOp op);
 /// Name of a unary op ("relu", ...), as registered; its backward is registered as "<name>_backward".
 const char* to_string(UnaryOp op);
 
-/// a (op) b with broadcasting; both f32 or both f64, on the same device.
+/// a (op) b with broadcasting; both f32, f64, bf16 or f16 (bf16 and f16 compute in f32 and round
+/// once), on the same device. The same dtypes for every front end below.
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
 /// Writes a (op) b into `out`, which has the broadcast shape and a's dtype and may be a or b
 /// itself (elementwise, so an in-place update reads each element before writing it).
