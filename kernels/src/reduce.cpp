@@ -12,9 +12,11 @@ namespace {
 
 // Sum (mode 0), mean (1) or max (2) of x over `axes` (all when empty); `op` names the caller in
 // errors.
+// The result is written in `out_dtype`: x's own, or f32 for the partial sums of a bf16 or f16
+// reduction in several passes, which round once, at the last.
 Tensor reduce_impl(const char* op, const Tensor& x, std::vector<std::int64_t> axes, bool keepdim,
-                   std::int64_t mode) {
-  check_float(op, "input", x);
+                   std::int64_t mode, DType out_dtype) {
+  check_float(op, "input", x, true);
   const std::size_t rank = x.shape().size();
   std::vector<bool> reduced(rank, axes.empty());
   for (auto ax : axes) {
@@ -50,8 +52,9 @@ Tensor reduce_impl(const char* op, const Tensor& x, std::vector<std::int64_t> ax
       if (reduced[i]) last_run.push_back(static_cast<std::int64_t>(i));
     for (std::size_t k = 0; k <= i && k < rank; ++k)
       if (reduced[k]) rest.push_back(static_cast<std::int64_t>(k));
-    const Tensor partial = reduce_impl(op, x, last_run, /*keepdim=*/true, mode);
-    return reduce_impl(op, partial, rest, /*keepdim=*/true, mode).reshape(keepdim ? keep_shape : out_shape);
+    const bool low = x.dtype() == DType::bf16 || x.dtype() == DType::f16;
+    const Tensor partial = reduce_impl(op, x, last_run, /*keepdim=*/true, mode, low ? DType::f32 : x.dtype());
+    return reduce_impl(op, partial, rest, /*keepdim=*/true, mode, out_dtype).reshape(keepdim ? keep_shape : out_shape);
   }
   Tensor dense;
   std::int64_t inner = 1;
@@ -66,7 +69,7 @@ Tensor reduce_impl(const char* op, const Tensor& x, std::vector<std::int64_t> ax
       if (reduced[i]) perm.push_back(static_cast<std::int64_t>(i));
     dense = x.permute(perm).contiguous();
   }
-  Tensor out = Tensor::empty(keepdim ? keep_shape : out_shape, x.dtype(), x.device());
+  Tensor out = Tensor::empty(keepdim ? keep_shape : out_shape, out_dtype, x.device());
   std::vector<Tensor> outs{out};
   dispatch("reduce", {dense}, outs, Attrs().set("extent", extent).set("inner", inner).set("mode", mode));
   return out;
@@ -75,15 +78,15 @@ Tensor reduce_impl(const char* op, const Tensor& x, std::vector<std::int64_t> ax
 }  // namespace
 
 Tensor sum(const Tensor& x, std::vector<std::int64_t> axes, bool keepdim) {
-  return reduce_impl("sum", x, std::move(axes), keepdim, 0);
+  return reduce_impl("sum", x, std::move(axes), keepdim, 0, x.dtype());
 }
 
 Tensor mean(const Tensor& x, std::vector<std::int64_t> axes, bool keepdim) {
-  return reduce_impl("mean", x, std::move(axes), keepdim, 1);
+  return reduce_impl("mean", x, std::move(axes), keepdim, 1, x.dtype());
 }
 
 Tensor max(const Tensor& x, std::vector<std::int64_t> axes, bool keepdim) {
-  return reduce_impl("max", x, std::move(axes), keepdim, 2);
+  return reduce_impl("max", x, std::move(axes), keepdim, 2, x.dtype());
 }
 
 Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
@@ -105,7 +108,7 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
     axes.push_back(static_cast<std::int64_t>(i));
   }
   if (axes.empty()) return x.clone().reshape(shape);
-  Tensor r = reduce_impl("sum_to_shape", x, axes, true, 0);
+  Tensor r = reduce_impl("sum_to_shape", x, axes, true, 0, x.dtype());
   return r.reshape(shape);
 }
 

@@ -87,3 +87,24 @@ TEST(Reduce, EveryAxisPatternMatchesADirectLoop) {
   EXPECT_TRUE(std::isnan(m[0]));
   EXPECT_FALSE(std::isnan(m[1]));
 }
+
+// bf16 and f16 reductions read the stored values and reduce in double, rounding once: exactly the
+// f64 reduction of the widened input, rounded (a bf16 bias gradient under mixed precision).
+TEST(Reduce, LowPrecisionReducesInDoubleAndRoundsOnce) {
+  for (DType low : {DType::bf16, DType::f16}) {
+    const Tensor x = test::random_tensor({6, 5, 7}, 3).to(low);
+    const Tensor wide = x.to(DType::f64);
+    const auto same = [&](const Tensor& got, const Tensor& exact, const char* what) {
+      SCOPED_TRACE(what);
+      const auto g = test::values(got.to(DType::f64)), e = test::values(exact.to(low).to(DType::f64));
+      ASSERT_EQ(g.size(), e.size());
+      for (std::size_t i = 0; i < g.size(); ++i) EXPECT_EQ(g[i], e[i]) << dtype_name(low) << " " << i;
+    };
+    same(kernels::sum(x, {0, 2}), kernels::sum(wide, {0, 2}), "sum over 0, 2");
+    same(kernels::mean(x, {1}), kernels::mean(wide, {1}), "mean over 1");
+    same(kernels::max(x, {0}), kernels::max(wide, {0}), "max over 0");
+    same(kernels::sum(x, {}), kernels::sum(wide, {}), "sum");
+    same(kernels::sum_to_shape(x, {5, 1}), kernels::sum_to_shape(wide, {5, 1}), "sum_to_shape");
+    EXPECT_EQ(kernels::sum(x, {0}).dtype(), low);
+  }
+}

@@ -169,7 +169,8 @@ void map_kernel(const std::vector<Tensor>& in, Tensor& out, F f) {
 }
 
 // out[i] = f(in0[i], ...) for bf16 or f16 tensors: each run widened to f32 a tile at a time,
-// computed by the f32 functor and rounded once (to nearest even) on the way out.
+// computed by the f32 kernel's loop (so each element is the f32 kernel's result on the widened
+// inputs) and rounded once (to nearest even) on the way out.
 template <class Low, std::size_t N, class F>
 void map_low_kernel(const std::vector<Tensor>& in, Tensor& out, F f) {
   constexpr std::int64_t kTile = 256;
@@ -184,13 +185,13 @@ void map_low_kernel(const std::vector<Tensor>& in, Tensor& out, F f) {
         else
           for (std::int64_t i = 0; i < m; ++i) wide[k][i] = to_float(p[i * step[k + 1]]);
       }
-      float* r = wide[N];
+      float* r = wide[N];  // the f32 kernel's own vectorised loop over the tile
       if constexpr (N == 1)
-        for (std::int64_t i = 0; i < m; ++i) r[i] = f(wide[0][i]);
+        map_dense(r, wide[0], m, f);
       else if constexpr (N == 2)
-        for (std::int64_t i = 0; i < m; ++i) r[i] = f(wide[0][i], wide[1][i]);
+        map_dense(r, wide[0], wide[1], m, f);
       else
-        for (std::int64_t i = 0; i < m; ++i) r[i] = f(wide[0][i], wide[1][i], wide[2][i]);
+        map_dense(r, wide[0], wide[1], wide[2], m, f);
       Low* d = dst + off[0] + c * step[0];
       if (step[0] == 1)
         cpu::convert_run(r, d, m);
