@@ -36,7 +36,7 @@ struct ProgramState {
   // unless a step handed views of them to its caller (returned gradients) or failed with acts of
   // it possibly still writing: then the next step makes new ones.
   std::vector<Tensor> bucket_buffers;
-  Tensor output_means;  // data parallel: the 0-d outputs packed for their mean over the ranks, reused
+  Tensor output_means[2];  // data parallel: the 0-d outputs packed for their mean over the ranks, reused
   std::vector<Tensor> step_values;  // the step nodes' outputs (bf16 weights), written over each step
   std::uint64_t step = 0;
   // What the step in progress has collected so far.
@@ -176,10 +176,15 @@ void compute_finished(Self* self) {
   std::vector<float> values;
   for (std::size_t k = 0; k < s.outputs.size(); ++k)
     if (s.setup->plan->sink_param[k] < 0 && s.outputs[k].dim() == 0) values.push_back(static_cast<float>(s.outputs[k].item()));
-  // The last step's buffer, unless the collective has not let go of it yet.
-  Tensor& packed = s.output_means;
-  if (!packed.defined() || packed.numel() != static_cast<std::int64_t>(values.size()) || packed.storage().use_count() > 1)
-    packed = Tensor::empty({static_cast<std::int64_t>(values.size())});
+  // One of the program's two buffers, both made by the first step, that the collective has let go
+  // of (the last step's message to the communicator may still hold one for a while); a new one only
+  // when both are held.
+  const auto n = static_cast<std::int64_t>(values.size());
+  for (Tensor& t : s.output_means)
+    if (!t.defined() || t.numel() != n) t = Tensor::empty({n});
+  const auto free = [](const Tensor& t) { return t.storage().use_count() == 1; };
+  Tensor& packed = free(s.output_means[0]) ? s.output_means[0] : s.output_means[1];
+  if (!free(packed)) packed = Tensor::empty({n});
   std::copy(values.begin(), values.end(), packed.data<float>());
   self->become(reducing(self));
   tell(self, me(s), path(s).communicator, SendTag{"mean", s.step, -1, packed.nbytes()}, mean_atom::value, s.step, packed);

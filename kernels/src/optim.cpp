@@ -3,6 +3,8 @@
 #include "troupe/kernels/optim.hpp"
 
 #include <cmath>
+#include <mutex>
+#include <vector>
 
 #include "float_checks.hpp"
 #include "troupe/kernels/planned_memory.hpp"
@@ -21,6 +23,51 @@ void check_dense(const char* op, const char* role, const Tensor& t, const Tensor
                " must match the parameter ", shape_str(param.shape()));
 }
 
+// The (hi, lo) pairs host squared norms are written to: slices of one block per dtype, made at the
+// first call outside any step's plan and handed out under a lock, so no later norm asks the
+// allocator, whichever thread takes it (a pair per thread, made on a thread's first norm, showed up
+// as an allocation in whichever step first ran a norm on a new thread).
+class NormPairs {
+ public:
+  /// A free pair of `dtype` (f32 or f64), or a new one when all are in use.
+  Tensor acquire(DType dtype) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Pool& p = pools_[dtype == DType::f64 ? 1 : 0];
+    if (!p.block.defined()) {
+      UnplannedMemory outside_plans;
+      p.block = Tensor::empty({kPairs, 2}, dtype);
+      for (std::int64_t i = kPairs; i-- > 0;) p.free.push_back(p.block.slice(0, i, i + 1).view({2}));
+    }
+    if (p.free.empty()) {
+      UnplannedMemory outside_plans;
+      return Tensor::empty({2}, dtype);
+    }
+    Tensor pair = std::move(p.free.back());
+    p.free.pop_back();
+    return pair;
+  }
+  /// Gives a pair back (one acquire made beyond the block is simply dropped).
+  void release(Tensor pair) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Pool& p = pools_[pair.dtype() == DType::f64 ? 1 : 0];
+    if (pair.storage() == p.block.storage()) p.free.push_back(std::move(pair));
+  }
+
+ private:
+  static constexpr std::int64_t kPairs = 64;  // more norms at once than threads on any machine here
+  struct Pool {
+    Tensor block;
+    std::vector<Tensor> free;
+  };
+  std::mutex mutex_;
+  Pool pools_[2];
+};
+
+NormPairs& norm_pairs() {
+  static NormPairs pairs;
+  return pairs;
+}
+
 }  // namespace
 
 double squared_norm(const Tensor& x) {
@@ -31,16 +78,15 @@ double squared_norm(const Tensor& x) {
     const auto hl = out[0].to(Device::cpu()).to(DType::f64).to_vector<double>();
     return hl[0] + hl[1];
   }
-  // The result's two values (hi and lo) go to a pair each thread keeps per dtype, made outside any
-  // step's plan, so a norm taken every step (a gradient bucket's) asks the allocator nothing.
-  thread_local Tensor pairs[2];
-  Tensor& pair = pairs[x.dtype() == DType::f64 ? 1 : 0];
-  if (!pair.defined()) {
-    UnplannedMemory outside_plans;
-    pair = Tensor::empty({2}, x.dtype());
-  }
-  std::vector<Tensor> out{pair};
+  // The result's two values (hi and lo) go to a pooled pair (NormPairs), so a norm taken every step
+  // (a gradient bucket's) asks the allocator nothing.
+  std::vector<Tensor> out{norm_pairs().acquire(x.dtype())};
+  struct Release {
+    Tensor& pair;
+    ~Release() { norm_pairs().release(std::move(pair)); }
+  } release{out[0]};
   dispatch("squared_norm", {x.contiguous()}, out);
+  const Tensor& pair = out[0];
   if (x.dtype() == DType::f64) return pair.data<double>()[0] + pair.data<double>()[1];
   return static_cast<double>(pair.data<float>()[0]) + static_cast<double>(pair.data<float>()[1]);
 }
