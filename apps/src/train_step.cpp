@@ -66,8 +66,9 @@ int resolve_micro_batches(const RunFlags& f, int threads, std::int64_t batch) {
 
 void add_amp_flags(CLI::App& app, AmpFlags& f) {
   app.add_option("--amp", f.level,
-                 "mixed precision: O0 (f32) or O1 (matrix products and convolutions in --amp-dtype, the rest in f32)")
-      ->capture_default_str()->check(CLI::IsMember({"O0", "O1"}));
+                 "mixed precision: O0 (f32), O1 (matrix products and convolutions in --amp-dtype, the rest in f32) "
+                 "or O2 (activations in --amp-dtype too, but losses, softmax and normalisation)")
+      ->capture_default_str()->check(CLI::IsMember({"O0", "O1", "O2"}));
   app.add_option("--amp-dtype", f.dtype, "the low-precision type of --amp O1: bf16 or fp16")
       ->capture_default_str()->check(CLI::IsMember({"bf16", "fp16"}));
 }

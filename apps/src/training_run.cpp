@@ -205,9 +205,12 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
   const char* scaling = step.loss_scaling ? ", dynamic loss scaling from 2^16" : "";
   if (step.amp.level == graph::AmpLevel::O0)
     std::printf("%s: mixed precision: O0 (f32)%s\n", name, scaling);
+  else if (step.amp.level == graph::AmpLevel::O1)
+    std::printf("%s: mixed precision: O1, matrix products and convolutions in %s on %s, the rest in f32%s\n", name,
+                dtype_name(step.amp.dtype), kernels::cpu_isa(), scaling);
   else
-    std::printf("%s: mixed precision: %s, matrix products and convolutions in %s on %s, the rest in f32%s\n", name,
-                graph::to_string(step.amp.level), dtype_name(step.amp.dtype), kernels::cpu_isa(), scaling);
+    std::printf("%s: mixed precision: O2, activations in %s on %s, losses, softmax and normalisation in f32, f32 "
+                "master weights%s\n", name, dtype_name(step.amp.dtype), kernels::cpu_isa(), scaling);
   if (resumed_) std::printf("%s: resuming '%s'; %s\n", name, flags_.resume.c_str(), settings_->summary().c_str());
   if (job && job->size() > 1)
     std::printf("%s: data parallel: rank %d of %d (%s), per-rank batch %lld, global batch %lld, fusion %.0f MiB\n", name,

@@ -9,13 +9,20 @@
 namespace troupe::graph {
 
 AmpLevel parse_amp_level(std::string_view name) {
-  for (AmpLevel l : {AmpLevel::O0, AmpLevel::O1})
+  for (AmpLevel l : {AmpLevel::O0, AmpLevel::O1, AmpLevel::O2})
     if (name == to_string(l)) return l;
   fail(ErrorKind::invalid_argument, "unknown mixed-precision level '", name,
-       "'; expected O0 (f32) or O1 (products in low precision)");
+       "'; expected O0 (f32), O1 (products in low precision) or O2 (activations too)");
 }
 
-const char* to_string(AmpLevel level) { return level == AmpLevel::O0 ? "O0" : "O1"; }
+const char* to_string(AmpLevel level) {
+  switch (level) {
+    case AmpLevel::O0: return "O0";
+    case AmpLevel::O1: return "O1";
+    case AmpLevel::O2: return "O2";
+  }
+  return "?";
+}
 
 DType parse_amp_dtype(std::string_view name) {
   if (name == "bf16") return DType::bf16;
@@ -23,31 +30,97 @@ DType parse_amp_dtype(std::string_view name) {
   fail(ErrorKind::invalid_argument, "unknown mixed-precision dtype '", name, "'; expected bf16 or fp16");
 }
 
-Graph autocast(const Graph& g, DType low) {
+namespace {
+
+// Casts of new values, each made once, before the first node that needs it.
+class Casts {
+ public:
+  explicit Casts(passes::Rewriter& r) : r_(r) {}
+  /// New value `v` as `dtype`: itself when it has it, else its one cast.
+  ValueId to(ValueId v, DType dtype, const Node& reader) {
+    if (r_.result().value(v).info.dtype == dtype) return v;
+    auto it = made_.find({v, dtype});
+    if (it != made_.end()) return it->second;
+    const Attrs attrs = Attrs().set("dtype", static_cast<std::int64_t>(dtype));
+    return made_.emplace(std::make_pair(v, dtype), r_.emit_before(reader, "cast", {v}, attrs)[0]).first->second;
+  }
+
+ private:
+  passes::Rewriter& r_;
+  std::map<std::pair<ValueId, DType>, ValueId> made_;
+};
+
+bool is_low(DType t) { return t == DType::bf16 || t == DType::f16; }
+
+// O1: the autocast inputs of an op whose operands are f32 go down; the result stays f32.
+void lower_products(passes::Rewriter& r, Casts& casts, const Graph& g, const Node& n, DType low) {
+  const std::vector<int>& operands = OpRegistry::instance().get(n.op).autocast_inputs;
+  bool lower = !n.backward && !operands.empty();
+  for (int i : operands) lower = lower && g.value(n.inputs[static_cast<std::size_t>(i)]).info.dtype == DType::f32;
+  if (!lower) {
+    r.copy(n);
+    return;
+  }
+  std::vector<ValueId> inputs = r.map(n.inputs);
+  for (int i : operands) inputs[static_cast<std::size_t>(i)] = casts.to(inputs[static_cast<std::size_t>(i)], low, n);
+  Attrs attrs = n.attrs;
+  attrs.set("out_dtype", static_cast<std::int64_t>(DType::f32));
+  r.emit_for(n, n.op, inputs, attrs, n.target);
+}
+
+// O2: products take every floating input in the low dtype and write it; ops that keep f32 take
+// low inputs back up; the rest follow their activations: all low, so their weights go down too;
+// mixed (a residual add of an f32 stream and a low branch), so the low ones go up.
+void lower_activations(passes::Rewriter& r, Casts& casts, const Graph& g, const Node& n, DType low) {
+  const OpDef& def = OpRegistry::instance().get(n.op);
+  std::vector<ValueId> inputs = r.map(n.inputs);
+  const auto dtype = [&](std::size_t i) { return r.result().value(inputs[i]).info.dtype; };
+  const auto floating = [&](std::size_t i) { return is_floating(dtype(i)) && dtype(i) != DType::f64; };
+  const auto weight = [&](std::size_t i) {
+    const ValueKind k = g.value(n.inputs[i]).kind;
+    return k == ValueKind::parameter || k == ValueKind::constant;
+  };
+  Attrs attrs = n.attrs;
+  if (!def.autocast_inputs.empty()) {
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      if (floating(i)) inputs[i] = casts.to(inputs[i], low, n);
+    attrs.set("out_dtype", static_cast<std::int64_t>(low));
+  } else if (def.keeps_f32) {
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      if (floating(i) && is_low(dtype(i))) inputs[i] = casts.to(inputs[i], DType::f32, n);
+  } else {
+    bool any_low = false, any_f32 = false;
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      if (floating(i) && !weight(i)) (is_low(dtype(i)) ? any_low : any_f32) = true;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (!floating(i)) continue;
+      if (any_low && !any_f32 && weight(i)) inputs[i] = casts.to(inputs[i], low, n);
+      if (any_low && any_f32 && is_low(dtype(i))) inputs[i] = casts.to(inputs[i], DType::f32, n);
+    }
+  }
+  r.emit_retyped_for(n, n.op, inputs, attrs);
+}
+
+}  // namespace
+
+Graph autocast(const Graph& g, DType low, AmpLevel level) {
   TROUPE_CHECK(low == DType::bf16 || low == DType::f16, invalid_argument, "autocast: the low-precision dtype must be ",
                "bf16 or f16, got ", dtype_name(low));
+  if (level == AmpLevel::O0) return g;
+  bool f64 = false;
+  for (const Value& v : g.values()) f64 = f64 || v.info.dtype == DType::f64;
   passes::Rewriter r(g);
-  std::map<ValueId, ValueId> lowered;  // new value -> its cast, so each value is cast once
-  const auto cast_down = [&](ValueId old, const Node& reader) {
-    const ValueId v = r.map(old);
-    auto it = lowered.find(v);
-    if (it != lowered.end()) return it->second;
-    const Attrs to_low = Attrs().set("dtype", static_cast<std::int64_t>(low));
-    return lowered.emplace(v, r.emit_before(reader, "cast", {v}, to_low)[0]).first->second;
-  };
+  Casts casts(r);
   for (const Node& n : g.nodes()) {
-    const std::vector<int>& operands = OpRegistry::instance().get(n.op).autocast_inputs;
-    bool lower = !n.backward && !operands.empty();
-    for (int i : operands) lower = lower && g.value(n.inputs[static_cast<std::size_t>(i)]).info.dtype == DType::f32;
-    if (!lower) {
-      r.copy(n);
-      continue;
-    }
-    std::vector<ValueId> inputs = r.map(n.inputs);
-    for (int i : operands) inputs[static_cast<std::size_t>(i)] = cast_down(n.inputs[static_cast<std::size_t>(i)], n);
-    Attrs attrs = n.attrs;
-    attrs.set("out_dtype", static_cast<std::int64_t>(DType::f32));
-    r.emit_for(n, n.op, inputs, attrs, n.target);
+    // O2 retypes values, which a backward already taken could not follow; f64 graphs (gradient
+    // checks) keep their precision at O2, as O1 leaves their products alone.
+    const bool o2 = level == AmpLevel::O2 && !f64;
+    TROUPE_CHECK(!o2 || !n.backward, invalid_argument, "autocast O2 rewrites the forward graph; apply it before ",
+                 "with_gradients()");
+    if (o2)
+      lower_activations(r, casts, g, n, low);
+    else
+      lower_products(r, casts, g, n, low);
   }
   return r.finish();
 }

@@ -118,7 +118,7 @@ TracedFunction TracedFunction::for_inference() const {
 TracedFunction TracedFunction::with_amp(const AmpOptions& amp) const {
   if (amp.level == AmpLevel::O0) return *this;
   TracedFunction f = *this;
-  f.graph_ = std::make_shared<const Graph>(autocast(*graph_, amp.dtype));
+  f.graph_ = std::make_shared<const Graph>(autocast(*graph_, amp.dtype, amp.level));
   return f;
 }
 

@@ -102,9 +102,10 @@ TEST(Amp, O1LossAndGradientsTrackF32WithinBf16Precision) {
 TEST(Amp, LevelsAndDtypesParseAndBadOnesAreRefused) {
   EXPECT_EQ(parse_amp_level("O0"), AmpLevel::O0);
   EXPECT_EQ(parse_amp_level("O1"), AmpLevel::O1);
+  EXPECT_EQ(parse_amp_level("O2"), AmpLevel::O2);
   EXPECT_EQ(parse_amp_dtype("bf16"), DType::bf16);
   EXPECT_EQ(parse_amp_dtype("fp16"), DType::f16);
-  for (const char* bad : {"o1", "O4", "", "1"}) {
+  for (const char* bad : {"o1", "O4", "O3", "", "1"}) {
     try {
       parse_amp_level(bad);
       ADD_FAILURE() << bad;
@@ -156,4 +157,55 @@ TEST(Amp, O1ConvolutionsTrackF32) {
   const Tensor o1 = trace(forward, image).with_amp({AmpLevel::O1, DType::bf16}).for_inference().optimized(3)({x})[0];
   EXPECT_EQ(o1.dtype(), DType::f32);
   EXPECT_LE(test::scaled_max_error(o1, f32), 2e-2);
+}
+
+// O2: activations stay bf16 between ops. Products write bf16, ops that keep f32 (layernorm, softmax,
+// the loss) read f32, a residual add of the f32 stream and a bf16 branch runs in f32, the graph's
+// outputs keep their dtype, and the loss and gradients still track f32.
+TEST(Amp, O2KeepsActivationsLowWhereThePolicySays) {
+  if (!kernels::native_low_precision(DType::bf16)) GTEST_SKIP() << "no native bf16 on this CPU";
+  Model m;
+  const auto fn = [&](const std::vector<Var>& in) { return loss_of(m, in); };
+  const TracedFunction o2 = trace(fn, kSignature).with_amp({AmpLevel::O2, DType::bf16});
+  const Graph& g = o2.graph();
+  std::map<std::string, int> low_outputs, f32_outputs;
+  for (const Node& n : g.nodes()) {
+    const DType out = g.value(n.outputs[0]).info.dtype;
+    (out == DType::bf16 ? low_outputs : f32_outputs)[n.op] += 1;
+    if (n.op == "layer_norm" || n.op == "softmax" || n.op == "mse_loss")
+      for (ValueId v : n.inputs) EXPECT_EQ(g.value(v).info.dtype, DType::f32) << n.op;
+  }
+  EXPECT_EQ(f32_outputs["matmul"], 0);
+  EXPECT_GT(low_outputs["matmul"], 0);
+  EXPECT_GT(low_outputs["gelu"] + low_outputs["bias_gelu"], 0);  // the MLP's activation runs in bf16
+  EXPECT_EQ(low_outputs["layer_norm"], 0);
+  EXPECT_EQ(low_outputs["softmax"], 0);
+  EXPECT_EQ(g.value(g.outputs()[0]).info.dtype, DType::f32);
+  // Each value is cast at most once to each dtype.
+  std::map<std::pair<ValueId, std::int64_t>, int> casts;
+  for (const Node& n : g.nodes())
+    if (n.op == "cast") EXPECT_EQ(++casts[std::make_pair(n.inputs[0], n.attrs.get_int("dtype"))], 1);
+
+  const std::vector<Tensor> in{test::random_tensor({4, 6, 16}, 1), test::random_tensor({4, 6, 48}, 2)};
+  const auto run = [&](const TracedFunction& f) {
+    for (const Var& p : m.block.parameters()) p.zero_grad();
+    for (const Var& p : m.head.parameters()) p.zero_grad();
+    const double loss = f(in)[0].item();
+    std::vector<Tensor> grads;
+    for (const Var& p : m.block.parameters()) grads.push_back(p.grad().clone());
+    for (const Var& p : m.head.parameters()) grads.push_back(p.grad().clone());
+    return std::make_pair(loss, grads);
+  };
+  const auto ref = run(trace(fn, kSignature).with_gradients());
+  for (int level : {1, 3}) {
+    SCOPED_TRACE("level " + std::to_string(level));
+    const auto amp = run(trace(fn, kSignature).with_amp({AmpLevel::O2, DType::bf16}).optimized(level).with_gradients().optimized(level));
+    EXPECT_NEAR(amp.first, ref.first, 2e-2 * std::abs(ref.first));
+    for (std::size_t i = 0; i < ref.second.size(); ++i) {
+      EXPECT_EQ(amp.second[i].dtype(), DType::f32);
+      EXPECT_LE(test::scaled_max_error(amp.second[i], ref.second[i]), 5e-2) << "gradient " << i;
+    }
+  }
+  // O2 rewrites forward graphs only.
+  EXPECT_THROW(trace(fn, kSignature).with_gradients().with_amp({AmpLevel::O2, DType::bf16}), Error);
 }

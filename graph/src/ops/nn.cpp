@@ -311,12 +311,12 @@ std::vector<Tensor> compute_causal_attention_backward(const std::vector<Tensor>&
 // compute: kernels::softmax / log_softmax; the backward ops read (dy, y).
 Var softmax(const Var& x, std::int64_t axis) { return apply1("softmax", {x}, Attrs().set("axis", axis)); }
 TROUPE_DEFINE_OP({.name = "softmax", .infer = infer_softmax, .compute = compute_axis<kernels::softmax>,
-                  .grad = axis_grad("softmax_backward")});
+                  .grad = axis_grad("softmax_backward"), .keeps_f32 = true});
 TROUPE_DEFINE_OP({.name = "softmax_backward", .infer = infer_grad_pair,
                   .compute = compute_axis_backward<kernels::softmax_backward>});
 Var log_softmax(const Var& x, std::int64_t axis) { return apply1("log_softmax", {x}, Attrs().set("axis", axis)); }
 TROUPE_DEFINE_OP({.name = "log_softmax", .infer = infer_softmax, .compute = compute_axis<kernels::log_softmax>,
-                  .grad = axis_grad("log_softmax_backward")});
+                  .grad = axis_grad("log_softmax_backward"), .keeps_f32 = true});
 TROUPE_DEFINE_OP({.name = "log_softmax_backward", .infer = infer_grad_pair,
                   .compute = compute_axis_backward<kernels::log_softmax_backward>});
 
@@ -325,7 +325,8 @@ TROUPE_DEFINE_OP({.name = "log_softmax_backward", .infer = infer_grad_pair,
 Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
   return apply("layer_norm", {x, gamma, beta}, Attrs().set("eps", eps))[0];
 }
-TROUPE_DEFINE_OP({.name = "layer_norm", .infer = infer_layer_norm, .compute = compute_layer_norm, .grad = grad_layer_norm});
+TROUPE_DEFINE_OP({.name = "layer_norm", .infer = infer_layer_norm, .compute = compute_layer_norm, .grad = grad_layer_norm,
+                  .keeps_f32 = true});
 TROUPE_DEFINE_OP({.name = "layer_norm_backward", .infer = infer_layer_norm_backward,
                   .compute = compute_layer_norm_backward});
 AddLayerNorm add_layer_norm(const Var& a, const Var& b, const Var& gamma, const Var& beta, double eps) {
@@ -333,19 +334,19 @@ AddLayerNorm add_layer_norm(const Var& a, const Var& b, const Var& gamma, const 
   return {out[0], out[1]};
 }
 TROUPE_DEFINE_OP({.name = "add_layer_norm", .infer = infer_add_layer_norm, .compute = compute_add_layer_norm,
-                  .grad = grad_add_layer_norm});
+                  .grad = grad_add_layer_norm, .keeps_f32 = true});
 
 // compute: kernels::embedding; the ids (input 1) take no gradient.
 Var embedding(const Var& weight, const Var& ids) { return apply1("embedding", {weight, ids}); }
 TROUPE_DEFINE_OP({.name = "embedding", .infer = infer_embedding, .compute = compute_embedding, .grad = grad_embedding,
-                  .no_grad_inputs = {1}});
+                  .no_grad_inputs = {1}, .keeps_f32 = true});
 TROUPE_DEFINE_OP({.name = "embedding_backward", .infer = infer_embedding_backward, .compute = compute_embedding_backward,
                   .no_grad_inputs = {1}});
 
 // compute: kernels::cross_entropy over the rows of the flattened logits; targets take no gradient.
 Var cross_entropy(const Var& logits, const Var& targets) { return apply1("cross_entropy", {logits, targets}); }
 TROUPE_DEFINE_OP({.name = "cross_entropy", .infer = infer_cross_entropy, .compute = compute_cross_entropy,
-                  .grad = grad_cross_entropy, .no_grad_inputs = {1}});
+                  .grad = grad_cross_entropy, .no_grad_inputs = {1}, .keeps_f32 = true});
 TROUPE_DEFINE_OP({.name = "cross_entropy_backward", .infer = infer_cross_entropy_backward,
                   .compute = compute_cross_entropy_backward, .no_grad_inputs = {2}});
 
@@ -383,7 +384,7 @@ Var causal_attention(const Var& q, const Var& k, const Var& v, double scale) {
   return apply("causal_attention", {q, k, v}, Attrs().set("scale", scale))[0];
 }
 TROUPE_DEFINE_OP({.name = "causal_attention", .infer = infer_causal_attention, .compute = compute_causal_attention,
-                  .grad = grad_causal_attention});
+                  .grad = grad_causal_attention, .keeps_f32 = true});
 TROUPE_DEFINE_OP({.name = "causal_attention_backward", .infer = infer_causal_attention_backward,
                   .compute = compute_causal_attention_backward});
 
@@ -396,6 +397,6 @@ Var causal_mask(const Var& x) {
 TROUPE_DEFINE_OP({.name = "causal_mask", .infer = infer_causal_mask, .compute = compute_causal_mask,
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     return {apply1("causal_mask", {c.grad_output(0)}, Attrs().set("fill", 0.0))};
-                  }});
+                  }, .keeps_f32 = true});
 
 }  // namespace troupe::graph

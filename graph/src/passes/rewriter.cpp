@@ -97,6 +97,34 @@ NodeId Rewriter::emit_relaid_for(const Node& n, const std::string& op, const std
   return m;
 }
 
+NodeId Rewriter::emit_retyped_for(const Node& n, const std::string& op, const std::vector<ValueId>& inputs,
+                                  const Attrs& attrs) {
+  enter_region(n.region);
+  const NodeId m = out_.add_node(op, inputs, attrs, n.target);
+  Node& node = out_.mutable_node(m);
+  node.label = n.label;
+  node.gradient = n.gradient;
+  node.backward = n.backward;
+  TROUPE_CHECK(node.outputs.size() == n.outputs.size(), runtime, "graph pass: ", op, " in place of ", n.op,
+               " has another output count (a pass bug)");
+  const std::vector<ValueId> outs = node.outputs;  // add_node below may move the node
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    const ValueId old = n.outputs[i];
+    const ValueInfo &was = src_.value(old).info, &now = out_.value(outs[i]).info;
+    TROUPE_CHECK(was.shape == now.shape, runtime, "graph pass: ", op, " in place of ", n.op, " changes a shape to ",
+                 sym_shape_str(now.shape), " (a pass bug)");
+    ValueId to = outs[i];
+    if (is_output_[static_cast<std::size_t>(old)] && was.dtype != now.dtype) {
+      const NodeId c = out_.add_node("cast", {to}, Attrs().set("dtype", static_cast<std::int64_t>(was.dtype)));
+      out_.mutable_node(c).backward = n.backward;
+      to = out_.node(c).outputs[0];
+    }
+    map_[static_cast<std::size_t>(old)] = to;
+    claim(old, to);
+  }
+  return m;
+}
+
 bool Rewriter::can_replace(ValueId v, ValueId to) const {
   const ValueInfo &a = src_.value(v).info, &b = out_.value(to).info;
   if (a.dtype != b.dtype || a.shape != b.shape) return false;

@@ -41,6 +41,10 @@ class Rewriter {
   /// Like emit_for, for a node whose outputs hold n's values in another layout, so another shape
   /// (layout choice): none of n's outputs may be a graph output, whose info must not change.
   NodeId emit_relaid_for(const Node& n, const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs);
+  /// Like emit_for, for a node whose outputs may have other dtypes than n's (a precision pass): each
+  /// of n's outputs maps to the new output of its position; a graph output whose dtype changed maps
+  /// to a cast of it back to the old dtype, so the signature never changes.
+  NodeId emit_retyped_for(const Node& n, const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs);
   /// True when old value `v` may stand for new value `to`: the infos are equal, and when `v` is a
   /// graph output, `to` is an op output no other graph output stands for yet (so outputs never
   /// alias an input, a parameter, a constant or each other, whatever the caller does with them).

@@ -60,9 +60,12 @@ struct OpDef {
                                      // an input of its shape and dtype (the executor's buffer reuse)
   int in_place_input = -1;           // with in_place: the one input output 0 may take (-1: any), for a
                                      // kernel that reads its other inputs after writing (a conv's residual)
-  std::vector<int> autocast_inputs;  // the inputs mixed precision runs in bf16 or f16, writing the result
-                                     // in f32 ("out_dtype"): a product's operands, not its bias. Empty: the
-                                     // op runs in its inputs' dtype (graph/amp.hpp)
+  std::vector<int> autocast_inputs;  // the inputs mixed precision runs in bf16 or f16 (a product's
+                                     // operands, not its bias), writing the result in f32 at O1 and in the
+                                     // low dtype at O2 ("out_dtype"); graph/amp.hpp
+  bool keeps_f32 = false;            // mixed precision runs it in f32 whatever its inputs: losses, softmax,
+                                     // normalisation, reductions, exp/log (O2 casts bf16 inputs up). Neither
+                                     // set: the op runs in its inputs' dtype
   /// True when a gradient can flow into input `i`.
   bool differentiable(std::size_t i) const;
   /// Runs the op on tensors, its kernel or its compute function, and checks the outputs against
