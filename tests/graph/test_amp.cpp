@@ -33,6 +33,18 @@ std::vector<Var> loss_of(Model& m, const std::vector<Var>& in) {
   return {mse_loss(m(in[0]), in[1])};
 }
 
+// The loss of `f` on `in` and the gradients it leaves in every parameter of `m`, in order.
+std::pair<double, std::vector<Tensor>> loss_and_gradients(Model& m, const TracedFunction& f,
+                                                          const std::vector<Tensor>& in) {
+  for (const Var& p : m.block.parameters()) p.zero_grad();
+  for (const Var& p : m.head.parameters()) p.zero_grad();
+  const double loss = f(in)[0].item();
+  std::vector<Tensor> grads;
+  for (const Var& p : m.block.parameters()) grads.push_back(p.grad().clone());
+  for (const Var& p : m.head.parameters()) grads.push_back(p.grad().clone());
+  return {loss, grads};
+}
+
 std::map<std::string, int> op_counts(const Graph& g) {
   std::map<std::string, int> n;
   for (const Node& node : g.nodes()) ++n[node.op];
@@ -78,15 +90,7 @@ TEST(Amp, O1LossAndGradientsTrackF32WithinBf16Precision) {
     Model m;
     const auto fn = [&](const std::vector<Var>& in) { return loss_of(m, in); };
     const std::vector<Tensor> in{test::random_tensor({4, 6, 16}, 1), test::random_tensor({4, 6, 48}, 2)};
-    const auto run = [&](const TracedFunction& f) {
-      for (const Var& p : m.block.parameters()) p.zero_grad();
-      for (const Var& p : m.head.parameters()) p.zero_grad();
-      const double loss = f(in)[0].item();
-      std::vector<Tensor> grads;
-      for (const Var& p : m.block.parameters()) grads.push_back(p.grad().clone());
-      for (const Var& p : m.head.parameters()) grads.push_back(p.grad().clone());
-      return std::make_pair(loss, grads);
-    };
+    const auto run = [&](const TracedFunction& f) { return loss_and_gradients(m, f, in); };
     const auto ref = run(trace(fn, kSignature).with_gradients());
     const auto amp = run(trace(fn, kSignature).with_amp({AmpLevel::O1, low}).with_gradients().optimized(3));
     EXPECT_NEAR(amp.first, ref.first, 1e-2 * std::abs(ref.first));
@@ -187,15 +191,7 @@ TEST(Amp, O2KeepsActivationsLowWhereThePolicySays) {
     if (n.op == "cast") EXPECT_EQ(++casts[std::make_pair(n.inputs[0], n.attrs.get_int("dtype"))], 1);
 
   const std::vector<Tensor> in{test::random_tensor({4, 6, 16}, 1), test::random_tensor({4, 6, 48}, 2)};
-  const auto run = [&](const TracedFunction& f) {
-    for (const Var& p : m.block.parameters()) p.zero_grad();
-    for (const Var& p : m.head.parameters()) p.zero_grad();
-    const double loss = f(in)[0].item();
-    std::vector<Tensor> grads;
-    for (const Var& p : m.block.parameters()) grads.push_back(p.grad().clone());
-    for (const Var& p : m.head.parameters()) grads.push_back(p.grad().clone());
-    return std::make_pair(loss, grads);
-  };
+  const auto run = [&](const TracedFunction& f) { return loss_and_gradients(m, f, in); };
   const auto ref = run(trace(fn, kSignature).with_gradients());
   for (int level : {1, 3}) {
     SCOPED_TRACE("level " + std::to_string(level));

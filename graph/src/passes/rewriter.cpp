@@ -85,12 +85,8 @@ NodeId Rewriter::emit_relaid_for(const Node& n, const std::string& op, const std
   for (ValueId o : n.outputs)
     TROUPE_CHECK(!is_output_[static_cast<std::size_t>(o)], runtime, "graph pass: graph output %", o,
                  " cannot change its layout (a pass bug)");
-  enter_region(n.region);
-  const NodeId m = out_.add_node(op, inputs, attrs, n.target);
-  Node& node = out_.mutable_node(m);
-  node.label = n.label;
-  node.gradient = n.gradient;
-  node.backward = n.backward;
+  const NodeId m = emit_standing_for(n, {}, op, inputs, attrs, n.target);
+  const Node& node = out_.node(m);
   TROUPE_CHECK(node.outputs.size() == n.outputs.size(), runtime, "graph pass: ", op, " in place of ", n.op,
                " has another output count (a pass bug)");
   for (std::size_t i = 0; i < n.outputs.size(); ++i) map_[static_cast<std::size_t>(n.outputs[i])] = node.outputs[i];
@@ -99,15 +95,10 @@ NodeId Rewriter::emit_relaid_for(const Node& n, const std::string& op, const std
 
 NodeId Rewriter::emit_retyped_for(const Node& n, const std::string& op, const std::vector<ValueId>& inputs,
                                   const Attrs& attrs) {
-  enter_region(n.region);
-  const NodeId m = out_.add_node(op, inputs, attrs, n.target);
-  Node& node = out_.mutable_node(m);
-  node.label = n.label;
-  node.gradient = n.gradient;
-  node.backward = n.backward;
-  TROUPE_CHECK(node.outputs.size() == n.outputs.size(), runtime, "graph pass: ", op, " in place of ", n.op,
+  const NodeId m = emit_standing_for(n, {}, op, inputs, attrs, n.target);
+  const std::vector<ValueId> outs = out_.node(m).outputs;  // add_node below may move the node
+  TROUPE_CHECK(outs.size() == n.outputs.size(), runtime, "graph pass: ", op, " in place of ", n.op,
                " has another output count (a pass bug)");
-  const std::vector<ValueId> outs = node.outputs;  // add_node below may move the node
   for (std::size_t i = 0; i < outs.size(); ++i) {
     const ValueId old = n.outputs[i];
     const ValueInfo &was = src_.value(old).info, &now = out_.value(outs[i]).info;
