@@ -50,8 +50,6 @@ class Casts {
   std::map<std::pair<ValueId, DType>, ValueId> made_;
 };
 
-bool is_low(DType t) { return t == DType::bf16 || t == DType::f16; }
-
 // O1: the autocast inputs of an op whose operands are f32 go down; the result stays f32.
 void lower_products(passes::Rewriter& r, Casts& casts, const Graph& g, const Node& n, DType low) {
   const std::vector<int>& operands = OpRegistry::instance().get(n.op).autocast_inputs;
@@ -87,15 +85,15 @@ void lower_activations(passes::Rewriter& r, Casts& casts, const Graph& g, const 
     attrs.set("out_dtype", static_cast<std::int64_t>(low));
   } else if (def.keeps_f32) {
     for (std::size_t i = 0; i < inputs.size(); ++i)
-      if (floating(i) && is_low(dtype(i))) inputs[i] = casts.to(inputs[i], DType::f32, n);
+      if (floating(i) && is_low_precision(dtype(i))) inputs[i] = casts.to(inputs[i], DType::f32, n);
   } else {
     bool any_low = false, any_f32 = false;
     for (std::size_t i = 0; i < inputs.size(); ++i)
-      if (floating(i) && !weight(i)) (is_low(dtype(i)) ? any_low : any_f32) = true;
+      if (floating(i) && !weight(i)) (is_low_precision(dtype(i)) ? any_low : any_f32) = true;
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       if (!floating(i)) continue;
       if (any_low && !any_f32 && weight(i)) inputs[i] = casts.to(inputs[i], low, n);
-      if (any_low && any_f32 && is_low(dtype(i))) inputs[i] = casts.to(inputs[i], DType::f32, n);
+      if (any_low && any_f32 && is_low_precision(dtype(i))) inputs[i] = casts.to(inputs[i], DType::f32, n);
     }
   }
   r.emit_retyped_for(n, n.op, inputs, attrs);
@@ -104,7 +102,7 @@ void lower_activations(passes::Rewriter& r, Casts& casts, const Graph& g, const 
 }  // namespace
 
 Graph autocast(const Graph& g, DType low, AmpLevel level) {
-  TROUPE_CHECK(low == DType::bf16 || low == DType::f16, invalid_argument, "autocast: the low-precision dtype must be ",
+  TROUPE_CHECK(is_low_precision(low), invalid_argument, "autocast: the low-precision dtype must be ",
                "bf16 or f16, got ", dtype_name(low));
   if (level == AmpLevel::O0) return g;
   bool f64 = false;

@@ -33,7 +33,9 @@ DType parse_dtype(std::string_view name) {
   fail(ErrorKind::invalid_argument, "unknown dtype '", name, "'; expected one of f32, f64, f16, bf16, i32, i64, u8");
 }
 
-bool is_floating(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16; }
+bool is_floating(DType t) { return t == DType::f32 || t == DType::f64 || is_low_precision(t); }
+
+bool is_low_precision(DType t) { return t == DType::f16 || t == DType::bf16; }
 
 Half float_to_half(float f) {
   std::uint32_t x;

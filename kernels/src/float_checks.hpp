@@ -14,7 +14,7 @@ namespace troupe::kernels {
 inline void check_float(const char* op, const char* role, const Tensor& t, bool low_too = false) {
   TROUPE_CHECK(t.defined(), invalid_argument, op, ": ", role, " is undefined");
   TROUPE_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64 ||
-                   (low_too && (t.dtype() == DType::bf16 || t.dtype() == DType::f16)),
+                   (low_too && is_low_precision(t.dtype())),
                dtype_mismatch, op, ": ", role, " ", t.str(), " must be f32 or f64", low_too ? ", bf16 or f16" : "");
 }
 

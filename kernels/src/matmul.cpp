@@ -36,7 +36,7 @@ Attrs transposes(bool trans_a, bool trans_b) {
 
 DType product_dtype(const char* op, DType operands, std::optional<DType> out) {
   if (!out || *out == operands) return operands;
-  TROUPE_CHECK((operands == DType::bf16 || operands == DType::f16) && *out == DType::f32, dtype_mismatch, op,
+  TROUPE_CHECK(is_low_precision(operands) && *out == DType::f32, dtype_mismatch, op,
                ": a product of ", dtype_name(operands), " operands cannot be written as ", dtype_name(*out),
                "; only bf16 and f16 products may be written as f32 (they accumulate in f32)");
   return *out;

@@ -52,8 +52,8 @@ Tensor reduce_impl(const char* op, const Tensor& x, std::vector<std::int64_t> ax
       if (reduced[i]) last_run.push_back(static_cast<std::int64_t>(i));
     for (std::size_t k = 0; k <= i && k < rank; ++k)
       if (reduced[k]) rest.push_back(static_cast<std::int64_t>(k));
-    const bool low = x.dtype() == DType::bf16 || x.dtype() == DType::f16;
-    const Tensor partial = reduce_impl(op, x, last_run, /*keepdim=*/true, mode, low ? DType::f32 : x.dtype());
+    const DType partial_dtype = is_low_precision(x.dtype()) ? DType::f32 : x.dtype();
+    const Tensor partial = reduce_impl(op, x, last_run, /*keepdim=*/true, mode, partial_dtype);
     return reduce_impl(op, partial, rest, /*keepdim=*/true, mode, out_dtype).reshape(keepdim ? keep_shape : out_shape);
   }
   Tensor dense;

@@ -6,13 +6,6 @@ namespace troupe::graph {
 namespace {
 using namespace detail;
 
-// The dtype the product is written in: the operands' unless the node's "out_dtype" says f32 (a
-// bf16 or f16 product written from its f32 accumulator, as mixed precision runs it).
-std::optional<DType> out_dtype(const Attrs& attrs) {
-  if (!attrs.has("out_dtype")) return std::nullopt;
-  return static_cast<DType>(attrs.get_int("out_dtype"));
-}
-
 std::vector<ValueInfo> infer_matmul(const InferContext& c) {
   expect_arity(c, 2, 2);
   expect_floating(c, 0);
@@ -28,7 +21,7 @@ std::vector<ValueInfo> infer_matmul(const InferContext& c) {
   SymShape out = broadcast(SymShape(a.begin(), a.end() - 2), SymShape(b.begin(), b.end() - 2), "matmul (batch dims)");
   out.push_back(m);
   out.push_back(n);
-  return one(kernels::product_dtype(c.op.c_str(), c.inputs[0].dtype, out_dtype(c.attrs)), out);
+  return one(product_dtype(c), out);
 }
 
 // (a, b, bias): matmul's shape, and a bias over its last dim.

@@ -2,7 +2,6 @@
 // convolution and the causal attention mask, each with its backward op.
 #include <algorithm>
 #include <limits>
-#include <optional>
 
 #include "op_helpers.hpp"
 #include "troupe/kernels/attention.hpp"
@@ -10,7 +9,6 @@
 #include "troupe/kernels/embedding.hpp"
 #include "troupe/kernels/layernorm.hpp"
 #include "troupe/kernels/loss.hpp"
-#include "troupe/kernels/matmul.hpp"
 #include "troupe/kernels/select.hpp"
 #include "troupe/kernels/softmax.hpp"
 
@@ -205,9 +203,7 @@ std::vector<ValueInfo> infer_conv2d(const InferContext& c) {
   const SymShape x = blocked_in ? unblocked(c, c.inputs[0].shape) : c.inputs[0].shape;
   const SymShape& w = c.inputs[1].shape;
   if (x[1] != w[1]) shape_error(c, "input channels " + x[1].str() + " differ from the weight's " + w[1].str());
-  const std::optional<DType> out = c.attrs.has("out_dtype") ? std::optional<DType>(static_cast<DType>(c.attrs.get_int("out_dtype")))
-                                                              : std::nullopt;
-  const DType y_dtype = kernels::product_dtype(c.op.c_str(), c.inputs[0].dtype, out);
+  const DType y_dtype = product_dtype(c);
   if (c.inputs.size() == 3) {
     if (c.inputs[2].dtype != y_dtype) shape_error(c, std::string("bias must have the result's dtype, ") + dtype_name(y_dtype));
     if (c.inputs[2].shape != SymShape{w[0]}) shape_error(c, "bias must have shape [" + w[0].str() + "]");

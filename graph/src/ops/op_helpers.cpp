@@ -1,8 +1,17 @@
 #include "op_helpers.hpp"
 
+#include <optional>
 #include <sstream>
 
+#include "troupe/kernels/matmul.hpp"
+
 namespace troupe::graph::detail {
+
+DType product_dtype(const InferContext& c) {
+  const std::optional<DType> out =
+      c.attrs.has("out_dtype") ? std::optional<DType>(static_cast<DType>(c.attrs.get_int("out_dtype"))) : std::nullopt;
+  return kernels::product_dtype(c.op.c_str(), c.inputs[0].dtype, out);
+}
 
 std::string inputs_str(const InferContext& c) {
   std::ostringstream os;

@@ -31,6 +31,9 @@ int axis_of(const InferContext& c, std::int64_t axis, std::size_t rank);
 std::vector<bool> reduced_axes(const InferContext& c, std::size_t rank);
 /// Inference of backward ops taking (grad, x) or (grad, y) of one shape: the gradient's info.
 std::vector<ValueInfo> infer_grad_pair(const InferContext& c);
+/// The dtype a product (matmul, conv2d) is written in: its operands' (input 0), or the node's
+/// "out_dtype" attribute where kernels::product_dtype allows it (f32 from bf16 or f16 operands).
+DType product_dtype(const InferContext& c);
 /// Single-output inference result.
 inline std::vector<ValueInfo> one(DType d, SymShape s) { return {ValueInfo{d, std::move(s)}}; }
 /// Boolean attribute stored as an integer.

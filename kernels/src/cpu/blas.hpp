@@ -11,23 +11,16 @@
 #include <cblas.h>
 #include <dnnl.h>
 
-#include "troupe/kernels/threading.hpp"
-
-extern "C" void omp_set_num_threads(int) __attribute__((weak));
+#include "cpu/dnnl_common.hpp"
 
 namespace troupe::cpu {
-
-/// Below this many multiply-adds a GEMM runs on one thread: starting a team costs more than it
-/// saves (attention's 64x64x64 tiles ran 10% slower on two threads). OpenBLAS's own cut-off.
-inline constexpr long long kParallelGemmMacs = 1LL << 18;
 
 /// C = alpha * op(A) op(B) + beta * C in row-major layout, with oneDNN's sgemm on
 /// kernel_threads() OpenMP threads (set per calling thread: an actor's scheduler thread would
 /// otherwise start a team of all cores), one thread for a small product.
 inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha, const float* a, int lda,
                  const float* b, int ldb, float beta, float* c, int ldc) {
-  const bool small = static_cast<long long>(m) * n * k <= kParallelGemmMacs;
-  if (omp_set_num_threads) omp_set_num_threads(small ? 1 : kernel_threads());
+  limit_threads_here(static_cast<long long>(m) * n * k);
   dnnl_sgemm(ta == CblasTrans ? 'T' : 'N', tb == CblasTrans ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 

@@ -1,6 +1,8 @@
 #include "cpu/dnnl_common.hpp"
 
-#include "cpu/blas.hpp"
+#include "troupe/kernels/threading.hpp"
+
+extern "C" void omp_set_num_threads(int) __attribute__((weak));
 
 namespace troupe::cpu {
 

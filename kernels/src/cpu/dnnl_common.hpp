@@ -16,6 +16,10 @@ namespace troupe::cpu {
 /// oneDNN's name for `t` (f32, bf16, f16; anything else maps to f32, which callers never pass).
 dnnl::memory::data_type dnnl_type(DType t);
 
+/// Below this many multiply-adds a GEMM runs on one thread: starting a team costs more than it
+/// saves (attention's 64x64x64 tiles ran 10% slower on two threads). OpenBLAS's own cut-off.
+inline constexpr long long kParallelGemmMacs = 1LL << 18;
+
 /// The one CPU engine of the process.
 dnnl::engine& cpu_engine();
 

@@ -21,6 +21,8 @@ const char* dtype_name(DType t);
 DType parse_dtype(std::string_view name);
 /// True for f32, f16, bf16 and f64.
 bool is_floating(DType t);
+/// True for bf16 and f16, the types mixed precision computes in.
+bool is_low_precision(DType t);
 
 /// IEEE binary16 value stored as its bit pattern.
 struct Half {
