@@ -66,10 +66,11 @@ int resolve_micro_batches(const RunFlags& f, int threads, std::int64_t batch) {
 
 void add_amp_flags(CLI::App& app, AmpFlags& f) {
   app.add_option("--amp", f.level,
-                 "mixed precision: O0 (f32), O1 (matrix products and convolutions in --amp-dtype, the rest in f32) "
-                 "or O2 (activations in --amp-dtype too, but losses, softmax and normalisation)")
-      ->capture_default_str()->check(CLI::IsMember({"O0", "O1", "O2"}));
-  app.add_option("--amp-dtype", f.dtype, "the low-precision type of --amp O1: bf16 or fp16")
+                 "mixed precision: O0 (f32), O1 (matrix products and convolutions in --amp-dtype, the rest in f32), "
+                 "O2 (activations in --amp-dtype too, but losses, softmax and normalisation) or O3 (everything in "
+                 "--amp-dtype, statistics in f32)")
+      ->capture_default_str()->check(CLI::IsMember({"O0", "O1", "O2", "O3"}));
+  app.add_option("--amp-dtype", f.dtype, "the low-precision type of --amp: bf16 or fp16")
       ->capture_default_str()->check(CLI::IsMember({"bf16", "fp16"}));
 }
 
@@ -88,8 +89,10 @@ graph::AmpOptions resolve_amp(const AmpFlags& flags, int jit_level, const std::s
 }
 
 bool resolve_loss_scaling(const RunFlags& flags, const graph::AmpOptions& amp, int jit_level) {
-  const bool on = flags.loss_scale == "dynamic" ||
-                  (flags.loss_scale == "auto" && amp.level != graph::AmpLevel::O0 && amp.dtype == DType::f16);
+  TROUPE_CHECK(flags.loss_scale != "dynamic" || amp.level != graph::AmpLevel::O3, invalid_argument,
+               "--amp O3 trains with a loss scale of 1; use --loss-scale auto or off, or --amp O2 for dynamic scaling");
+  const bool on = flags.loss_scale == "dynamic" || (flags.loss_scale == "auto" && amp.level != graph::AmpLevel::O0 &&
+                                                    amp.level != graph::AmpLevel::O3 && amp.dtype == DType::f16);
   TROUPE_CHECK(!on || jit_level > 0, invalid_argument, "--loss-scale dynamic needs the actor runtime, and JIT_LEVEL=0 ",
                "runs eagerly; use JIT_LEVEL=1 or more, or --loss-scale off");
   return on;

@@ -208,9 +208,12 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
   else if (step.amp.level == graph::AmpLevel::O1)
     std::printf("%s: mixed precision: O1, matrix products and convolutions in %s on %s, the rest in f32%s\n", name,
                 dtype_name(step.amp.dtype), kernels::cpu_isa(), scaling);
-  else
+  else if (step.amp.level == graph::AmpLevel::O2)
     std::printf("%s: mixed precision: O2, activations in %s on %s, losses, softmax and normalisation in f32, f32 "
                 "master weights%s\n", name, dtype_name(step.amp.dtype), kernels::cpu_isa(), scaling);
+  else
+    std::printf("%s: mixed precision: O3, every op in %s on %s (statistics and the loss in f32), f32 master weights, "
+                "loss scale 1\n", name, dtype_name(step.amp.dtype), kernels::cpu_isa());
   if (resumed_) std::printf("%s: resuming '%s'; %s\n", name, flags_.resume.c_str(), settings_->summary().c_str());
   if (job && job->size() > 1)
     std::printf("%s: data parallel: rank %d of %d (%s), per-rank batch %lld, global batch %lld, fusion %.0f MiB\n", name,

@@ -9,10 +9,10 @@
 namespace troupe::graph {
 
 AmpLevel parse_amp_level(std::string_view name) {
-  for (AmpLevel l : {AmpLevel::O0, AmpLevel::O1, AmpLevel::O2})
+  for (AmpLevel l : {AmpLevel::O0, AmpLevel::O1, AmpLevel::O2, AmpLevel::O3})
     if (name == to_string(l)) return l;
   fail(ErrorKind::invalid_argument, "unknown mixed-precision level '", name,
-       "'; expected O0 (f32), O1 (products in low precision) or O2 (activations too)");
+       "'; expected O0 (f32), O1 (products in low precision), O2 (activations too) or O3 (everything)");
 }
 
 const char* to_string(AmpLevel level) {
@@ -20,6 +20,7 @@ const char* to_string(AmpLevel level) {
     case AmpLevel::O0: return "O0";
     case AmpLevel::O1: return "O1";
     case AmpLevel::O2: return "O2";
+    case AmpLevel::O3: return "O3";
   }
   return "?";
 }
@@ -69,7 +70,8 @@ void lower_products(passes::Rewriter& r, Casts& casts, const Graph& g, const Nod
 // O2: products take every floating input in the low dtype and write it; ops that keep f32 take
 // low inputs back up; the rest follow their activations: all low, so their weights go down too;
 // mixed (a residual add of an f32 stream and a low branch), so the low ones go up.
-void lower_activations(passes::Rewriter& r, Casts& casts, const Graph& g, const Node& n, DType low) {
+// O3: every op but those without low-precision kernels takes every floating input low.
+void lower_activations(passes::Rewriter& r, Casts& casts, const Graph& g, const Node& n, DType low, AmpLevel level) {
   const OpDef& def = OpRegistry::instance().get(n.op);
   std::vector<ValueId> inputs = r.map(n.inputs);
   const auto dtype = [&](std::size_t i) { return r.result().value(inputs[i]).info.dtype; };
@@ -79,11 +81,12 @@ void lower_activations(passes::Rewriter& r, Casts& casts, const Graph& g, const 
     return k == ValueKind::parameter || k == ValueKind::constant;
   };
   Attrs attrs = n.attrs;
-  if (!def.autocast_inputs.empty()) {
+  const bool products = !def.autocast_inputs.empty();
+  if (products || (level == AmpLevel::O3 && def.precision != Precision::f32)) {
     for (std::size_t i = 0; i < inputs.size(); ++i)
       if (floating(i)) inputs[i] = casts.to(inputs[i], low, n);
-    attrs.set("out_dtype", static_cast<std::int64_t>(low));
-  } else if (def.keeps_f32) {
+    if (products) attrs.set("out_dtype", static_cast<std::int64_t>(low));
+  } else if (def.precision != Precision::follows) {
     for (std::size_t i = 0; i < inputs.size(); ++i)
       if (floating(i) && is_low_precision(dtype(i))) inputs[i] = casts.to(inputs[i], DType::f32, n);
   } else {
@@ -110,13 +113,13 @@ Graph autocast(const Graph& g, DType low, AmpLevel level) {
   passes::Rewriter r(g);
   Casts casts(r);
   for (const Node& n : g.nodes()) {
-    // O2 retypes values, which a backward already taken could not follow; f64 graphs (gradient
-    // checks) keep their precision at O2, as O1 leaves their products alone.
-    const bool o2 = level == AmpLevel::O2 && !f64;
-    TROUPE_CHECK(!o2 || !n.backward, invalid_argument, "autocast O2 rewrites the forward graph; apply it before ",
-                 "with_gradients()");
-    if (o2)
-      lower_activations(r, casts, g, n, low);
+    // O2 and O3 retype values, which a backward already taken could not follow; f64 graphs
+    // (gradient checks) keep their precision there, as O1 leaves their products alone.
+    const bool retypes = level >= AmpLevel::O2 && !f64;
+    TROUPE_CHECK(!retypes || !n.backward, invalid_argument, "autocast ", to_string(level),
+                 " rewrites the forward graph; apply it before with_gradients()");
+    if (retypes)
+      lower_activations(r, casts, g, n, low, level);
     else
       lower_products(r, casts, g, n, low);
   }

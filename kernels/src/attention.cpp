@@ -17,9 +17,9 @@ Tensor as_heads(const Tensor& t) {
 
 // q, k, v: one float dtype, one shape [..., T, D] with T, D >= 1.
 void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
-  check_float(op, "q", q);
-  check_float_like(op, "k", k, "q", q);
-  check_float_like(op, "v", v, "q", q);
+  check_float(op, "q", q, true);
+  check_float_like(op, "k", k, "q", q, true);
+  check_float_like(op, "v", v, "q", q, true);
   TROUPE_CHECK(q.dim() >= 2 && q.shape().back() > 0 && q.shape()[q.dim() - 2] > 0, shape_mismatch, op,
                ": q must be [..., T, D] with T, D >= 1, got ", shape_str(q.shape()));
   TROUPE_CHECK(k.shape() == q.shape() && v.shape() == q.shape(), shape_mismatch, op, ": q, k and v must have one shape, got ",
@@ -34,7 +34,7 @@ AttentionResult causal_attention(const Tensor& q, const Tensor& k, const Tensor&
   check_qkv("causal_attention", q, k, v);
   const Tensor qd = as_heads(q);
   std::vector<Tensor> outs{Tensor::empty(qd.shape(), q.dtype(), q.device()),
-                           Tensor::empty({qd.shape()[0], qd.shape()[1]}, q.dtype(), q.device())};
+                           Tensor::empty({qd.shape()[0], qd.shape()[1]}, accumulation_dtype(q.dtype()), q.device())};
   dispatch("causal_attention", {qd, as_heads(k), as_heads(v)}, outs, Attrs().set("scale", scale));
   return {outs[0].view(q.shape()), outs[1].view(rows_of(q.shape()))};
 }
@@ -43,9 +43,10 @@ AttentionGrads causal_attention_backward(const Tensor& grad, const Tensor& q, co
                                          const Tensor& y, const Tensor& lse, double scale) {
   const char* op = "causal_attention_backward";
   check_qkv(op, q, k, v);
-  check_float_like(op, "grad", grad, "q", q);
-  check_float_like(op, "y", y, "q", q);
-  check_float_like(op, "lse", lse, "q", q);
+  check_float_like(op, "grad", grad, "q", q, true);
+  check_float_like(op, "y", y, "q", q, true);
+  TROUPE_CHECK(lse.defined() && lse.dtype() == accumulation_dtype(q.dtype()), dtype_mismatch, op, ": lse ", lse.str(),
+               " must be ", dtype_name(accumulation_dtype(q.dtype())), " for q ", q.str(), " (what causal_attention returns)");
   TROUPE_CHECK(grad.shape() == q.shape() && y.shape() == q.shape() && lse.shape() == rows_of(q.shape()), shape_mismatch, op,
                ": grad and y must have q's shape ", shape_str(q.shape()), " and lse ", shape_str(rows_of(q.shape())),
                ", got ", shape_str(grad.shape()), ", ", shape_str(y.shape()), ", ", shape_str(lse.shape()));

@@ -37,6 +37,8 @@ bool is_floating(DType t) { return t == DType::f32 || t == DType::f64 || is_low_
 
 bool is_low_precision(DType t) { return t == DType::f16 || t == DType::bf16; }
 
+DType accumulation_dtype(DType t) { return is_low_precision(t) ? DType::f32 : t; }
+
 Half float_to_half(float f) {
   std::uint32_t x;
   std::memcpy(&x, &f, 4);

@@ -33,7 +33,7 @@ Tensor checked_ids(const char* op, const Tensor& ids, std::int64_t v, const Devi
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
-  check_float("embedding", "weight", weight);
+  check_float("embedding", "weight", weight, true);
   TROUPE_CHECK(weight.dim() == 2, shape_mismatch, "embedding: weight must be [V, D], got ",
                shape_str(weight.shape()));
   Tensor id = checked_ids("embedding", ids, weight.shape()[0], weight.device());
@@ -46,7 +46,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 }
 
 Tensor embedding_backward(const Tensor& grad, const Tensor& ids, std::int64_t num_embeddings) {
-  check_float("embedding_backward", "grad", grad);
+  check_float("embedding_backward", "grad", grad, true);
   TROUPE_CHECK(num_embeddings >= 0, invalid_argument, "embedding_backward: num_embeddings must be >= 0, got ",
                num_embeddings);
   Tensor id = checked_ids("embedding_backward", ids, num_embeddings, grad.device());

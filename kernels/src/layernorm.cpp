@@ -2,6 +2,7 @@
 #include "troupe/kernels/layernorm.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "float_checks.hpp"
 #include "troupe/kernels/registry.hpp"
@@ -14,9 +15,9 @@ Shape row_shape(const Shape& s) { return Shape(s.begin(), s.end() - 1); }
 
 // The checks both forward front ends make of x, gamma, beta and eps, naming `op`.
 void check_layernorm_args(const char* op, const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
-  check_float(op, "x", x);
-  check_float_like(op, "gamma", gamma, "x", x);
-  check_float_like(op, "beta", beta, "x", x);
+  check_float(op, "x", x, true);
+  check_float_like(op, "gamma", gamma, "x", x, true);
+  check_float_like(op, "beta", beta, "x", x, true);
   TROUPE_CHECK(x.dim() > 0, invalid_argument, op, ": x needs at least one dimension, got ", x.str());
   const std::int64_t d = x.shape().back();
   TROUPE_CHECK(d > 0, invalid_argument, op, ": the last dim of x is empty: ", x.str());
@@ -33,8 +34,8 @@ LayerNormOutput layernorm(const Tensor& x, const Tensor& gamma, const Tensor& be
   check_layernorm_args("layernorm", x, gamma, beta, eps);
   LayerNormOutput r;
   r.y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  r.mean = Tensor::empty(row_shape(x.shape()), x.dtype(), x.device());
-  r.rstd = Tensor::empty(row_shape(x.shape()), x.dtype(), x.device());
+  r.mean = Tensor::empty(row_shape(x.shape()), accumulation_dtype(x.dtype()), x.device());
+  r.rstd = Tensor::empty(row_shape(x.shape()), accumulation_dtype(x.dtype()), x.device());
   std::vector<Tensor> outs{r.y, r.mean, r.rstd};
   dispatch("layernorm", {x.contiguous(), gamma.contiguous(), beta.contiguous()}, outs, Attrs().set("eps", eps));
   return r;
@@ -44,7 +45,7 @@ AddLayerNormOutput add_layernorm(const Tensor& a, const Tensor& b, const Tensor&
                                  double eps) {
   const char* op = "add_layernorm";
   check_layernorm_args(op, a, gamma, beta, eps);
-  check_float_like(op, "b", b, "a", a);
+  check_float_like(op, "b", b, "a", a, true);
   const bool suffix = b.dim() >= 1 && b.dim() <= a.dim() &&
                       std::equal(b.shape().begin(), b.shape().end(), a.shape().end() - b.dim());
   TROUPE_CHECK(suffix, shape_mismatch, op, ": b has shape ", shape_str(b.shape()), ", which is not made of the last dims of a ",
@@ -52,8 +53,8 @@ AddLayerNormOutput add_layernorm(const Tensor& a, const Tensor& b, const Tensor&
   AddLayerNormOutput r;
   r.sum = Tensor::empty(a.shape(), a.dtype(), a.device());
   r.y = Tensor::empty(a.shape(), a.dtype(), a.device());
-  r.mean = Tensor::empty(row_shape(a.shape()), a.dtype(), a.device());
-  r.rstd = Tensor::empty(row_shape(a.shape()), a.dtype(), a.device());
+  r.mean = Tensor::empty(row_shape(a.shape()), accumulation_dtype(a.dtype()), a.device());
+  r.rstd = Tensor::empty(row_shape(a.shape()), accumulation_dtype(a.dtype()), a.device());
   std::vector<Tensor> outs{r.sum, r.y, r.mean, r.rstd};
   dispatch(op, {a.contiguous(), b.contiguous(), gamma.contiguous(), beta.contiguous()}, outs, Attrs().set("eps", eps));
   return r;
@@ -62,11 +63,13 @@ AddLayerNormOutput add_layernorm(const Tensor& a, const Tensor& b, const Tensor&
 LayerNormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                   const Tensor& rstd, const Tensor& more) {
   const char* op = "layernorm_backward";
-  check_float(op, "x", x);
-  check_float_like(op, "dy", dy, "x", x);
-  check_float_like(op, "gamma", gamma, "x", x);
-  check_float_like(op, "mean", mean, "x", x);
-  check_float_like(op, "rstd", rstd, "x", x);
+  check_float(op, "x", x, true);
+  check_float_like(op, "dy", dy, "x", x, true);
+  check_float_like(op, "gamma", gamma, "x", x, true);
+  for (const auto& [role, t] : {std::pair<const char*, const Tensor&>{"mean", mean}, {"rstd", rstd}})
+    TROUPE_CHECK(t.defined() && t.dtype() == accumulation_dtype(x.dtype()), dtype_mismatch, op, ": ", role, " ", t.str(),
+                 " must be ", dtype_name(accumulation_dtype(x.dtype())), " for x ", x.str(),
+                 " (what layernorm returns)");
   TROUPE_CHECK(x.dim() > 0, invalid_argument, op, ": x needs at least one dimension, got ", x.str());
   TROUPE_CHECK(dy.shape() == x.shape(), shape_mismatch, op, ": dy shape ", shape_str(dy.shape()),
                " does not match x shape ", shape_str(x.shape()));
@@ -80,7 +83,7 @@ LayerNormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tenso
                ", expected ", shape_str(rows));
   std::vector<Tensor> in{dy.contiguous(), x.contiguous(), gamma.contiguous(), mean.contiguous(), rstd.contiguous()};
   if (more.defined()) {
-    check_float_like(op, "more", more, "x", x);
+    check_float_like(op, "more", more, "x", x, true);
     TROUPE_CHECK(more.shape() == x.shape(), shape_mismatch, op, ": the gradient to add has shape ", shape_str(more.shape()),
                  ", expected x's ", shape_str(x.shape()));
     in.push_back(more.contiguous());

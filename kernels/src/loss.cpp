@@ -11,7 +11,7 @@ namespace {
 // logits' device. The range check reads every target, so it runs on a host copy (a CPU tensor is
 // read in place).
 Tensor check(const char* op, const Tensor& logits, const Tensor& targets) {
-  check_float(op, "logits", logits);
+  check_float(op, "logits", logits, true);
   TROUPE_CHECK(logits.dim() == 2 && logits.shape()[1] > 0, shape_mismatch, op, ": logits must be [N, C] with C > 0, got ",
                shape_str(logits.shape()));
   TROUPE_CHECK(targets.defined() && (targets.dtype() == DType::i32 || targets.dtype() == DType::i64), dtype_mismatch,
@@ -31,7 +31,7 @@ Tensor check(const char* op, const Tensor& logits, const Tensor& targets) {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   Tensor t = check("cross_entropy", logits, targets);
-  Tensor loss = Tensor::empty({}, logits.dtype(), logits.device());
+  Tensor loss = Tensor::empty({}, accumulation_dtype(logits.dtype()), logits.device());
   std::vector<Tensor> outs{loss};
   dispatch("cross_entropy", {logits.contiguous(), t}, outs);
   return loss;
@@ -39,12 +39,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
 
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets) {
   Tensor t = check("cross_entropy_backward", logits, targets);
-  check_float_like("cross_entropy_backward", "grad_loss", grad_loss, "logits", logits);
+  TROUPE_CHECK(grad_loss.defined() && grad_loss.dtype() == accumulation_dtype(logits.dtype()), dtype_mismatch,
+               "cross_entropy_backward: grad_loss ", grad_loss.str(), " must be ", dtype_name(accumulation_dtype(logits.dtype())),
+               ", the dtype of the loss of logits ", logits.str());
   TROUPE_CHECK(grad_loss.numel() == 1, shape_mismatch,
                "cross_entropy_backward: grad_loss must be a 0-d tensor, got ", grad_loss.str());
   Tensor dx = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   std::vector<Tensor> outs{dx};
-  dispatch("cross_entropy_backward", {grad_loss.contiguous(), logits.contiguous(), t}, outs);
+  dispatch("cross_entropy_backward", {logits.contiguous(), t, grad_loss.contiguous()}, outs);
   return dx;
 }
 

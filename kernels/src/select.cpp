@@ -7,7 +7,7 @@
 namespace troupe::kernels {
 
 Tensor causal_mask(const Tensor& x, double fill) {
-  check_float("causal_mask", "input", x);
+  check_float("causal_mask", "input", x, true);
   TROUPE_CHECK(x.dim() >= 2 && x.shape()[x.dim() - 1] == x.shape()[x.dim() - 2], shape_mismatch,
                "causal_mask: the last two dims must be square (queries x keys), got ", shape_str(x.shape()));
   std::vector<Tensor> out{Tensor::empty(x.shape(), x.dtype(), x.device())};

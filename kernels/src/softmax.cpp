@@ -1,4 +1,5 @@
-// The softmax front ends: checks, the normalised axis, dense inputs, dispatch.
+// The softmax front ends: checks, the normalised axis, dense inputs, dispatch. bf16 and f16 are
+// computed along the last axis, so another axis is moved there and back.
 #include "troupe/kernels/softmax.hpp"
 
 #include "float_checks.hpp"
@@ -9,9 +10,12 @@ namespace {
 
 // Softmax or, with `log`, log-softmax of x along `axis`; `op` names the caller in errors.
 Tensor forward(const char* op, const Tensor& x, std::int64_t axis, bool log) {
-  check_float(op, "x", x);
+  check_float(op, "x", x, true);
   TROUPE_CHECK(x.dim() > 0, invalid_argument, op, ": needs at least one dimension, got ", x.str());
   const int ax = normalize_axis(axis, x.shape().size(), op);
+  const int last = static_cast<int>(x.dim()) - 1;
+  if (is_low_precision(x.dtype()) && ax != last)  // the low-precision kernels take rows
+    return forward(op, x.transpose(ax, last), last, log).transpose(ax, last).contiguous();
   Tensor xd = x.contiguous();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   std::vector<Tensor> outs{y};
@@ -21,12 +25,15 @@ Tensor forward(const char* op, const Tensor& x, std::int64_t axis, bool log) {
 
 // The gradient of forward() from its output y; `op` names the caller in errors.
 Tensor backward(const char* op, const Tensor& grad, const Tensor& y, std::int64_t axis, bool log) {
-  check_float(op, "grad", grad);
-  check_float_like(op, "y", y, "grad", grad);
+  check_float(op, "grad", grad, true);
+  check_float_like(op, "y", y, "grad", grad, true);
   TROUPE_CHECK(grad.shape() == y.shape(), shape_mismatch, op, ": grad shape ", shape_str(grad.shape()),
                " does not match y shape ", shape_str(y.shape()));
   TROUPE_CHECK(y.dim() > 0, invalid_argument, op, ": needs at least one dimension, got ", y.str());
   const int ax = normalize_axis(axis, y.shape().size(), op);
+  const int last = static_cast<int>(y.dim()) - 1;
+  if (is_low_precision(y.dtype()) && ax != last)  // the low-precision kernels take rows
+    return backward(op, grad.transpose(ax, last), y.transpose(ax, last), last, log).transpose(ax, last).contiguous();
   Tensor gd = grad.contiguous(), yd = y.contiguous();
   Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
   std::vector<Tensor> outs{dx};

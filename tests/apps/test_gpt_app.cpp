@@ -123,10 +123,13 @@ TEST(GptApp, GeneratesFromACheckpoint) {
   // Greedy decoding is deterministic.
   EXPECT_EQ(run_app(kGpt + " generate --checkpoint " + dir + "/ck --prompt 'The actor' --tokens 30 --temperature 0").output,
             r.output);
-  // --amp O1: the products in bf16, the same number of bytes out; at JIT_LEVEL=0 it is refused.
-  const auto low = run_app(kGpt + " generate --amp O1 --checkpoint " + dir + "/ck --prompt 'The actor' --tokens 30 --temperature 0");
-  ASSERT_EQ(low.exit_code, 0) << low.output;
-  EXPECT_EQ(low.output.size(), r.output.size());
+  // --amp O1 (the products in bf16) and O3 (every op): the same number of bytes out; at
+  // JIT_LEVEL=0 it is refused.
+  for (const std::string level : {"O1", "O3"}) {
+    const auto low = run_app(kGpt + " generate --amp " + level + " --checkpoint " + dir + "/ck --prompt 'The actor' --tokens 30 --temperature 0");
+    ASSERT_EQ(low.exit_code, 0) << low.output;
+    EXPECT_EQ(low.output.size(), r.output.size()) << level;
+  }
   test::expect_clear_failures({{"JIT_LEVEL=0 " + kGpt + " generate --amp O1 --checkpoint " + dir + "/ck --tokens 3",
                                 "--amp O1 rewrites the traced graph"}});
 }
@@ -366,6 +369,13 @@ TEST(GptApp, MixedPrecisionTracksF32AndResumesAcrossLevels) {
     ASSERT_EQ(a.size(), 100u);
     ASSERT_EQ(b.size(), 100u);
     for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 0.03 * a[i]) << "step " << i + 1;
+    // O3 (every op in bf16): the first steps' losses stay within 5% of f32's.
+    const auto o3 = run_app(tiny(data) + " --steps 8 --amp O3 --metrics " + dir + "/o3.csv");
+    ASSERT_EQ(o3.exit_code, 0) << o3.output;
+    EXPECT_NE(o3.output.find("mixed precision: O3, every op in bf16"), std::string::npos) << o3.output;
+    const auto c = test::csv_column(dir + "/o3.csv", "loss");
+    ASSERT_EQ(c.size(), 8u);
+    for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], a[i], 0.05 * a[i]) << "step " << i + 1;
   }
   // Dynamic loss scaling: every step at 2^16 (none overflows), counted in the metrics and the final
   // line, and the scaler's state saved with the checkpoint and taken up by --resume.
@@ -398,7 +408,8 @@ TEST(GptApp, MixedPrecisionTracksF32AndResumesAcrossLevels) {
       {tiny(data) + " --steps 1 --loss-scale sometimes", "--loss-scale"},
       {tiny(data) + " --steps 8 --amp O1 --loss-scale dynamic --resume " + dir + "/scaled",
        "loss scaler state: 'scale' is 'oops'"},
-      {tiny(data) + " --steps 1 --amp O3", "--amp"},
+      {tiny(data) + " --steps 1 --amp O4", "--amp"},
+      {tiny(data) + " --steps 1 --amp O3 --loss-scale dynamic", "--amp O3 trains with a loss scale of 1"},
       {tiny(data) + " --steps 1 --amp-dtype int8", "--amp-dtype"}};
   if (!kernels::native_low_precision(DType::f16))
     bad.push_back({tiny(data) + " --steps 1 --amp O1 --amp-dtype fp16", "no f16 matrix products; use --amp-dtype bf16"});

@@ -100,13 +100,16 @@ TEST(SrApp, ResumeEqualsAnUninterruptedRunAndInferUpscales) {
   const auto e = test::values(apps::read_png(dir + "/eager.png")), o = test::values(out);
   ASSERT_EQ(e.size(), o.size());
   for (std::size_t i = 0; i < e.size(); ++i) EXPECT_NEAR(o[i], e[i], 1.0 / 255 + 1e-6) << "pixel value " << i;
-  // --amp O1 runs the convolutions in bf16: the image stays within a few 8-bit steps of f32's.
-  const auto low = run_app(kSr + " infer --amp O1 --weights " + dir + "/ck " + dir + "/in.png " + dir + "/low.png");
-  ASSERT_EQ(low.exit_code, 0) << low.output;
-  const auto l = test::values(apps::read_png(dir + "/low.png"));
-  double worst = 0;
-  for (std::size_t i = 0; i < e.size(); ++i) worst = std::max(worst, std::abs(l[i] - e[i]));
-  EXPECT_LE(worst, 4.0 / 255 + 1e-6);
+  // --amp O1 runs the convolutions in bf16, O3 every op: the image stays within a few 8-bit steps
+  // of f32's.
+  for (const std::string level : {"O1", "O3"}) {
+    const auto low = run_app(kSr + " infer --amp " + level + " --weights " + dir + "/ck " + dir + "/in.png " + dir + "/low.png");
+    ASSERT_EQ(low.exit_code, 0) << low.output;
+    const auto l = test::values(apps::read_png(dir + "/low.png"));
+    double worst = 0;
+    for (std::size_t i = 0; i < e.size(); ++i) worst = std::max(worst, std::abs(l[i] - e[i]));
+    EXPECT_LE(worst, 4.0 / 255 + 1e-6) << level;
+  }
 }
 
 TEST(SrApp, TrainsOnAPngFolder) {

@@ -1,6 +1,7 @@
-// Mixed precision O1 (graph/amp.hpp): the autocast rewrite puts one cast per value before the
-// products, which then take bf16 (or f16) operands and write f32; everything else stays f32; the
-// forward and the gradients stay within bf16 tolerances of f32; bad levels and dtypes are refused.
+// Mixed precision (graph/amp.hpp): at O1 the autocast rewrite puts one cast per value before the
+// products, which then take bf16 (or f16) operands and write f32; everything else stays f32. O2
+// keeps activations low and O3 runs everything low. The forward and the gradients stay within bf16
+// tolerances of f32; bad levels and dtypes are refused.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -44,6 +45,21 @@ std::pair<double, std::vector<Tensor>> loss_and_gradients(Model& m, const Traced
   for (const Var& p : m.head.parameters()) grads.push_back(p.grad().clone());
   return {loss, grads};
 }
+
+// Embedding, one Transformer block, the final layer norm and the vocabulary head: every op a GPT
+// runs, small.
+struct TinyGpt : Module {
+  explicit TinyGpt(Generator& gen)
+      : wte(register_module("wte", std::make_shared<Embedding>(32, 16, gen, 0.5))),
+        block(register_module("block", std::make_shared<GPTBlock>(16, 2, gen))),
+        ln(register_module("ln", std::make_shared<LayerNorm>(16))),
+        head(register_module("head", std::make_shared<Linear>(16, 32, gen, false))) {}
+  Var operator()(const Var& ids) { return (*head)((*ln)((*block)((*wte)(ids)))); }
+  std::shared_ptr<Embedding> wte;
+  std::shared_ptr<GPTBlock> block;
+  std::shared_ptr<LayerNorm> ln;
+  std::shared_ptr<Linear> head;
+};
 
 std::map<std::string, int> op_counts(const Graph& g) {
   std::map<std::string, int> n;
@@ -107,9 +123,10 @@ TEST(Amp, LevelsAndDtypesParseAndBadOnesAreRefused) {
   EXPECT_EQ(parse_amp_level("O0"), AmpLevel::O0);
   EXPECT_EQ(parse_amp_level("O1"), AmpLevel::O1);
   EXPECT_EQ(parse_amp_level("O2"), AmpLevel::O2);
+  EXPECT_EQ(parse_amp_level("O3"), AmpLevel::O3);
   EXPECT_EQ(parse_amp_dtype("bf16"), DType::bf16);
   EXPECT_EQ(parse_amp_dtype("fp16"), DType::f16);
-  for (const char* bad : {"o1", "O4", "O3", "", "1"}) {
+  for (const char* bad : {"o1", "O4", "o3", "", "1"}) {
     try {
       parse_amp_level(bad);
       ADD_FAILURE() << bad;
@@ -204,4 +221,64 @@ TEST(Amp, O2KeepsActivationsLowWhereThePolicySays) {
   }
   // O2 rewrites forward graphs only.
   EXPECT_THROW(trace(fn, kSignature).with_gradients().with_amp({AmpLevel::O2, DType::bf16}), Error);
+}
+
+// O3: pure bf16. Every op but the casts reads its floating inputs in bf16, parameters included
+// (the layer norm's too); layer-norm statistics and the loss are f32; the graph's outputs keep their
+// dtype; a small GPT's loss and gradients still track f32, unfused (level 1) and with the
+// attention fused into one bf16 kernel (level 3).
+TEST(Amp, O3RunsEveryOpInLowPrecisionAndTracksF32) {
+  if (!kernels::native_low_precision(DType::bf16)) GTEST_SKIP() << "no native bf16 on this CPU";
+  Generator gen(11);
+  TinyGpt gpt(gen);
+  const std::vector<Var> params = gpt.parameters();
+  const std::vector<InputSpec> sig{{"ids", {SymDim::symbol("batch"), 8}, DType::i64},
+                                   {"targets", {SymDim::symbol("batch"), 8}, DType::i64}};
+  const auto fn = [&](const std::vector<Var>& in) {
+    return std::vector<Var>{cross_entropy(gpt(in[0]), in[1])};
+  };
+  const TracedFunction o3 = trace(fn, sig).with_amp({AmpLevel::O3, DType::bf16});
+  const Graph& g = o3.graph();
+  std::map<std::string, int> ops;
+  for (const Node& n : g.nodes()) {
+    if (n.op == "cast") continue;
+    ++ops[n.op];
+    for (ValueId v : n.inputs)
+      if (is_floating(g.value(v).info.dtype)) EXPECT_EQ(g.value(v).info.dtype, DType::bf16) << n.op;
+    if (n.op == "layer_norm") {
+      EXPECT_EQ(g.value(n.outputs[1]).info.dtype, DType::f32);  // mean
+      EXPECT_EQ(g.value(n.outputs[2]).info.dtype, DType::f32);  // rstd
+    }
+  }
+  EXPECT_GT(ops["embedding"] * ops["layer_norm"] * ops["softmax"] * ops["cross_entropy"], 0);
+  EXPECT_EQ(g.value(g.outputs()[0]).info.dtype, DType::f32);
+
+  Tensor ids = Tensor::empty({3, 8}, DType::i64), targets = Tensor::empty({3, 8}, DType::i64);
+  for (std::int64_t i = 0; i < ids.numel(); ++i) {
+    ids.data<std::int64_t>()[i] = (i * 7 + 3) % 32;
+    targets.data<std::int64_t>()[i] = (i * 5 + 1) % 32;
+  }
+  const auto run = [&](const TracedFunction& f) {
+    for (const Var& p : params) p.zero_grad();
+    const double loss = f({ids, targets})[0].item();
+    std::vector<Tensor> grads;
+    for (const Var& p : params) grads.push_back(p.grad().clone());
+    return std::make_pair(loss, grads);
+  };
+  const auto ref = run(trace(fn, sig).with_gradients());
+  for (int level : {1, 3}) {
+    SCOPED_TRACE("level " + std::to_string(level));
+    const TracedFunction f = trace(fn, sig).with_amp({AmpLevel::O3, DType::bf16}).optimized(level);
+    int low_attention = 0;
+    for (const Node& n : f.graph().nodes())
+      if (n.op == "causal_attention" && f.graph().value(n.inputs[0]).info.dtype == DType::bf16) ++low_attention;
+    EXPECT_EQ(low_attention, level == 3 ? 1 : 0);
+    const auto amp = run(f.with_gradients().optimized(level));
+    EXPECT_NEAR(amp.first, ref.first, 2e-2 * ref.first);
+    for (std::size_t i = 0; i < ref.second.size(); ++i) {
+      EXPECT_EQ(amp.second[i].dtype(), DType::f32);
+      EXPECT_LE(test::scaled_max_error(amp.second[i], ref.second[i]), 8e-2) << "gradient " << i;
+    }
+  }
+  EXPECT_THROW(trace(fn, sig).with_gradients().with_amp({AmpLevel::O3, DType::bf16}), Error);
 }

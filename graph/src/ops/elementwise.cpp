@@ -93,12 +93,12 @@ TROUPE_DEFINE_OP({.name = "neg_backward", .infer = infer_grad_pair, .kernel = "n
 
 Var exp(const Var& x) { return apply1("exp", {x}); }
 TROUPE_DEFINE_OP({.name = "exp", .infer = infer_same_as_input, .kernel = "exp", .grad = backward_of_input("exp_backward"),
-                  .in_place = true, .keeps_f32 = true});
+                  .in_place = true, .precision = Precision::keeps_f32});
 TROUPE_DEFINE_OP({.name = "exp_backward", .infer = infer_grad_pair, .kernel = "exp_backward", .in_place = true});
 
 Var log(const Var& x) { return apply1("log", {x}); }
 TROUPE_DEFINE_OP({.name = "log", .infer = infer_same_as_input, .kernel = "log", .grad = backward_of_input("log_backward"),
-                  .in_place = true, .keeps_f32 = true});
+                  .in_place = true, .precision = Precision::keeps_f32});
 TROUPE_DEFINE_OP({.name = "log_backward", .infer = infer_grad_pair, .kernel = "log_backward", .in_place = true});
 
 Var tanh(const Var& x) { return apply1("tanh", {x}); }
@@ -215,7 +215,7 @@ std::vector<Var> grad_elementwise_chain(const GradContext& c) {
 }
 }  // namespace
 TROUPE_DEFINE_OP({.name = "elementwise_chain", .infer = infer_elementwise_chain, .kernel = "elementwise_chain",
-                  .grad = grad_elementwise_chain, .in_place = true, .keeps_f32 = true});
+                  .grad = grad_elementwise_chain, .in_place = true, .precision = Precision::f32});
 
 // relu's backward is the leaky form, so custom gradients can reuse it with a slope.
 Var relu(const Var& x) { return apply1("relu", {x}); }

@@ -39,7 +39,8 @@ GradFn axis_grad(const char* backward) {
 }
 
 
-// layer_norm(x, gamma, beta) -> (y, mean, rstd); mean and rstd are saved for the backward.
+// layer_norm(x, gamma, beta) -> (y, mean, rstd); mean and rstd (f32 for bf16 and f16 x) are saved
+// for the backward.
 std::vector<ValueInfo> infer_layer_norm(const InferContext& c) {
   expect_arity(c, 3, 3);
   expect_floating(c, 0);
@@ -51,7 +52,8 @@ std::vector<ValueInfo> infer_layer_norm(const InferContext& c) {
   if (c.inputs[1].shape != d || c.inputs[2].shape != d)
     shape_error(c, "gamma and beta must have shape " + sym_shape_str(d) + " (the last dim of x)");
   const SymShape rows(x.begin(), x.end() - 1);
-  return {ValueInfo{c.inputs[0].dtype, x}, ValueInfo{c.inputs[0].dtype, rows}, ValueInfo{c.inputs[0].dtype, rows}};
+  const DType stats = accumulation_dtype(c.inputs[0].dtype);
+  return {ValueInfo{c.inputs[0].dtype, x}, ValueInfo{stats, rows}, ValueInfo{stats, rows}};
 }
 std::vector<Tensor> compute_layer_norm(const std::vector<Tensor>& in, const ComputeContext& c) {
   auto r = kernels::layernorm(in[0], in[1], in[2], c.attrs.get_double("eps"));
@@ -88,8 +90,8 @@ std::vector<ValueInfo> infer_add_layer_norm(const InferContext& c) {
   if (c.inputs[2].shape != d || c.inputs[3].shape != d)
     shape_error(c, "gamma and beta must have shape " + sym_shape_str(d) + " (the last dim of a)");
   const SymShape rows(a.begin(), a.end() - 1);
-  const DType t = c.inputs[0].dtype;
-  return {ValueInfo{t, a}, ValueInfo{t, a}, ValueInfo{t, rows}, ValueInfo{t, rows}};
+  const DType t = c.inputs[0].dtype, stats = accumulation_dtype(t);
+  return {ValueInfo{t, a}, ValueInfo{t, a}, ValueInfo{stats, rows}, ValueInfo{stats, rows}};
 }
 std::vector<Tensor> compute_add_layer_norm(const std::vector<Tensor>& in, const ComputeContext& c) {
   auto r = kernels::add_layernorm(in[0], in[1], in[2], in[3], c.attrs.get_double("eps"));
@@ -146,7 +148,7 @@ std::vector<ValueInfo> infer_cross_entropy(const InferContext& c) {
   const SymShape& l = c.inputs[0].shape;
   if (l.empty() || SymShape(l.begin(), l.end() - 1) != c.inputs[1].shape)
     shape_error(c, "expected logits [..., classes] and targets [...] with the same leading dims");
-  return one(c.inputs[0].dtype, {});
+  return one(accumulation_dtype(c.inputs[0].dtype), {});
 }
 Tensor rows_of(const Tensor& logits) { return logits.reshape({logits.numel() / logits.shape().back(), logits.shape().back()}); }
 std::vector<Tensor> compute_cross_entropy(const std::vector<Tensor>& in, const ComputeContext&) {
@@ -271,7 +273,8 @@ std::vector<ValueInfo> infer_causal_mask(const InferContext& c) {
     shape_error(c, "the last two dims must be square (queries x keys)");
   return one(c.inputs[0].dtype, s);
 }
-// causal_attention(q, k, v) -> (y, lse): q, k, v of one floating dtype and one shape [..., T, D].
+// causal_attention(q, k, v) -> (y, lse): q, k, v of one floating dtype and one shape [..., T, D];
+// lse is f32 for bf16 and f16 q.
 std::vector<ValueInfo> infer_causal_attention(const InferContext& c) {
   expect_arity(c, 3, 3);
   expect_floating(c, 0);
@@ -280,7 +283,7 @@ std::vector<ValueInfo> infer_causal_attention(const InferContext& c) {
   const SymShape& q = c.inputs[0].shape;
   if (q.size() < 2) shape_error(c, "q, k and v must be [..., T, D]");
   if (c.inputs[1].shape != q || c.inputs[2].shape != q) shape_error(c, "q, k and v must have one shape");
-  return {c.inputs[0], ValueInfo{c.inputs[0].dtype, SymShape(q.begin(), q.end() - 1)}};
+  return {c.inputs[0], ValueInfo{accumulation_dtype(c.inputs[0].dtype), SymShape(q.begin(), q.end() - 1)}};
 }
 std::vector<Tensor> compute_causal_attention(const std::vector<Tensor>& in, const ComputeContext& c) {
   auto r = kernels::causal_attention(in[0], in[1], in[2], c.attrs.get_double("scale"));
@@ -307,12 +310,12 @@ std::vector<Tensor> compute_causal_attention_backward(const std::vector<Tensor>&
 // compute: kernels::softmax / log_softmax; the backward ops read (dy, y).
 Var softmax(const Var& x, std::int64_t axis) { return apply1("softmax", {x}, Attrs().set("axis", axis)); }
 TROUPE_DEFINE_OP({.name = "softmax", .infer = infer_softmax, .compute = compute_axis<kernels::softmax>,
-                  .grad = axis_grad("softmax_backward"), .keeps_f32 = true});
+                  .grad = axis_grad("softmax_backward"), .precision = Precision::keeps_f32});
 TROUPE_DEFINE_OP({.name = "softmax_backward", .infer = infer_grad_pair,
                   .compute = compute_axis_backward<kernels::softmax_backward>});
 Var log_softmax(const Var& x, std::int64_t axis) { return apply1("log_softmax", {x}, Attrs().set("axis", axis)); }
 TROUPE_DEFINE_OP({.name = "log_softmax", .infer = infer_softmax, .compute = compute_axis<kernels::log_softmax>,
-                  .grad = axis_grad("log_softmax_backward"), .keeps_f32 = true});
+                  .grad = axis_grad("log_softmax_backward"), .precision = Precision::keeps_f32});
 TROUPE_DEFINE_OP({.name = "log_softmax_backward", .infer = infer_grad_pair,
                   .compute = compute_axis_backward<kernels::log_softmax_backward>});
 
@@ -322,7 +325,7 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
   return apply("layer_norm", {x, gamma, beta}, Attrs().set("eps", eps))[0];
 }
 TROUPE_DEFINE_OP({.name = "layer_norm", .infer = infer_layer_norm, .compute = compute_layer_norm, .grad = grad_layer_norm,
-                  .keeps_f32 = true});
+                  .precision = Precision::keeps_f32});
 TROUPE_DEFINE_OP({.name = "layer_norm_backward", .infer = infer_layer_norm_backward,
                   .compute = compute_layer_norm_backward});
 AddLayerNorm add_layer_norm(const Var& a, const Var& b, const Var& gamma, const Var& beta, double eps) {
@@ -330,19 +333,19 @@ AddLayerNorm add_layer_norm(const Var& a, const Var& b, const Var& gamma, const 
   return {out[0], out[1]};
 }
 TROUPE_DEFINE_OP({.name = "add_layer_norm", .infer = infer_add_layer_norm, .compute = compute_add_layer_norm,
-                  .grad = grad_add_layer_norm, .keeps_f32 = true});
+                  .grad = grad_add_layer_norm, .precision = Precision::keeps_f32});
 
 // compute: kernels::embedding; the ids (input 1) take no gradient.
 Var embedding(const Var& weight, const Var& ids) { return apply1("embedding", {weight, ids}); }
 TROUPE_DEFINE_OP({.name = "embedding", .infer = infer_embedding, .compute = compute_embedding, .grad = grad_embedding,
-                  .no_grad_inputs = {1}, .keeps_f32 = true});
+                  .no_grad_inputs = {1}, .precision = Precision::keeps_f32});
 TROUPE_DEFINE_OP({.name = "embedding_backward", .infer = infer_embedding_backward, .compute = compute_embedding_backward,
                   .no_grad_inputs = {1}});
 
 // compute: kernels::cross_entropy over the rows of the flattened logits; targets take no gradient.
 Var cross_entropy(const Var& logits, const Var& targets) { return apply1("cross_entropy", {logits, targets}); }
 TROUPE_DEFINE_OP({.name = "cross_entropy", .infer = infer_cross_entropy, .compute = compute_cross_entropy,
-                  .grad = grad_cross_entropy, .no_grad_inputs = {1}, .keeps_f32 = true});
+                  .grad = grad_cross_entropy, .no_grad_inputs = {1}, .precision = Precision::keeps_f32});
 TROUPE_DEFINE_OP({.name = "cross_entropy_backward", .infer = infer_cross_entropy_backward,
                   .compute = compute_cross_entropy_backward, .no_grad_inputs = {2}});
 
@@ -380,7 +383,7 @@ Var causal_attention(const Var& q, const Var& k, const Var& v, double scale) {
   return apply("causal_attention", {q, k, v}, Attrs().set("scale", scale))[0];
 }
 TROUPE_DEFINE_OP({.name = "causal_attention", .infer = infer_causal_attention, .compute = compute_causal_attention,
-                  .grad = grad_causal_attention, .keeps_f32 = true});
+                  .grad = grad_causal_attention, .precision = Precision::keeps_f32});
 TROUPE_DEFINE_OP({.name = "causal_attention_backward", .infer = infer_causal_attention_backward,
                   .compute = compute_causal_attention_backward});
 
@@ -393,6 +396,6 @@ Var causal_mask(const Var& x) {
 TROUPE_DEFINE_OP({.name = "causal_mask", .infer = infer_causal_mask, .compute = compute_causal_mask,
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     return {apply1("causal_mask", {c.grad_output(0)}, Attrs().set("fill", 0.0))};
-                  }, .keeps_f32 = true});
+                  }, .precision = Precision::keeps_f32});
 
 }  // namespace troupe::graph

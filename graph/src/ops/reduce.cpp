@@ -122,13 +122,13 @@ Var sum(const Var& x, const std::vector<std::int64_t>& axes, bool keepdim) {
 }
 // compute: kernels::sum (the "reduce" kernel); likewise mean and max.
 TROUPE_DEFINE_OP({.name = "sum", .infer = infer_reduce, .compute = compute_reduce<kernels::sum>, .grad = grad_sum,
-                  .keeps_f32 = true});
+                  .precision = Precision::keeps_f32});
 
 Var mean(const Var& x, const std::vector<std::int64_t>& axes, bool keepdim) {
   return apply1("mean", {x}, axes_attrs(axes, keepdim));
 }
 TROUPE_DEFINE_OP({.name = "mean", .infer = infer_reduce, .compute = compute_reduce<kernels::mean>, .grad = grad_mean,
-                  .keeps_f32 = true});
+                  .precision = Precision::keeps_f32});
 // mean's gradient: dy broadcast to x's shape, divided by the number of elements averaged.
 TROUPE_DEFINE_OP({.name = "mean_backward", .infer = infer_mean_backward, .compute = compute_mean_backward,
                   .no_grad_inputs = {1}});
@@ -137,14 +137,14 @@ Var max(const Var& x, const std::vector<std::int64_t>& axes, bool keepdim) {
   return apply1("max", {x}, axes_attrs(axes, keepdim));
 }
 TROUPE_DEFINE_OP({.name = "max", .infer = infer_reduce, .compute = compute_reduce<kernels::max>, .grad = grad_max,
-                  .keeps_f32 = true});
+                  .precision = Precision::f32});
 // max's gradient (dy, x, y): dy where x equals the maximum y.
 TROUPE_DEFINE_OP({.name = "max_backward", .infer = infer_max_backward, .kernel = "max_backward"});
 
 Var squared_norm(const Var& x) { return apply1("squared_norm", {x}); }
 // compute: kernels::squared_norm, accumulated in double, returned as a 0-d value of x's dtype.
 TROUPE_DEFINE_OP({.name = "squared_norm", .infer = infer_squared_norm, .compute = compute_squared_norm,
-                  .grad = grad_squared_norm, .keeps_f32 = true});
+                  .grad = grad_squared_norm, .precision = Precision::f32});
 
 // sum_to and broadcast_to are each other's gradient; `like` (input 1) gives only its shape.
 Var sum_to(const Var& x, const Var& like) { return apply1("sum_to", {x, like}); }

@@ -4,7 +4,8 @@
 // the partial output rescaled when the max grows), and each row's log-sum-exp saved for the
 // backward, which recomputes the probabilities tile by tile. The tile products are GEMMs (OpenBLAS,
 // cpu/blas.hpp); tiles above the diagonal are skipped and the diagonal tile is masked. Inputs are
-// dense [N, T, D] (the front end makes them so).
+// dense [N, T, D] (the front end makes them so). bf16 and f16 heads are widened to f32 one at a
+// time, so the low-precision kernels read and write their own dtype and compute as the f32 ones.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -14,6 +15,7 @@
 #include "cpu/blas.hpp"
 #include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
+#include "cpu/low_rows.hpp"
 
 namespace troupe::kernels {
 
@@ -108,16 +110,23 @@ void forward_head(const T* q, const T* k, const T* v, T* y, T* lse, std::int64_t
   }
 }
 
+// in: q, k, v [N, T, D]; out: y [N, T, D], lse [N, T] (f32 for bf16 and f16, whose heads are widened
+// to f32, computed by the f32 code and y rounded once); attr "scale".
 template <class T>
 void attention_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  using C = cpu::ComputeType<T>;
   const Shape& shape = in[0].shape();  // [N, T, D]
-  const std::int64_t heads = shape[0], t_len = shape[1], d_len = shape[2];
-  const T scale = static_cast<T>(attrs.get_double("scale"));
-  Scratch<T> w(d_len);
+  const std::int64_t heads = shape[0], t_len = shape[1], d_len = shape[2], size = t_len * d_len;
+  const C scale = static_cast<C>(attrs.get_double("scale"));
+  Scratch<C> w(d_len);
+  cpu::RowIn<T> q_in(size), k_in(size), v_in(size);
+  cpu::RowOut<T> y_out(size);
   for (std::int64_t h = 0; h < heads; ++h) {
-    const std::int64_t off = h * t_len * d_len;
-    forward_head(in[0].data<T>() + off, in[1].data<T>() + off, in[2].data<T>() + off, out[0].data<T>() + off,
-                 out[1].data<T>() + h * t_len, t_len, d_len, scale, w);
+    const std::int64_t off = h * size;
+    T* y = out[0].data<T>() + off;
+    forward_head(q_in(in[0].data<T>() + off), k_in(in[1].data<T>() + off), v_in(in[2].data<T>() + off), y_out.at(y),
+                 out[1].data<C>() + h * t_len, t_len, d_len, scale, w);
+    y_out.store(y);
   }
 }
 
@@ -168,25 +177,36 @@ void backward_head(const HeadGrads<T>& g, std::int64_t t_len, std::int64_t d_len
                     delta.data(), w);
 }
 
+// in: dy, q, k, v, y [N, T, D], lse [N, T]; out: dq, dk, dv. bf16 and f16 heads are widened as in
+// the forward; attr "scale".
 template <class T>
 void attention_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  using C = cpu::ComputeType<T>;
   const Shape& shape = in[1].shape();  // q: [N, T, D]
-  const std::int64_t heads = shape[0], t_len = shape[1], d_len = shape[2];
-  const T scale = static_cast<T>(attrs.get_double("scale"));
-  for (Tensor& o : out) std::fill(o.data<T>(), o.data<T>() + o.numel(), T(0));
-  Scratch<T> w(d_len);
-  std::vector<T> delta(static_cast<std::size_t>(t_len));
+  const std::int64_t heads = shape[0], t_len = shape[1], d_len = shape[2], size = t_len * d_len;
+  const C scale = static_cast<C>(attrs.get_double("scale"));
+  Scratch<C> w(d_len);
+  std::vector<C> delta(static_cast<std::size_t>(t_len));
+  std::vector<cpu::RowIn<T>> ins(5, cpu::RowIn<T>(size));
+  std::vector<cpu::RowOut<T>> outs(3, cpu::RowOut<T>(size));
   for (std::int64_t h = 0; h < heads; ++h) {
-    const std::int64_t off = h * t_len * d_len;
-    const auto at = [&](std::size_t k) { return in[k].data<T>() + off; };
-    const HeadGrads<T> g{at(0), at(1), at(2), at(3), at(4), in[5].data<T>() + h * t_len,
-                         out[0].data<T>() + off, out[1].data<T>() + off, out[2].data<T>() + off};
+    const std::int64_t off = h * size;
+    const auto at = [&](std::size_t k) { return ins[k](in[k].data<T>() + off); };
+    C* grads[3];
+    for (std::size_t k = 0; k < 3; ++k) {
+      grads[k] = outs[k].at(out[k].data<T>() + off);
+      std::fill(grads[k], grads[k] + size, C(0));
+    }
+    const HeadGrads<C> g{at(0), at(1), at(2), at(3), at(4), in[5].data<C>() + h * t_len, grads[0], grads[1], grads[2]};
     backward_head(g, t_len, d_len, scale, delta, w);
+    for (std::size_t k = 0; k < 3; ++k) outs[k].store(out[k].data<T>() + off);
   }
 }
 
 TROUPE_REGISTER_FLOAT_KERNELS("causal_attention", attention_kernel);
 TROUPE_REGISTER_FLOAT_KERNELS("causal_attention_backward", attention_backward_kernel);
+TROUPE_REGISTER_LOW_PRECISION_KERNELS("causal_attention", attention_kernel);
+TROUPE_REGISTER_LOW_PRECISION_KERNELS("causal_attention_backward", attention_backward_kernel);
 
 }  // namespace
 

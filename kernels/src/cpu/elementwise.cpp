@@ -10,12 +10,15 @@
 #include "cpu/convert.hpp"
 #include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
+#include "cpu/low_rows.hpp"
 #include "cpu/strided_loop.hpp"
 #include "troupe/kernels/elementwise_chain.hpp"
 
 namespace troupe::kernels {
 
 namespace {
+
+using cpu::ComputeType;
 
 constexpr double kSqrt2OverPi = 0.7978845608028654;
 constexpr double kGeluCoeff = 0.044715;
@@ -200,11 +203,6 @@ void map_low_kernel(const std::vector<Tensor>& in, Tensor& out, F f) {
     }
   });
 }
-
-// The type an elementwise kernel of element type T computes in: T itself for f32 and f64, f32 for
-// bf16 and f16.
-template <class T>
-using ComputeType = std::conditional_t<std::is_same_v<T, float> || std::is_same_v<T, double>, T, float>;
 
 // out[i] = f(in0[i], ...) with f computing in ComputeType<T>: map_kernel for f32 and f64, the
 // widening map_low_kernel for bf16 and f16.

@@ -1,6 +1,7 @@
 // CPU layer normalisation over the last dimension. Inputs are made dense by the front end and
 // seen as [rows, D]. f64 rows accumulate in double; f32 rows in float vector lanes whose sums are
-// combined in double, as PyTorch's CPU kernels compute in float.
+// combined in double, as PyTorch's CPU kernels compute in float; bf16 and f16 rows are widened
+// and computed as f32 rows, with f32 statistics.
 
 #include <cmath>
 #include <cstring>
@@ -10,6 +11,7 @@
 
 #include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
+#include "cpu/low_rows.hpp"
 
 namespace troupe {
 namespace {
@@ -81,45 +83,62 @@ TROUPE_VECTOR_CLONES void layernorm_row(const float* __restrict p, const float* 
   *rstd_out = rf;
 }
 
-// in: x, gamma, beta; out: y, mean, rstd; attr "eps".
+// in: x, gamma, beta; out: y, mean, rstd (f32 for bf16 and f16 x, whose rows, gamma and beta are
+// widened to f32 rows and y rounded once); attr "eps".
 template <class T>
 void layernorm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
-  const T* x = in[0].data<T>();
-  const T* g = in[1].data<T>();
-  const T* b = in[2].data<T>();
-  T* y = out[0].data<T>();
-  T* mu = out[1].data<T>();
-  T* rs = out[2].data<T>();
+  using C = cpu::ComputeType<T>;
   const double eps = a.get_double("eps");
   const std::int64_t d = in[0].shape().back();
   const std::int64_t rows = d > 0 ? in[0].numel() / d : out[1].numel();
-  for (std::int64_t r = 0; r < rows; ++r) layernorm_row(x + r * d, g, b, y + r * d, d, eps, mu + r, rs + r);
+  cpu::RowIn<T> x_in(d), gamma_in(d), beta_in(d);
+  cpu::RowOut<T> y_out(d);
+  const T* x = in[0].data<T>();
+  const C* g = gamma_in(in[1].data<T>());
+  const C* b = beta_in(in[2].data<T>());
+  T* y = out[0].data<T>();
+  C* mu = out[1].data<C>();
+  C* rs = out[2].data<C>();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* yr = y + r * d;
+    layernorm_row(x_in(x + r * d), g, b, y_out.at(yr), d, eps, mu + r, rs + r);
+    y_out.store(yr);
+  }
 }
 TROUPE_REGISTER_FLOAT_KERNELS("layernorm", layernorm_kernel);
+TROUPE_REGISTER_LOW_PRECISION_KERNELS("layernorm", layernorm_kernel);
 
 // in: a, b (a's last dims, repeated over its leading ones), gamma, beta; out: s = a + b, y, mean,
-// rstd; attr "eps". Each row of the sum is formed in T as the add kernel forms it and normalised
-// while it is still in cache, so the results are add-then-layernorm's bits without a second pass.
+// rstd; attr "eps". Each row of the sum is formed and rounded to T as the add kernel forms it and
+// normalised while it is still in cache, so the results are add-then-layernorm's bits without a
+// second pass.
 template <class T>
 void add_layernorm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
-  const T* x = in[0].data<T>();
-  const T* r = in[1].data<T>();
-  const T* g = in[2].data<T>();
-  const T* b = in[3].data<T>();
-  T* s = out[0].data<T>();
-  T* y = out[1].data<T>();
-  T* mu = out[2].data<T>();
-  T* rs = out[3].data<T>();
+  using C = cpu::ComputeType<T>;
   const double eps = a.get_double("eps");
   const std::int64_t d = in[0].shape().back();
   const std::int64_t rows = in[0].numel() / d, r_rows = in[1].numel() / d;
+  cpu::RowIn<T> a_in(d), b_in(d), s_in(d), gamma_in(d), beta_in(d);
+  cpu::RowOut<T> s_out(d), y_out(d);
+  const T* x = in[0].data<T>();
+  const T* r = in[1].data<T>();
+  const C* g = gamma_in(in[2].data<T>());
+  const C* b = beta_in(in[3].data<T>());
+  T* s = out[0].data<T>();
+  T* y = out[1].data<T>();
+  C* mu = out[2].data<C>();
+  C* rs = out[3].data<C>();
   for (std::int64_t row = 0; row < rows; ++row) {
     T* sr = s + row * d;
-    add_row(x + row * d, r + (row % r_rows) * d, sr, d);
-    layernorm_row(sr, g, b, y + row * d, d, eps, mu + row, rs + row);
+    T* yr = y + row * d;
+    add_row(a_in(x + row * d), b_in(r + (row % r_rows) * d), s_out.at(sr), d);
+    s_out.store(sr);
+    layernorm_row(s_in(sr), g, b, y_out.at(yr), d, eps, mu + row, rs + row);
+    y_out.store(yr);
   }
 }
 TROUPE_REGISTER_FLOAT_KERNELS("add_layernorm", add_layernorm_kernel);
+TROUPE_REGISTER_LOW_PRECISION_KERNELS("add_layernorm", add_layernorm_kernel);
 
 // A double row of the backward: adds the row's share of dgamma and dbeta and writes dx. s1 and s2
 // (the means of dxhat and dxhat * xhat) go in eight lanes so the loop vectorises.
@@ -199,27 +218,36 @@ TROUPE_VECTOR_CLONES void layernorm_backward_row(const float* __restrict dy, con
 }
 
 // in: dy, x, gamma, mean, rstd and optionally another gradient of x to add to dx in the same pass
-// (a residual's, rounded as a separate add would round it); out: dx, dgamma, dbeta.
+// (a residual's, rounded as a separate add would round it); out: dx, dgamma, dbeta. bf16 and f16
+// rows are widened as in the forward (mean and rstd are f32).
 template <class T>
 void layernorm_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
+  using C = cpu::ComputeType<T>;
+  const std::int64_t d = in[1].shape().back();
+  const std::int64_t rows = in[3].numel();
+  cpu::RowIn<T> dy_in(d), x_in(d), gamma_in(d), more_in(d);
+  cpu::RowOut<T> dx_out(d);
   const T* dy = in[0].data<T>();
   const T* x = in[1].data<T>();
-  const T* g = in[2].data<T>();
-  const T* mu = in[3].data<T>();
-  const T* rs = in[4].data<T>();
+  const C* g = gamma_in(in[2].data<T>());
+  const C* mu = in[3].data<C>();
+  const C* rs = in[4].data<C>();
   const T* more = in.size() > 5 ? in[5].data<T>() : nullptr;
   T* dx = out[0].data<T>();
   T* dg = out[1].data<T>();
   T* db = out[2].data<T>();
-  const std::int64_t d = in[1].shape().back();
-  const std::int64_t rows = in[3].numel();
+  const auto row = [&](std::int64_t r, C* dgs, C* dbs) {
+    T* dxr = dx + r * d;
+    layernorm_backward_row(dy_in(dy + r * d), x_in(x + r * d), g, mu[r], rs[r], d, more ? more_in(more + r * d) : nullptr,
+                           dx_out.at(dxr), dgs, dbs);
+    dx_out.store(dxr);
+  };
   std::vector<double> dgs(static_cast<std::size_t>(d), 0.0), dbs(static_cast<std::size_t>(d), 0.0);
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<C, float>) {
     constexpr std::int64_t kFoldRows = 32;
     std::vector<float> fg(static_cast<std::size_t>(d), 0.0f), fb(static_cast<std::size_t>(d), 0.0f);
     for (std::int64_t r = 0; r < rows; ++r) {
-      layernorm_backward_row(dy + r * d, x + r * d, g, mu[r], rs[r], d, more ? more + r * d : nullptr, dx + r * d,
-                             fg.data(), fb.data());
+      row(r, fg.data(), fb.data());
       if ((r + 1) % kFoldRows != 0 && r + 1 != rows) continue;
       for (std::int64_t i = 0; i < d; ++i) {
         dgs[static_cast<std::size_t>(i)] += std::exchange(fg[static_cast<std::size_t>(i)], 0.0f);
@@ -227,16 +255,15 @@ void layernorm_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor
       }
     }
   } else {
-    for (std::int64_t r = 0; r < rows; ++r)
-      layernorm_backward_row(dy + r * d, x + r * d, g, mu[r], rs[r], d, more ? more + r * d : nullptr, dx + r * d,
-                             dgs.data(), dbs.data());
+    for (std::int64_t r = 0; r < rows; ++r) row(r, dgs.data(), dbs.data());
   }
   for (std::int64_t i = 0; i < d; ++i) {
-    dg[i] = static_cast<T>(dgs[i]);
-    db[i] = static_cast<T>(dbs[i]);
+    dg[i] = from_double<T>(dgs[static_cast<std::size_t>(i)]);
+    db[i] = from_double<T>(dbs[static_cast<std::size_t>(i)]);
   }
 }
 TROUPE_REGISTER_FLOAT_KERNELS("layernorm_backward", layernorm_backward_kernel);
+TROUPE_REGISTER_LOW_PRECISION_KERNELS("layernorm_backward", layernorm_backward_kernel);
 
 }  // namespace
 }  // namespace troupe

@@ -10,7 +10,7 @@ namespace {
 template <class T>
 void causal_mask_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor& x = in[0];
-  const T fill = static_cast<T>(attrs.get_double("fill"));
+  const T fill = from_double<T>(attrs.get_double("fill"));
   const std::int64_t n = x.shape().back();
   const std::int64_t mats = x.numel() / (n * n);
   const T* src = x.data<T>();
@@ -53,6 +53,7 @@ void max_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out
 }  // namespace
 
 TROUPE_REGISTER_FLOAT_KERNELS("causal_mask", causal_mask_kernel);
+TROUPE_REGISTER_LOW_PRECISION_KERNELS("causal_mask", causal_mask_kernel);
 TROUPE_REGISTER_FLOAT_KERNELS("max_backward", max_backward_kernel);
 
 }  // namespace troupe::kernels

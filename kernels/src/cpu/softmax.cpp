@@ -1,5 +1,6 @@
 // CPU softmax / log-softmax. Inputs are made dense by the front end; the kernels walk the tensor
-// as [outer, n, inner] with the softmax axis of length n and element stride inner.
+// as [outer, n, inner] with the softmax axis of length n and element stride inner (1 for bf16 and
+// f16, whose axis the front end moves last).
 
 #include <cmath>
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
+#include "cpu/low_rows.hpp"
 
 namespace troupe {
 namespace {
@@ -107,44 +109,56 @@ TROUPE_VECTOR_CLONES void softmax_row(const float* __restrict x, float* __restri
   }
 }
 
-// attr "axis" (normalised), "log" (0/1). in[0] x dense, out[0] y dense.
+// attr "axis" (normalised), "log" (0/1). in[0] x dense, out[0] y dense. bf16 and f16 rows are
+// widened, computed as f32 rows and rounded (the front end moves their axis last).
 template <class T>
 void softmax_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
   const T* x = in[0].data<T>();
   T* y = out[0].data<T>();
   const bool log = a.get_int("log") != 0;
   const Layout l = layout_of(in[0].shape(), static_cast<int>(a.get_int("axis")));
-  if constexpr (std::is_same_v<T, float>) {
-    if (l.inner == 1) {
-      for (std::int64_t o = 0; o < l.outer; ++o)
-        softmax_row(x + o * l.n, y + o * l.n, l.n, log, o + 1 < l.outer ? x + (o + 1) * l.n : nullptr);
-      return;
+  if constexpr (cpu::kLowPrecision<T>) {
+    cpu::RowIn<T> row_in(l.n);
+    cpu::RowOut<T> row_out(l.n);
+    for (std::int64_t o = 0; o < l.outer; ++o) {
+      T* yr = y + o * l.n;
+      softmax_row(row_in(x + o * l.n), row_out.at(yr), l.n, log, nullptr);
+      row_out.store(yr);
     }
+  } else {
+    if constexpr (std::is_same_v<T, float>) {
+      if (l.inner == 1) {
+        for (std::int64_t o = 0; o < l.outer; ++o)
+          softmax_row(x + o * l.n, y + o * l.n, l.n, log, o + 1 < l.outer ? x + (o + 1) * l.n : nullptr);
+        return;
+      }
+    }
+    for (std::int64_t o = 0; o < l.outer; ++o)
+      for (std::int64_t j = 0; j < l.inner; ++j) {
+        const std::int64_t base = o * l.n * l.inner + j;
+        T m = -std::numeric_limits<T>::infinity();
+        for (std::int64_t k = 0; k < l.n; ++k) m = std::fmax(m, x[base + k * l.inner]);
+        if (std::isinf(m) && m < 0) m = T(0);  // all -inf row: avoid inf - inf
+        // One exp in T per element (x - m <= 0, so no overflow), kept in y; the sum runs in double.
+        double s = 0.0;
+        for (std::int64_t k = 0; k < l.n; ++k) {
+          const T e = std::exp(x[base + k * l.inner] - m);
+          y[base + k * l.inner] = e;
+          s += e;
+        }
+        if (log) {
+          const double lse = m + std::log(s);
+          for (std::int64_t k = 0; k < l.n; ++k)
+            y[base + k * l.inner] = static_cast<T>(x[base + k * l.inner] - lse);
+        } else {
+          const T inv = static_cast<T>(1.0 / s);
+          for (std::int64_t k = 0; k < l.n; ++k) y[base + k * l.inner] *= inv;
+        }
+      }
   }
-  for (std::int64_t o = 0; o < l.outer; ++o)
-    for (std::int64_t j = 0; j < l.inner; ++j) {
-      const std::int64_t base = o * l.n * l.inner + j;
-      T m = -std::numeric_limits<T>::infinity();
-      for (std::int64_t k = 0; k < l.n; ++k) m = std::fmax(m, x[base + k * l.inner]);
-      if (std::isinf(m) && m < 0) m = T(0);  // all -inf row: avoid inf - inf
-      // One exp in T per element (x - m <= 0, so no overflow), kept in y; the sum runs in double.
-      double s = 0.0;
-      for (std::int64_t k = 0; k < l.n; ++k) {
-        const T e = std::exp(x[base + k * l.inner] - m);
-        y[base + k * l.inner] = e;
-        s += e;
-      }
-      if (log) {
-        const double lse = m + std::log(s);
-        for (std::int64_t k = 0; k < l.n; ++k)
-          y[base + k * l.inner] = static_cast<T>(x[base + k * l.inner] - lse);
-      } else {
-        const T inv = static_cast<T>(1.0 / s);
-        for (std::int64_t k = 0; k < l.n; ++k) y[base + k * l.inner] *= inv;
-      }
-    }
 }
 TROUPE_REGISTER_FLOAT_KERNELS("softmax", softmax_kernel);
+TROUPE_REGISTER_LOW_PRECISION_KERNELS("softmax", softmax_kernel);
 
 // The softmax backward of one dense row, dx = y * (g - sum(g * y)), with the sum in eight double
 // lanes so the loop vectorises.
@@ -161,7 +175,16 @@ TROUPE_VECTOR_CLONES void softmax_backward_row(const T* __restrict g, const T* _
   for (std::int64_t i = 0; i < n; ++i) dx[i] = static_cast<T>(y[i] * (g[i] - s));
 }
 
-// in[0] grad, in[1] y. softmax: dx = y * (g - sum(g*y)); log: dx = g - exp(y) * sum(g).
+// The log-softmax backward of one dense row, dx = g - exp(y) * sum(g).
+template <class T>
+void log_softmax_backward_row(const T* g, const T* y, T* dx, std::int64_t n) {
+  double s = 0.0;
+  for (std::int64_t k = 0; k < n; ++k) s += g[k];
+  for (std::int64_t k = 0; k < n; ++k) dx[k] = static_cast<T>(g[k] - std::exp(static_cast<double>(y[k])) * s);
+}
+
+// in[0] grad, in[1] y. softmax: dx = y * (g - sum(g*y)); log: dx = g - exp(y) * sum(g). bf16 and
+// f16 rows are widened, as in the forward.
 template <class T>
 void softmax_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
   const T* g = in[0].data<T>();
@@ -169,26 +192,41 @@ void softmax_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&
   T* dx = out[0].data<T>();
   const bool log = a.get_int("log") != 0;
   const Layout l = layout_of(in[0].shape(), static_cast<int>(a.get_int("axis")));
-  if (!log && l.inner == 1) {
-    for (std::int64_t o = 0; o < l.outer; ++o) softmax_backward_row(g + o * l.n, y + o * l.n, dx + o * l.n, l.n);
+  if (l.inner == 1) {
+    using C = cpu::ComputeType<T>;
+    cpu::RowIn<T> g_in(l.n), y_in(l.n);
+    cpu::RowOut<T> dx_out(l.n);
+    for (std::int64_t o = 0; o < l.outer; ++o) {
+      const C* gr = g_in(g + o * l.n);
+      const C* yr = y_in(y + o * l.n);
+      T* dr = dx + o * l.n;
+      if (log)
+        log_softmax_backward_row(gr, yr, dx_out.at(dr), l.n);
+      else
+        softmax_backward_row(gr, yr, dx_out.at(dr), l.n);
+      dx_out.store(dr);
+    }
     return;
   }
-  for (std::int64_t o = 0; o < l.outer; ++o)
-    for (std::int64_t j = 0; j < l.inner; ++j) {
-      const std::int64_t base = o * l.n * l.inner + j;
-      double s = 0.0;
-      for (std::int64_t k = 0; k < l.n; ++k) {
-        const std::int64_t i = base + k * l.inner;
-        s += log ? static_cast<double>(g[i]) : static_cast<double>(g[i]) * y[i];
+  if constexpr (!cpu::kLowPrecision<T>) {
+    for (std::int64_t o = 0; o < l.outer; ++o)
+      for (std::int64_t j = 0; j < l.inner; ++j) {
+        const std::int64_t base = o * l.n * l.inner + j;
+        double s = 0.0;
+        for (std::int64_t k = 0; k < l.n; ++k) {
+          const std::int64_t i = base + k * l.inner;
+          s += log ? static_cast<double>(g[i]) : static_cast<double>(g[i]) * y[i];
+        }
+        for (std::int64_t k = 0; k < l.n; ++k) {
+          const std::int64_t i = base + k * l.inner;
+          dx[i] = log ? static_cast<T>(g[i] - std::exp(static_cast<double>(y[i])) * s)
+                      : static_cast<T>(y[i] * (g[i] - s));
+        }
       }
-      for (std::int64_t k = 0; k < l.n; ++k) {
-        const std::int64_t i = base + k * l.inner;
-        dx[i] = log ? static_cast<T>(g[i] - std::exp(static_cast<double>(y[i])) * s)
-                    : static_cast<T>(y[i] * (g[i] - s));
-      }
-    }
+  }
 }
 TROUPE_REGISTER_FLOAT_KERNELS("softmax_backward", softmax_backward_kernel);
+TROUPE_REGISTER_LOW_PRECISION_KERNELS("softmax_backward", softmax_backward_kernel);
 
 }  // namespace
 }  // namespace troupe

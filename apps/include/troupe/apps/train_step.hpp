@@ -58,6 +58,7 @@ int resolve_micro_batches(const RunFlags& flags, int threads, std::int64_t batch
 graph::AmpOptions resolve_amp(const AmpFlags& flags, int jit_level, const std::string& app);
 /// Whether the step scales its loss dynamically: --loss-scale dynamic, or auto with fp16 products
 /// (bf16 has f32's range and needs none); needs JIT_LEVEL >= 1 (the actor runtime divides it out).
+/// O3 trains with a loss scale of 1: auto is off there and dynamic an error.
 bool resolve_loss_scaling(const RunFlags& flags, const graph::AmpOptions& amp, int jit_level);
 
 /// How a training step runs.

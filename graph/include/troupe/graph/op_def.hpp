@@ -39,6 +39,14 @@ using ComputeFn = std::vector<Tensor> (*)(const std::vector<Tensor>& inputs, con
 /// A gradient rule: one Var per input (undefined where no gradient flows), built from ops.
 using GradFn = std::function<std::vector<Var>(const GradContext& ctx)>;
 
+/// What mixed precision (graph/amp.hpp) does with an op that is not a product (autocast_inputs).
+enum class Precision {
+  follows,    // runs in its inputs' dtype
+  keeps_f32,  // losses, softmax, normalisation, reductions, exp/log: f32 at O1 and O2 (bf16 inputs
+              // go up), bf16 or f16 at O3 (their kernels compute rows in f32)
+  f32,        // f32 at every level: it has no bf16 or f16 kernel
+};
+
 /// The definition of an op, written with designated initialisers in the op's family file
 /// (graph/src/ops/), next to its builder:
 ///   TROUPE_DEFINE_OP({.name = "gelu", .infer = same_as_input, .kernel = "gelu", .grad = grad_gelu});
@@ -63,9 +71,7 @@ struct OpDef {
   std::vector<int> autocast_inputs;  // the inputs mixed precision runs in bf16 or f16 (a product's
                                      // operands, not its bias), writing the result in f32 at O1 and in the
                                      // low dtype at O2 ("out_dtype"); graph/amp.hpp
-  bool keeps_f32 = false;            // mixed precision runs it in f32 whatever its inputs: losses, softmax,
-                                     // normalisation, reductions, exp/log (O2 casts bf16 inputs up). Neither
-                                     // set: the op runs in its inputs' dtype
+  Precision precision = Precision::follows;  // what mixed precision does with an op that is not a product
   /// True when a gradient can flow into input `i`.
   bool differentiable(std::size_t i) const;
   /// Runs the op on tensors, its kernel or its compute function, and checks the outputs against

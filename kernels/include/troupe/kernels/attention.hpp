@@ -6,13 +6,13 @@
 
 namespace troupe::kernels {
 
-/// The outputs of causal_attention: y [..., T, D] and each query row's log-sum-exp [..., T], which
-/// the backward reads instead of the probabilities.
+/// The outputs of causal_attention: y [..., T, D] and each query row's log-sum-exp [..., T] (f32
+/// for bf16 and f16 inputs), which the backward reads instead of the probabilities.
 struct AttentionResult {
   Tensor y, lse;
 };
 
-/// Causal attention of q, k, v [..., T, D] (the same shape, f32 or f64): row i of y is the
+/// Causal attention of q, k, v [..., T, D] (the same shape and dtype: f32, f64, bf16 or f16): row i of y is the
 /// softmax over keys j <= i of scale * q_i . k_j, applied to v.
 AttentionResult causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
 

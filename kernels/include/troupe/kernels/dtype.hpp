@@ -23,6 +23,9 @@ DType parse_dtype(std::string_view name);
 bool is_floating(DType t);
 /// True for bf16 and f16, the types mixed precision computes in.
 bool is_low_precision(DType t);
+/// The dtype a kernel keeps what it accumulates over t's elements in (layer-norm statistics, the
+/// attention's log-sum-exp, a loss): f32 for bf16 and f16, t itself otherwise.
+DType accumulation_dtype(DType t);
 
 /// IEEE binary16 value stored as its bit pattern.
 struct Half {

@@ -5,7 +5,8 @@
 
 namespace troupe::kernels {
 
-/// Outputs of layernorm: y, and the per-row mean and 1/sqrt(var + eps) (shape = x without last dim).
+/// Outputs of layernorm: y, and the per-row mean and 1/sqrt(var + eps) (shape = x without last dim;
+/// f32 for bf16 and f16 x, which are computed in f32 rows).
 struct LayerNormOutput {
   Tensor y, mean, rstd;
 };
