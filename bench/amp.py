@@ -5,11 +5,11 @@ medians). One JSON line per measurement on stdout, each naming the CPU's ISA:
   gpt-forward-amp   gpt-mini's logits (batch 8 x 128)
   sr-train-amp      sr-lite's training step (batch 4 of 64x64 -> 128x128, Adam)
   sr-infer-amp      sr-lite on one 128x128 image
-                    each at JIT level 3, Troupe O0 (f32), O1 (bf16 products and convolutions) and O2
-                    (bf16 activations), next
+                    each at JIT level 3, Troupe O0 (f32), O1 (bf16 products and convolutions), O2
+                    (bf16 activations) and O3 (every op in bf16), next
                     to PyTorch f32 and torch.autocast("cpu", bfloat16), each PyTorch side at its
                     fastest variant and thread setting (named in the line)
-  gpt-converge-amp  troupe-gpt trained 450 steps at O0, O1 and O2 bf16: final train and val loss
+  gpt-converge-amp  troupe-gpt trained 450 steps at O0, O1, O2 and O3 bf16: final train and val loss
                     (val_loss_rel_diff is O2's against O0's, as the issue asks)
 """
 import json, os, subprocess, sys
@@ -60,32 +60,37 @@ def measure(build, env, threads, bench, ours_name, theirs_name, f32_variants, au
 
     f32_variant, t32_run = theirs(f32_variants)
     ac_variant, tac_run = theirs(autocast_variants)
-    o0, o1, o2, t32, tac = alternate([ours("O0"), ours("O1"), ours("O2"), t32_run, tac_run])
+    o0, o1, o2, o3, t32, tac = alternate([ours("O0"), ours("O1"), ours("O2"), ours("O3"), t32_run, tac_run])
     emit({"bench": bench, "threads": threads, "o0_ms": round(o0["ms"], 2), "o1_ms": round(o1["ms"], 2),
-          "o2_ms": round(o2["ms"], 2), "torch_f32_ms": round(t32["ms"], 2), "torch_f32": f32_variant,
+          "o2_ms": round(o2["ms"], 2), "o3_ms": round(o3["ms"], 2), "torch_f32_ms": round(t32["ms"], 2),
+          "torch_f32": f32_variant,
           "torch_autocast_ms": round(tac["ms"], 2), "torch_autocast": ac_variant,
           "ratio_o1_vs_o0": round(o1["ms"] / o0["ms"], 3), "ratio_o2_vs_o0": round(o2["ms"] / o0["ms"], 3),
+          "ratio_o3_vs_o0": round(o3["ms"] / o0["ms"], 3), "ratio_o3_vs_torch_autocast": round(o3["ms"] / tac["ms"], 3),
           "ratio_vs_torch_autocast": round(o2["ms"] / tac["ms"], 3),
           "ratio_o1_vs_torch_autocast": round(o1["ms"] / tac["ms"], 3), "peak_bytes_o0": o0["peak_bytes"],
-          "peak_bytes_o1": o1["peak_bytes"], "peak_bytes_o2": o2["peak_bytes"]})
+          "peak_bytes_o1": o1["peak_bytes"], "peak_bytes_o2": o2["peak_bytes"],
+          "peak_bytes_o3": o3["peak_bytes"]})
 
 
 def converge(build, env):
     final = {}
-    for amp in ("O0", "O1", "O2"):
+    for amp in ("O0", "O1", "O2", "O3"):
         log(f"gpt-mini, {CONVERGE_STEPS} steps at {amp}")
         cmd = [os.path.join(build, "apps", "troupe-gpt"), "--steps", str(CONVERGE_STEPS), "--eval-every",
                str(CONVERGE_STEPS), "--amp", amp]
         out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
         final[amp] = json.loads(out.strip().splitlines()[-1])
-    o0, o1, o2 = final["O0"], final["O1"], final["O2"]
+    o0, o1, o2, o3 = final["O0"], final["O1"], final["O2"], final["O3"]
     emit({"bench": "gpt-converge-amp", "steps": CONVERGE_STEPS, "o0_train_loss": o0["train_loss"],
           "o1_train_loss": o1["train_loss"], "o2_train_loss": o2["train_loss"], "o0_val_loss": o0["val_loss"],
-          "o1_val_loss": o1["val_loss"], "o2_val_loss": o2["val_loss"],
+          "o3_train_loss": o3["train_loss"], "o1_val_loss": o1["val_loss"], "o2_val_loss": o2["val_loss"],
+          "o3_val_loss": o3["val_loss"],
           "val_loss_rel_diff": round((o2["val_loss"] - o0["val_loss"]) / o0["val_loss"], 6),
           "o1_val_loss_rel_diff": round((o1["val_loss"] - o0["val_loss"]) / o0["val_loss"], 6),
+          "o3_val_loss_rel_diff": round((o3["val_loss"] - o0["val_loss"]) / o0["val_loss"], 6),
           "o0_ms_per_step": o0["ms_per_step"], "o1_ms_per_step": o1["ms_per_step"],
-          "o2_ms_per_step": o2["ms_per_step"]})
+          "o2_ms_per_step": o2["ms_per_step"], "o3_ms_per_step": o3["ms_per_step"]})
 
 
 def main():

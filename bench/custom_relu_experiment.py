@@ -13,7 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 def run(build, act, seed, args, workdir):
     metrics = os.path.join(workdir, f"{act}-{seed}.csv")
     cmd = [os.path.join(build, "apps", "troupe-sr"), "--act", act, "--seed", str(seed), "--steps", str(args.steps),
-           "--eval-every", str(args.eval_every), "--threads", "1", "--metrics", metrics, "--log-every", "1000"]
+           "--eval-every", str(args.eval_every), "--threads", "1", "--metrics", metrics, "--log-every", "1000",
+           "--amp", "O0"]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     reached, best = None, 0.0
     with open(metrics) as f:

@@ -15,7 +15,7 @@ NETNS_ROUNDS = 3  # the link rows vary more from run to run (TCP, tc) than the s
 
 def run(build, env_extra, args):
     cmd = [os.path.join(build, "apps", "troupe-gpt"), "--steps", str(STEPS), "--eval-every", "100000",
-           "--val-batches", "1", "--threads", "1", "--micro-batches", "1", *args]
+           "--val-batches", "1", "--threads", "1", "--micro-batches", "1", "--amp", "O0", *args]
     env = dict(os.environ, **env_extra)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     rows = [json.loads(l[l.index("{"):]) for l in out.splitlines() if '"app":"troupe-gpt"' in l]
@@ -24,7 +24,7 @@ def run(build, env_extra, args):
 
 def gpt_args(build, fusion):
     return [os.path.join(build, "apps", "troupe-gpt"), "--dp", "2", "--comm-fusion-mb", str(fusion), "--steps", str(STEPS),
-            "--eval-every", "100000", "--val-batches", "1", "--threads", "1", "--micro-batches", "1"]
+            "--eval-every", "100000", "--val-batches", "1", "--threads", "1", "--micro-batches", "1", "--amp", "O0"]
 
 
 def dp(build, mode, fusion, netns=False):

@@ -8,7 +8,7 @@
 //   sr-train        sr-lite, batch 4 of 64x64 -> 128x128, Adam 1e-3: the apps' TrainStep, as gpt-train
 // peak_bytes: the allocator's peak during a steady-state call above what was held before it, plus
 // the planned arena a level-3 function keeps between calls; planned_bytes: that arena;
-// allocs_per_step: allocator requests in that call. AMP (O0, O1 or O2, bf16) is the mixed precision
+// allocs_per_step: allocator requests in that call. AMP (O0, O1, O2 or O3, bf16) is the mixed precision
 // of every workload (bench/amp.py).
 // usage: troupe-bench-jit WORKLOAD LEVEL KERNEL_THREADS [SIZE] [STEPS] [AMP]
 #include <algorithm>

@@ -66,16 +66,23 @@ int resolve_micro_batches(const RunFlags& f, int threads, std::int64_t batch) {
 
 void add_amp_flags(CLI::App& app, AmpFlags& f) {
   app.add_option("--amp", f.level,
-                 "mixed precision: O0 (f32), O1 (matrix products and convolutions in --amp-dtype, the rest in f32), "
-                 "O2 (activations in --amp-dtype too, but losses, softmax and normalisation) or O3 (everything in "
-                 "--amp-dtype, statistics in f32)")
-      ->capture_default_str()->check(CLI::IsMember({"O0", "O1", "O2", "O3"}));
+                 "mixed precision: auto (O2 where the CPU computes --amp-dtype natively, else O0), O0 (f32), O1 "
+                 "(matrix products and convolutions in --amp-dtype, the rest in f32), O2 (activations in --amp-dtype "
+                 "too, but losses, softmax and normalisation) or O3 (everything in --amp-dtype, statistics in f32)")
+      ->capture_default_str()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+      ->check(CLI::IsMember({"auto", "O0", "O1", "O2", "O3"}));
   app.add_option("--amp-dtype", f.dtype, "the low-precision type of --amp: bf16 or fp16")
-      ->capture_default_str()->check(CLI::IsMember({"bf16", "fp16"}));
+      ->capture_default_str()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+      ->check(CLI::IsMember({"bf16", "fp16"}));
 }
 
 graph::AmpOptions resolve_amp(const AmpFlags& flags, int jit_level, const std::string& app) {
-  graph::AmpOptions amp{graph::parse_amp_level(flags.level), graph::parse_amp_dtype(flags.dtype)};
+  const DType dtype = graph::parse_amp_dtype(flags.dtype);
+  if (flags.level == "auto")
+    return {jit_level > 0 && kernels::native_low_precision(dtype) ? graph::AmpLevel::O2 : graph::AmpLevel::O0, dtype};
+  graph::AmpOptions amp{graph::parse_amp_level(flags.level), dtype};
   if (amp.level == graph::AmpLevel::O0) return amp;
   TROUPE_CHECK(jit_level > 0, invalid_argument, "--amp ", flags.level, " rewrites the traced graph and JIT_LEVEL=0 ",
                "runs eagerly; use JIT_LEVEL=1 or more, or --amp O0");

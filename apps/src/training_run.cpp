@@ -203,17 +203,23 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
               setup.grad_mode_note.c_str(), jit_, jit_ == 0 ? "eager" : "actor graph", step.threads,
               jit_ == 0 ? 1 : step.micro_batches, resuming.c_str());
   const char* scaling = step.loss_scaling ? ", dynamic loss scaling from 2^16" : "";
+  const char* low = dtype_name(step.amp.dtype);
+  const std::string level = std::string(to_string(step.amp.level)) + (flags_.amp.level == "auto" ? " (--amp auto)" : "");
   if (step.amp.level == graph::AmpLevel::O0)
-    std::printf("%s: mixed precision: O0 (f32)%s\n", name, scaling);
+    std::printf("%s: mixed precision: %s, f32%s%s\n", name, level.c_str(), scaling,
+                flags_.amp.level == "auto" ? (jit_ == 0 ? "; JIT_LEVEL=0 runs eagerly, in f32"
+                                                        : "; this CPU has no native low precision")
+                                           : "");
   else if (step.amp.level == graph::AmpLevel::O1)
-    std::printf("%s: mixed precision: O1, matrix products and convolutions in %s on %s, the rest in f32%s\n", name,
-                dtype_name(step.amp.dtype), kernels::cpu_isa(), scaling);
+    std::printf("%s: mixed precision: %s, matrix products and convolutions in %s on %s, the rest in f32%s\n", name,
+                level.c_str(), low, kernels::cpu_isa(), scaling);
   else if (step.amp.level == graph::AmpLevel::O2)
-    std::printf("%s: mixed precision: O2, activations in %s on %s, losses, softmax and normalisation in f32, f32 "
-                "master weights%s\n", name, dtype_name(step.amp.dtype), kernels::cpu_isa(), scaling);
+    std::printf("%s: mixed precision: %s, activations in %s on %s, losses, softmax and normalisation in f32, f32 "
+                "master weights%s%s\n", name, level.c_str(), low, kernels::cpu_isa(), scaling,
+                flags_.amp.level == "auto" ? "; --amp O0 for f32" : "");
   else
-    std::printf("%s: mixed precision: O3, every op in %s on %s (statistics and the loss in f32), f32 master weights, "
-                "loss scale 1\n", name, dtype_name(step.amp.dtype), kernels::cpu_isa());
+    std::printf("%s: mixed precision: %s, every op in %s on %s (statistics and the loss in f32), f32 master weights, "
+                "loss scale 1\n", name, level.c_str(), low, kernels::cpu_isa());
   if (resumed_) std::printf("%s: resuming '%s'; %s\n", name, flags_.resume.c_str(), settings_->summary().c_str());
   if (job && job->size() > 1)
     std::printf("%s: data parallel: rank %d of %d (%s), per-rank batch %lld, global batch %lld, fusion %.0f MiB\n", name,

@@ -30,7 +30,7 @@ std::string corpus_file(const std::string& dir) {
 
 std::string tiny(const std::string& data) {
   return kGpt + " --d-model 32 --layers 1 --heads 2 --d-ff 64 --seq 16 --batch 4 --threads 1 --lr 3e-3 --eval-every 4"
-                " --val-batches 2 --data " + data;
+                " --val-batches 2 --amp O0 --data " + data;
 }
 }  // namespace
 
@@ -290,12 +290,13 @@ TEST(GptApp, BadFlagsAndDataGiveOneClearLine) {
 }
 
 // --dp 2 under troupe-launch: both ranks report the same loss every step, and it equals one
-// process at twice the per-rank batch (1e-5 relative over 10 steps); --check-grads finds the
-// ranks' post-reduce gradient norms equal (no warning).
+// process at twice the per-rank batch (1e-5 relative over 10 steps, in f32: bf16 rounds each
+// rank's half-batch gradients on their own); --check-grads finds the ranks' post-reduce gradient
+// norms equal (no warning).
 TEST(GptApp, DataParallelEqualsOneProcessAtTheGlobalBatch) {
   const std::string dir = test::fresh_dir("gpt_dp"), data = corpus_file(dir);
   const std::string common = " --d-model 32 --layers 1 --heads 2 --d-ff 64 --seq 16 --threads 1 --lr 3e-3 --eval-every 100"
-                             " --steps 10 --comm-fusion-mb 0.01 --data " + data;
+                             " --steps 10 --comm-fusion-mb 0.01 --amp O0 --data " + data;
   ASSERT_EQ(run_app(kGpt + common + " --batch 8 --metrics " + dir + "/single.csv").exit_code, 0);
   const auto dp = run_app(std::string(TROUPE_LAUNCH_BIN) + " -n 2 --timeout 20 -- " + kGpt + common +
                           " --batch 4 --dp 2 --check-grads --metrics " + dir + "/dp.csv");
@@ -341,7 +342,7 @@ TEST(Launch, SetsTheJobAndStopsEveryoneWhenARankFails) {
 }
 
 // --amp O1: the start-up line names the level and the ISA (or the warning says why the run stays
-// f32), the losses track O0's, a checkpoint saved at O1 resumes at O0 (f32 weights at every level),
+// f32), the losses track O0's (and O2's and O3's), --amp auto picks O2 where it can, a checkpoint saved at O1 resumes at O0 (f32 weights at every level),
 // and the combinations that cannot run are refused with one line.
 TEST(GptApp, MixedPrecisionTracksF32AndResumesAcrossLevels) {
   const std::string dir = test::fresh_dir("gpt_amp"), data = corpus_file(dir);
@@ -377,6 +378,19 @@ TEST(GptApp, MixedPrecisionTracksF32AndResumesAcrossLevels) {
     ASSERT_EQ(c.size(), 8u);
     for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], a[i], 0.05 * a[i]) << "step " << i + 1;
   }
+  // Training defaults to --amp auto: O2 where the CPU computes bf16 natively, else O0, said at
+  // start; eager mode (JIT_LEVEL=0) runs auto in f32. Sampling defaults to O0.
+  EXPECT_NE(run_app(kGpt + " --help").output.find("--amp TEXT:{auto,O0,O1,O2,O3}=auto"), std::string::npos);
+  EXPECT_NE(run_app(kGpt + " generate --help").output.find("--amp TEXT:{auto,O0,O1,O2,O3}=O0"), std::string::npos);
+  const auto automatic = run_app(tiny(data) + " --steps 2 --amp auto");
+  ASSERT_EQ(automatic.exit_code, 0) << automatic.output;
+  EXPECT_NE(automatic.output.find(native ? "mixed precision: O2 (--amp auto), activations in bf16"
+                                         : "mixed precision: O0 (--amp auto), f32; this CPU has no native low precision"),
+            std::string::npos) << automatic.output;
+  const auto eager = run_app("JIT_LEVEL=0 " + tiny(data) + " --steps 2 --amp auto");
+  ASSERT_EQ(eager.exit_code, 0) << eager.output;
+  EXPECT_NE(eager.output.find("mixed precision: O0 (--amp auto), f32; JIT_LEVEL=0 runs eagerly"), std::string::npos)
+      << eager.output;
   // Dynamic loss scaling: every step at 2^16 (none overflows), counted in the metrics and the final
   // line, and the scaler's state saved with the checkpoint and taken up by --resume.
   const auto scaled = run_app(tiny(data) + " --steps 4 --amp O1 --loss-scale dynamic --save " + dir + "/scaled --metrics " +

@@ -21,7 +21,7 @@ namespace {
 const std::string kSr = TROUPE_SR_BIN;
 
 std::string tiny() {
-  return kSr + " --channels 8 --blocks 1 --patch 32 --batch 2 --held-out 2 --threads 1 --lr 3e-3 --eval-every 3";
+  return kSr + " --channels 8 --blocks 1 --patch 32 --batch 2 --held-out 2 --threads 1 --lr 3e-3 --eval-every 3 --amp O0";
 }
 
 // A folder of `n` procedural PNGs of 48x40 pixels.

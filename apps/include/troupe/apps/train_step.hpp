@@ -20,21 +20,23 @@
 
 namespace troupe::apps {
 
-/// The flags every training app has (steps, cadences, outputs, threads, clipping).
-/// --amp and --amp-dtype, as training and inference commands take them.
+/// --amp and --amp-dtype, as training and inference commands take them. Inference defaults to O0
+/// (its outputs then match f32 references bit for bit on every machine), training to auto.
 struct AmpFlags {
   std::string level = "O0", dtype = "bf16";
 };
 
-/// Registers AmpFlags on `app` (a command or a subcommand).
+/// Registers AmpFlags on `app` (a command or a subcommand), with the defaults they hold; given
+/// twice, the last one counts (so a script's defaults can be overridden by appending).
 void add_amp_flags(CLI::App& app, AmpFlags& flags);
 
+/// The flags every training app has (steps, cadences, outputs, threads, clipping, precision).
 struct RunFlags {
   std::int64_t steps = 200, eval_every = 50, save_every = 100, log_every = 10;
   double clip = 0;
   std::string save, resume, metrics, trace;
   int threads = 0, micro_batches = 0;
-  AmpFlags amp;
+  AmpFlags amp{"auto", "bf16"};  // O2 where the CPU computes bf16 natively (resolve_amp)
   std::string loss_scale = "auto";             // dynamic loss scaling: auto (with fp16), dynamic, off
 };
 
@@ -54,7 +56,9 @@ int resolve_micro_batches(const RunFlags& flags, int threads, std::int64_t batch
 /// The mixed precision the flags ask for, checked against the JIT level (AMP rewrites traced
 /// graphs, so it needs JIT_LEVEL >= 1) and the CPU: f16 where oneDNN has no f16 products is an
 /// error; bf16 on a CPU without native bf16 would be slower than f32, so it runs at O0 after a
-/// warning on stderr naming `app` and the CPU's instruction set.
+/// warning on stderr naming `app` and the CPU's instruction set. "auto" is O2 where the CPU
+/// computes --amp-dtype natively and the JIT level allows it, else O0, without a warning (O2's
+/// losses track f32's: docs/PERFORMANCE.md, "Mixed precision").
 graph::AmpOptions resolve_amp(const AmpFlags& flags, int jit_level, const std::string& app);
 /// Whether the step scales its loss dynamically: --loss-scale dynamic, or auto with fp16 products
 /// (bf16 has f32's range and needs none); needs JIT_LEVEL >= 1 (the actor runtime divides it out).
