@@ -429,7 +429,8 @@ struct ToyApp {
   }
 };
 
-// Runs a ToyApp with `args` (and `load_weights`); returns the calls it saw.
+// Runs a ToyApp with `args` (and `load_weights`) in f32 (--amp O0 unless args say otherwise, so the
+// program's evaluations equal eager ones to 1e-6); returns the calls it saw.
 std::vector<std::string> run_toy(const std::string& args, const std::string& load_weights = "") {
   CLI::App cli;
   apps::RunFlags flags;
@@ -438,7 +439,7 @@ std::vector<std::string> run_toy(const std::string& args, const std::string& loa
   apps::add_run_flags(cli, flags);
   cli.add_option("--width", width);
   cli.add_option("--lr", lr);
-  cli.parse(args, false);
+  cli.parse("--amp O0 " + args, false);
   apps::TrainingRun run(cli, "toy-app", flags, load_weights);
   if (run.resumed()) run.settings().take("--width", "width", width);
   ToyApp toy;
