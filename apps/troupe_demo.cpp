@@ -18,6 +18,7 @@
 #include "troupe/kernels/matmul.hpp"
 #include "troupe/kernels/rng.hpp"
 #include "troupe/kernels/tensor.hpp"
+#include "troupe/version.hpp"
 
 using namespace troupe;
 
@@ -65,8 +66,11 @@ int main(int argc, char** argv) {
   const char* trace_path = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--trace") == 0 && i + 1 < argc) trace_path = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: troupe-demo [--trace out.json]\n");
+    else if (std::strcmp(argv[i], "--version") == 0) {
+      std::printf("troupe-demo %s\n", TROUPE_VERSION);
+      return 0;
+    } else {
+      std::fprintf(stderr, "usage: troupe-demo [--trace out.json] [--version]\n");
       return 2;
     }
   }

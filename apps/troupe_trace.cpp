@@ -10,9 +10,14 @@
 #include "troupe/actors/trace_summary.hpp"
 #include "troupe/apps/cli.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/version.hpp"
 
 int main(int argc, char** argv) {
-  const char* usage = "usage: troupe-trace summary TRACE.json [--json]";
+  const char* usage = "usage: troupe-trace summary TRACE.json [--json] | --version";
+  if (argc == 2 && std::strcmp(argv[1], "--version") == 0) {
+    std::printf("troupe-trace %s\n", TROUPE_VERSION);
+    return 0;
+  }
   if (argc < 3 || std::strcmp(argv[1], "summary") != 0) {
     std::fprintf(stderr, "%s\n", usage);
     return 2;

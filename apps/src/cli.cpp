@@ -7,6 +7,7 @@
 #include <new>
 
 #include "troupe/kernels/error.hpp"
+#include "troupe/version.hpp"
 
 namespace troupe::apps {
 
@@ -69,6 +70,7 @@ int run_cli(CLI::App& app, int argc, char** argv, const char* name, const std::f
   app.failure_message([name](const CLI::App*, const CLI::Error& e) {
     return std::string(name) + ": " + e.what() + " (see --help)\n";
   });
+  app.set_version_flag("--version", std::string(name) + " " + TROUPE_VERSION);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

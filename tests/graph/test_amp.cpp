@@ -91,8 +91,9 @@ TEST(Amp, O1CastsEachProductOperandOnceAndKeepsTheRestInF32) {
   EXPECT_LT(casts_of.size(), static_cast<std::size_t>(2 * products));
   // Every other op reads and writes exactly what it did in f32.
   for (const Node& n : g.nodes())
-    if (n.op != "cast" && n.op != "matmul")
+    if (n.op != "cast" && n.op != "matmul") {
       for (ValueId v : n.outputs) EXPECT_NE(g.value(v).info.dtype, DType::bf16) << n.op;
+    }
   EXPECT_EQ(op_counts(g)["layer_norm"], op_counts(f32.graph())["layer_norm"]);
   EXPECT_EQ(op_counts(g)["softmax"], op_counts(f32.graph())["softmax"]);
   // O0 is the traced graph itself.
@@ -193,8 +194,9 @@ TEST(Amp, O2KeepsActivationsLowWhereThePolicySays) {
   for (const Node& n : g.nodes()) {
     const DType out = g.value(n.outputs[0]).info.dtype;
     (out == DType::bf16 ? low_outputs : f32_outputs)[n.op] += 1;
-    if (n.op == "layer_norm" || n.op == "softmax" || n.op == "mse_loss")
+    if (n.op == "layer_norm" || n.op == "softmax" || n.op == "mse_loss") {
       for (ValueId v : n.inputs) EXPECT_EQ(g.value(v).info.dtype, DType::f32) << n.op;
+    }
   }
   EXPECT_EQ(f32_outputs["matmul"], 0);
   EXPECT_GT(low_outputs["matmul"], 0);
@@ -205,7 +207,9 @@ TEST(Amp, O2KeepsActivationsLowWhereThePolicySays) {
   // Each value is cast at most once to each dtype.
   std::map<std::pair<ValueId, std::int64_t>, int> casts;
   for (const Node& n : g.nodes())
-    if (n.op == "cast") EXPECT_EQ(++casts[std::make_pair(n.inputs[0], n.attrs.get_int("dtype"))], 1);
+    if (n.op == "cast") {
+      EXPECT_EQ(++casts[std::make_pair(n.inputs[0], n.attrs.get_int("dtype"))], 1);
+    }
 
   const std::vector<Tensor> in{test::random_tensor({4, 6, 16}, 1), test::random_tensor({4, 6, 48}, 2)};
   const auto run = [&](const TracedFunction& f) { return loss_and_gradients(m, f, in); };
@@ -244,7 +248,9 @@ TEST(Amp, O3RunsEveryOpInLowPrecisionAndTracksF32) {
     if (n.op == "cast") continue;
     ++ops[n.op];
     for (ValueId v : n.inputs)
-      if (is_floating(g.value(v).info.dtype)) EXPECT_EQ(g.value(v).info.dtype, DType::bf16) << n.op;
+      if (is_floating(g.value(v).info.dtype)) {
+        EXPECT_EQ(g.value(v).info.dtype, DType::bf16) << n.op;
+      }
     if (n.op == "layer_norm") {
       EXPECT_EQ(g.value(n.outputs[1]).info.dtype, DType::f32);  // mean
       EXPECT_EQ(g.value(n.outputs[2]).info.dtype, DType::f32);  // rstd
