@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -52,6 +53,7 @@ struct GenerateFlags {
   std::int64_t tokens = 200, top_k = 40;
   double temperature = 0.8;
   std::uint64_t seed = 1;
+  bool recompute = false;  // every token recomputes its whole window instead of using the key/value cache
 };
 
 void add_model_flags(CLI::App& app, apps::GptConfig& m) {
@@ -200,27 +202,91 @@ int train(TrainFlags f, CLI::App& app) {
   return run.train(setup(f), parts(f, data, model));
 }
 
-// The model's logits for a context of length t, traced once per length (at most --seq lengths) and
-// run through the graph passes of JIT_LEVEL (eagerly at 0): the position ids depend on t.
-class ContextLogits {
+// Next-token logits for a growing context, through graph::Jit at JIT_LEVEL (eagerly at 0).
+// With the key/value cache (the default) the prompt runs once and each new token costs one
+// position: a traced step whose inputs are the token, its position and every block's keys and
+// values, kept for --seq positions so the step's shapes never change (one trace). Once the
+// context passes --seq the window slides and the learned positions of every token in it shift, so
+// each token recomputes the last --seq, as without the cache, which traces its window once per length.
+class Decoder {
  public:
-  ContextLogits(apps::Gpt& model, graph::AmpOptions amp) : model_(model), amp_(amp) {}
-  /// Logits [1, t, vocab] of the token ids `window`.
-  Tensor operator()(const std::vector<std::int64_t>& window) {
-    const auto t = static_cast<std::int64_t>(window.size());
-    auto it = by_length_.find(t);
-    if (it == by_length_.end()) {
-      graph::TraceableFn fn = [this](const std::vector<Var>& in) { return std::vector<Var>{model_.logits(in[0])}; };
-      it = by_length_.emplace(t, graph::Jit(std::move(fn), {{"ids", {1, t}, DType::i64}}, false, graph::jit_level(), amp_))
-               .first;
+  Decoder(apps::Gpt& model, graph::AmpOptions amp, bool kv_cache) : model_(model), amp_(amp), kv_cache_(kv_cache) {}
+
+  /// Logits of the token after `context` (at least one token).
+  std::vector<float> next(const std::vector<std::int64_t>& context) {
+    const auto n = static_cast<std::int64_t>(context.size());
+    Tensor logits;
+    if (kv_cache_ && n <= model_.config.seq && cached_ > 0 && n == cached_ + 1) {
+      std::vector<Tensor> in{Tensor::from_vector(std::vector<std::int64_t>{context.back()}, {1, 1}),
+                             Tensor::from_vector(std::vector<std::int64_t>{n - 1}, {1, 1})};
+      in.insert(in.end(), cache_.begin(), cache_.end());
+      logits = take_cache(step()(in), n);
+    } else if (kv_cache_ && n <= model_.config.seq) {
+      logits = take_cache(prompt(n)({Tensor::from_vector(context, {1, n})}), n);
+    } else {
+      const std::int64_t t = std::min(n, model_.config.seq);
+      cached_ = 0;
+      logits = window(t)({Tensor::from_vector(std::vector<std::int64_t>(context.end() - t, context.end()), {1, t})})[0];
     }
-    return it->second({Tensor::from_vector(window, {1, t})})[0];
+    const std::int64_t rows = logits.shape()[1];
+    return logits.slice(1, rows - 1, rows).contiguous().to_vector<float>();
   }
 
  private:
+  // The logits of a prompt or step; its other outputs become the cache, now of `positions`.
+  Tensor take_cache(std::vector<Tensor> outputs, std::int64_t positions) {
+    cache_.assign(outputs.begin() + 1, outputs.end());
+    cached_ = positions;
+    return outputs[0];
+  }
+  // {logits, k0, v0, k1, v1, ...} of a prompt of n tokens.
+  graph::Jit& prompt(std::int64_t n) {
+    return traced(prompts_, n, {{"ids", {1, n}, DType::i64}}, [this](const std::vector<Var>& in) {
+      std::vector<graph::KvCache> caches;
+      const Var logits = model_.prompt_logits(in[0], caches);
+      return with_caches(logits, caches);
+    });
+  }
+  // {logits, k0, v0, ...} of one token at its position, after the cached ones.
+  graph::Jit& step() {
+    const std::int64_t hd = model_.config.d_model / model_.config.heads;
+    std::vector<graph::InputSpec> signature{{"id", {1, 1}, DType::i64}, {"position", {1, 1}, DType::i64}};
+    for (std::size_t i = 0; i < 2 * model_.block_list.size(); ++i)
+      signature.push_back({(i % 2 ? "v" : "k") + std::to_string(i / 2), {1, model_.config.heads, model_.config.seq, hd}});
+    return traced(steps_, 0, signature, [this](const std::vector<Var>& in) {
+      std::vector<graph::KvCache> caches(model_.block_list.size());
+      for (std::size_t i = 0; i < caches.size(); ++i) caches[i] = {in[2 + 2 * i], in[3 + 2 * i]};
+      const Var logits = model_.step_logits(in[0], in[1], caches);
+      return with_caches(logits, caches);
+    });
+  }
+  // Logits of the last `t` tokens, recomputed.
+  graph::Jit& window(std::int64_t t) {
+    return traced(windows_, t, {{"ids", {1, t}, DType::i64}},
+                  [this](const std::vector<Var>& in) { return std::vector<Var>{model_.logits(in[0])}; });
+  }
+  static std::vector<Var> with_caches(const Var& logits, const std::vector<graph::KvCache>& caches) {
+    std::vector<Var> out{logits};
+    for (const graph::KvCache& c : caches) {
+      out.push_back(c.k);
+      out.push_back(c.v);
+    }
+    return out;
+  }
+  graph::Jit& traced(std::map<std::int64_t, graph::Jit>& jits, std::int64_t key, std::vector<graph::InputSpec> signature,
+                     graph::TraceableFn fn) {
+    auto it = jits.find(key);
+    if (it == jits.end())
+      it = jits.emplace(key, graph::Jit(std::move(fn), std::move(signature), false, graph::jit_level(), amp_)).first;
+    return it->second;
+  }
+
   apps::Gpt& model_;
   graph::AmpOptions amp_;
-  std::map<std::int64_t, graph::Jit> by_length_;
+  bool kv_cache_;
+  std::map<std::int64_t, graph::Jit> prompts_, steps_, windows_;
+  std::vector<Tensor> cache_;  // k, v of every block: [1, heads, --seq, head dim]
+  std::int64_t cached_ = 0;    // positions written in the cache (0: none)
 };
 
 int generate(GenerateFlags f, CLI::App& app) {
@@ -252,12 +318,9 @@ int generate(GenerateFlags f, CLI::App& app) {
   std::printf("%s", f.prompt.c_str());
   std::uint64_t rng = f.seed;
   graph::NoGradGuard no_grad;
-  ContextLogits context_logits(model, amp);
+  Decoder decoder(model, amp, !f.recompute);
   for (std::int64_t k = 0; k < f.tokens; ++k) {
-    const std::int64_t t = std::min<std::int64_t>(static_cast<std::int64_t>(context.size()), f.model.seq);
-    const std::vector<std::int64_t> window(context.end() - t, context.end());
-    const Tensor logits = context_logits(window);
-    std::vector<float> row = logits.slice(1, t - 1, t).contiguous().to_vector<float>();
+    const std::vector<float> row = decoder.next(context);
     std::int64_t next = 0;
     if (f.temperature == 0) {
       next = std::max_element(row.begin(), row.end()) - row.begin();
@@ -317,6 +380,9 @@ int main(int argc, char** argv) {
   gen->add_option("--top-k", gf.top_k, "sample among the k most likely bytes (0 = all)")
       ->capture_default_str()->check(apps::in_range(0, 256, "0 = all"));
   gen->add_option("--seed", gf.seed, "sampling seed")->capture_default_str();
+  gen->add_flag("--recompute", gf.recompute,
+                "recompute the whole context for every token instead of keeping the attention's keys and values (slower; "
+                "the same text)");
   apps::add_amp_flags(*gen, gf.amp);
   return apps::run_cli(app, argc, argv, "troupe-gpt", [&] { return gen->parsed() ? generate(gf, *gen) : train(tf, app); });
 }

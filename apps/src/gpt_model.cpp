@@ -31,8 +31,10 @@ Gpt::Gpt(const GptConfig& cfg, Generator& gen) : config(cfg) {
   wte = register_module("wte", std::make_shared<graph::Embedding>(cfg.vocab, cfg.d_model, gen, 0.02));
   wpe = register_module("wpe", std::make_shared<graph::Embedding>(cfg.seq, cfg.d_model, gen, 0.02));
   blocks = register_module("blocks", std::make_shared<graph::Sequential>());
-  for (std::int64_t i = 0; i < cfg.layers; ++i)
-    blocks->add(std::make_shared<graph::GPTBlock>(cfg.d_model, cfg.heads, gen, cfg.d_ff));
+  for (std::int64_t i = 0; i < cfg.layers; ++i) {
+    block_list.push_back(std::make_shared<graph::GPTBlock>(cfg.d_model, cfg.heads, gen, cfg.d_ff));
+    blocks->add(block_list.back());
+  }
   ln_f = register_module("ln_f", std::make_shared<graph::LayerNorm>(cfg.d_model));
   lm_head = register_module("lm_head", std::make_shared<graph::Linear>(cfg.d_model, cfg.vocab, gen, false));
 }
@@ -47,6 +49,27 @@ Var Gpt::logits(const Var& ids) {
   std::iota(positions.begin(), positions.end(), 0);
   const Var pos = (*wpe)(Tensor::from_vector(positions, {t}));  // [T, C], broadcast over the batch
   const Var h = (*blocks)((*wte)(ids) + pos);
+  return (*lm_head)((*ln_f)(h));
+}
+
+Var Gpt::prompt_logits(const Var& ids, std::vector<graph::KvCache>& caches) {
+  const std::int64_t t = ids.dim() == 2 && ids.shape()[1].is_static() ? ids.shape()[1].size() : 0;
+  TROUPE_CHECK(t >= 1 && t <= config.seq, shape_mismatch, "gpt: a prompt must be [batch, time] with 1 to ", config.seq,
+               " (--seq) tokens, got ", sym_shape_str(ids.shape()));
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(t));
+  std::iota(positions.begin(), positions.end(), 0);
+  caches.assign(block_list.size(), {});
+  Var h = (*wte)(ids) + (*wpe)(Tensor::from_vector(positions, {t}));
+  for (std::size_t i = 0; i < block_list.size(); ++i) h = block_list[i]->prompt(h, config.seq, caches[i]);
+  return (*lm_head)((*ln_f)(h));
+}
+
+Var Gpt::step_logits(const Var& ids, const Var& positions, std::vector<graph::KvCache>& caches) {
+  TROUPE_CHECK(caches.size() == block_list.size(), invalid_argument, "gpt: ", caches.size(), " key/value caches for ",
+               block_list.size(), " blocks; fill them with prompt_logits() first");
+  const graph::DecodePosition at = graph::decode_position(positions, config.seq);
+  Var h = (*wte)(ids) + (*wpe)(positions);  // [B, 1, C] each
+  for (std::size_t i = 0; i < block_list.size(); ++i) h = block_list[i]->step(h, at, caches[i]);
   return (*lm_head)((*ln_f)(h));
 }
 

@@ -1,5 +1,6 @@
 #include "troupe/graph/nn.hpp"
 
+#include <array>
 #include <cmath>
 
 #include "troupe/graph/ops.hpp"
@@ -71,17 +72,69 @@ CausalSelfAttention::CausalSelfAttention(std::int64_t dim, std::int64_t heads, G
   qkv = register_module("qkv", std::make_shared<Linear>(dim, 3 * dim, gen));
   proj = register_module("proj", std::make_shared<Linear>(dim, dim, gen));
 }
-Var CausalSelfAttention::forward(const Var& x) {
-  TROUPE_CHECK(x.dim() == 3, shape_mismatch, "CausalSelfAttention: x must be [batch, time, ", dim, "], got ",
+namespace {
+
+// q, k, v of x [B, n, dim] as [B, heads, n, head_dim].
+std::array<Var, 3> heads_of(CausalSelfAttention& a, const Var& x) {
+  TROUPE_CHECK(x.dim() == 3, shape_mismatch, "CausalSelfAttention: x must be [batch, time, ", a.dim, "], got ",
                sym_shape_str(x.shape()));
   const SymDim b = x.size(0), t = x.size(1);
-  const std::int64_t hd = dim / heads;
-  auto qkv_parts = split((*qkv)(x), {dim, dim, dim}, -1);
-  auto heads_first = [&](const Var& v) { return v.reshape({b, t, heads, hd}).permute({0, 2, 1, 3}); };
-  const Var q = heads_first(qkv_parts[0]), k = heads_first(qkv_parts[1]), v = heads_first(qkv_parts[2]);
-  const Var scores = matmul(q, k, false, true) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  const Var y = matmul(softmax(causal_mask(scores)), v);  // [B, H, T, hd]
-  return (*proj)(y.permute({0, 2, 1, 3}).reshape({b, t, dim}));
+  auto parts = split((*a.qkv)(x), {a.dim, a.dim, a.dim}, -1);
+  std::array<Var, 3> qkv;
+  for (std::size_t i = 0; i < 3; ++i) qkv[i] = parts[i].reshape({b, t, a.heads, a.dim / a.heads}).permute({0, 2, 1, 3});
+  return qkv;
+}
+
+// softmax(scale q k^T, causal or plus `bias`) v, with the heads merged back: [B, n, dim].
+Var attend(CausalSelfAttention& a, const Var& q, const Var& k, const Var& v, const Var& bias) {
+  Var scores = matmul(q, k, false, true) * (1.0 / std::sqrt(static_cast<double>(a.dim / a.heads)));
+  scores = bias.defined() ? scores + bias : causal_mask(scores);
+  const Var y = matmul(softmax(scores), v);  // [B, H, n, hd]
+  return (*a.proj)(y.permute({0, 2, 1, 3}).reshape({q.size(0), q.size(2), a.dim}));
+}
+
+}  // namespace
+
+Var CausalSelfAttention::forward(const Var& x) {
+  const auto [q, k, v] = heads_of(*this, x);
+  return attend(*this, q, k, v, Var());
+}
+
+Var CausalSelfAttention::prompt(const Var& x, std::int64_t capacity, KvCache& cache) {
+  const auto [q, k, v] = heads_of(*this, x);
+  const SymDim n = x.size(1);
+  TROUPE_CHECK(n.is_static() && n.size() <= capacity, shape_mismatch, "CausalSelfAttention: a prompt of ", n.str(),
+               " positions does not fit a cache of ", capacity);
+  // [B, H, n, hd] to [B, H, capacity, hd] with zero rows after the n: the product with the
+  // identity stacked on zeros, exact in every dtype.
+  Tensor place = Tensor::zeros({capacity, n.size()});
+  for (std::int64_t i = 0; i < n.size(); ++i) place.data<float>()[i * n.size() + i] = 1.0f;
+  const auto padded = [&](const Var& t) { return n.size() == capacity ? t : matmul(place, t); };
+  cache = {padded(k), padded(v)};
+  return attend(*this, q, k, v, Var());
+}
+
+Var CausalSelfAttention::step(const Var& x, const DecodePosition& at, KvCache& cache) {
+  TROUPE_CHECK(x.dim() == 3 && x.size(1).is_static() && x.size(1).size() == 1, shape_mismatch,
+               "CausalSelfAttention: a decoding step takes one position [batch, 1, ", dim, "], got ", sym_shape_str(x.shape()));
+  TROUPE_CHECK(cache.k.defined() && cache.v.defined(), invalid_argument,
+               "CausalSelfAttention: a decoding step needs the cache its prompt filled");
+  const auto [q, k, v] = heads_of(*this, x);
+  cache = {cache.k * at.keep + at.write * k, cache.v * at.keep + at.write * v};
+  return attend(*this, q, cache.k, cache.v, at.bias);
+}
+
+DecodePosition decode_position(const Var& positions, std::int64_t capacity) {
+  check_positive("decode_position", "capacity", capacity);
+  // Row p of `one_hot` is 1 at p; row p of `causal` is 0 up to p and -inf after it.
+  Tensor one_hot = Tensor::zeros({capacity, capacity}), causal = Tensor::zeros({capacity, capacity});
+  for (std::int64_t p = 0; p < capacity; ++p) {
+    one_hot.data<float>()[p * capacity + p] = 1.0f;
+    for (std::int64_t j = p + 1; j < capacity; ++j) causal.data<float>()[p * capacity + j] = -INFINITY;
+  }
+  const SymDim b = positions.size(0);
+  const Var write = embedding(one_hot, positions).reshape({b, 1, capacity, 1});
+  return {write, 1.0 - write, embedding(causal, positions).reshape({b, 1, 1, capacity})};
 }
 
 MLP::MLP(std::int64_t dim, std::int64_t hidden, Generator& gen) {
@@ -98,6 +151,14 @@ GPTBlock::GPTBlock(std::int64_t dim, std::int64_t heads, Generator& gen, std::in
 }
 Var GPTBlock::forward(const Var& x) {
   const Var h = x + (*attn)((*ln1)(x));
+  return h + (*mlp)((*ln2)(h));
+}
+Var GPTBlock::prompt(const Var& x, std::int64_t capacity, KvCache& cache) {
+  const Var h = x + attn->prompt((*ln1)(x), capacity, cache);
+  return h + (*mlp)((*ln2)(h));
+}
+Var GPTBlock::step(const Var& x, const DecodePosition& at, KvCache& cache) {
+  const Var h = x + attn->step((*ln1)(x), at, cache);
   return h + (*mlp)((*ln2)(h));
 }
 

@@ -123,6 +123,16 @@ TEST(GptApp, GeneratesFromACheckpoint) {
   // Greedy decoding is deterministic.
   EXPECT_EQ(run_app(kGpt + " generate --checkpoint " + dir + "/ck --prompt 'The actor' --tokens 30 --temperature 0").output,
             r.output);
+  // The key/value cache (the default) gives the text that recomputing the whole context for every
+  // token gives, before and after the context (--seq 16) fills, traced and eager.
+  for (const std::string env : {"", "JIT_LEVEL=0 "}) {
+    const auto cached = run_app(env + kGpt + " generate --checkpoint " + dir + "/ck --prompt 'The actor' --tokens 30 --temperature 0");
+    const auto recomputed =
+        run_app(env + kGpt + " generate --recompute --checkpoint " + dir + "/ck --prompt 'The actor' --tokens 30 --temperature 0");
+    ASSERT_EQ(recomputed.exit_code, 0) << recomputed.output;
+    EXPECT_EQ(cached.output, r.output) << env;
+    EXPECT_EQ(recomputed.output, r.output) << env;
+  }
   // --amp O1 (the products in bf16) and O3 (every op): the same number of bytes out; at
   // JIT_LEVEL=0 it is refused.
   for (const std::string level : {"O1", "O3"}) {

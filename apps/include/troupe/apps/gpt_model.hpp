@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "troupe/graph/nn.hpp"
 
@@ -31,12 +32,20 @@ class Gpt : public graph::Module {
   Gpt(const GptConfig& config, Generator& gen);
   /// Next-token logits [B, T, vocab] for integer ids [B, T] (T <= config.seq).
   graph::Var logits(const graph::Var& ids);
+  /// Incremental decoding, the prompt: logits() of ids [B, n], and every block's keys and values in
+  /// `caches` (one per block, filled here) for config.seq positions.
+  graph::Var prompt_logits(const graph::Var& ids, std::vector<graph::KvCache>& caches);
+  /// Incremental decoding, one token per row: logits [B, 1, vocab] of ids [B, 1] at `positions`
+  /// (i64 [B, 1], each below config.seq and after the row's cached ones), computed against the
+  /// cached keys and values alone; writes the token's own into `caches`.
+  graph::Var step_logits(const graph::Var& ids, const graph::Var& positions, std::vector<graph::KvCache>& caches);
   /// Mean cross-entropy of the logits of `ids` against `targets` (both [B, T]).
   graph::Var loss(const graph::Var& ids, const graph::Var& targets);
 
   GptConfig config;
   std::shared_ptr<graph::Embedding> wte, wpe;
   std::shared_ptr<graph::Sequential> blocks;
+  std::vector<std::shared_ptr<graph::GPTBlock>> block_list;  // the blocks' layers, in order
   std::shared_ptr<graph::LayerNorm> ln_f;
   std::shared_ptr<graph::Linear> lm_head;
 };

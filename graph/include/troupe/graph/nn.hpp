@@ -66,10 +66,36 @@ class PixelShuffle : public Layer {
 
 /// Causal multi-head self-attention over x [B, T, C]: one qkv projection [3C, C], explicit
 /// softmax(q k^T / sqrt(C/H)) with future positions masked, then an output projection.
+/// The keys and values an attention layer keeps for incremental decoding, which computes each new
+/// token's position alone against them instead of the whole context again: [batch, heads,
+/// capacity, head_dim] each, zero past the positions written. A fixed capacity keeps every decoding
+/// step's shapes the same, so one trace serves every position, and rows of a batch may be at
+/// different positions.
+struct KvCache {
+  Var k, v;
+};
+
+/// Where a decoding step writes in a KvCache and what it reads, shared by every attention layer
+/// (decode_position()): `write` [batch, 1, capacity, 1] is 1 at each row's position and 0 elsewhere,
+/// `keep` is 1 - write, and `bias` [batch, 1, 1, capacity] is 0 up to the position and -inf after.
+struct DecodePosition {
+  Var write, keep, bias;
+};
+
+/// The DecodePosition of `positions` (i64 [batch, 1], each below `capacity`), looked up in constant
+/// tables, so a traced step takes the positions as an input.
+DecodePosition decode_position(const Var& positions, std::int64_t capacity);
+
 class CausalSelfAttention : public Layer {
  public:
   CausalSelfAttention(std::int64_t dim, std::int64_t heads, Generator& gen);
   Var forward(const Var& x) override;
+  /// forward() over a prompt x [batch, n, dim], whose keys and values fill `cache` for `capacity`
+  /// positions (n <= capacity).
+  Var prompt(const Var& x, std::int64_t capacity, KvCache& cache);
+  /// One more position per row, x [batch, 1, dim] at `at`: its keys and values go into `cache`, and
+  /// it attends to every position up to its own.
+  Var step(const Var& x, const DecodePosition& at, KvCache& cache);
   std::int64_t dim, heads;
   std::shared_ptr<Linear> qkv, proj;
 };
@@ -88,6 +114,10 @@ class GPTBlock : public Layer {
  public:
   GPTBlock(std::int64_t dim, std::int64_t heads, Generator& gen, std::int64_t hidden = 0);
   Var forward(const Var& x) override;
+  /// forward() over a prompt, filling the attention's `cache` (CausalSelfAttention::prompt).
+  Var prompt(const Var& x, std::int64_t capacity, KvCache& cache);
+  /// One decoding step (CausalSelfAttention::step).
+  Var step(const Var& x, const DecodePosition& at, KvCache& cache);
   std::shared_ptr<LayerNorm> ln1, ln2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<MLP> mlp;
