@@ -6,6 +6,10 @@
 //   gpt-train       gpt-mini, batch 8 x 128, AdamW, clip 1.0: the apps' TrainStep (actor program,
 //                   1 scheduler thread, 1 micro-batch; eager at level 0)
 //   sr-train        sr-lite, batch 4 of 64x64 -> 128x128, Adam 1e-3: the apps' TrainStep, as gpt-train
+//   gpt-decode      SIZE tokens sampled greedily after a 16-token prompt by troupe-gpt generate's
+//                   GptDecoder, with the key/value cache (one position per token); SIZE <= 112 stays
+//                   inside gpt-mini's 128-token context
+//   gpt-decode-recompute  the same, recomputing the whole context for every token (--recompute)
 // peak_bytes: the allocator's peak during a steady-state call above what was held before it, plus
 // the planned arena a level-3 function keeps between calls; planned_bytes: that arena;
 // allocs_per_step: allocator requests in that call. AMP (O0, O1, O2 or O3, bf16) is the mixed precision
@@ -19,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "troupe/apps/gpt_decoder.hpp"
 #include "troupe/apps/gpt_model.hpp"
 #include "troupe/apps/sr_model.hpp"
 #include "troupe/apps/train_step.hpp"
@@ -32,7 +37,8 @@ using graph::Var;
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: troupe-bench-jit sr-infer|sr-train|gpt-forward|gpt-train LEVEL KERNEL_THREADS [SIZE] [STEPS] [AMP]\n");
+    std::fprintf(stderr, "usage: troupe-bench-jit sr-infer|sr-train|gpt-forward|gpt-train|gpt-decode|gpt-decode-recompute "
+                 "LEVEL KERNEL_THREADS [SIZE] [STEPS] [AMP]\n");
     return 2;
   }
   const std::string workload = argv[1];
@@ -52,6 +58,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<apps::Gpt> gpt;
   std::unique_ptr<graph::Jit> jit;
   std::unique_ptr<apps::TrainStep> train;
+  std::unique_ptr<apps::GptDecoder> decoder;
   std::vector<Tensor> inputs;
   if (workload == "sr-infer") {
     sr = std::make_unique<apps::SrLite>(apps::SrConfig{}, gen);
@@ -91,6 +98,16 @@ int main(int argc, char** argv) {
                                          std::vector<graph::InputSpec>{{"ids", {b, 128}, DType::i64}}, false, level, amp);
       inputs = {ids};
       call = [&] { (*jit)(inputs); };
+    } else if (workload == "gpt-decode" || workload == "gpt-decode-recompute") {
+      decoder = std::make_unique<apps::GptDecoder>(*gpt, amp, workload == "gpt-decode");
+      call = [&] {
+        std::vector<std::int64_t> context(16);
+        for (std::size_t i = 0; i < context.size(); ++i) context[i] = static_cast<std::int64_t>('a' + i);
+        for (std::int64_t k = 0; k < size; ++k) {
+          const std::vector<float> row = decoder->next(context);
+          context.push_back(std::max_element(row.begin(), row.end()) - row.begin());
+        }
+      };
     } else if (workload == "gpt-train") {
       kernels::AdamWParams hp;
       hp.lr = 3e-4;

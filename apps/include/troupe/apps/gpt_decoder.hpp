@@ -1,0 +1,46 @@
+#pragma once
+// Next-token logits of troupe-gpt's model for a growing context, as sampling needs them, through
+// graph::Jit at JIT_LEVEL (eagerly at 0). With the key/value cache (the default) the prompt runs
+// once and each new token costs one position: a traced step whose inputs are the token, its
+// position and every block's keys and values, kept for --seq positions so the step's shapes never
+// change (one trace). Once the context passes --seq the window slides and the learned positions of
+// every token in it shift, so each token recomputes the last --seq, as without the cache, which
+// traces its window once per length.
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "troupe/apps/gpt_model.hpp"
+#include "troupe/graph/amp.hpp"
+#include "troupe/graph/trace.hpp"
+
+namespace troupe::apps {
+
+/// Logits of the next token, one context at a time (not thread-safe: it keeps one context's cache).
+class GptDecoder {
+ public:
+  /// Decodes with `model` (which must outlive it) at mixed precision `amp`, with the key/value
+  /// cache or recomputing each window.
+  GptDecoder(Gpt& model, graph::AmpOptions amp, bool kv_cache);
+  /// Logits [vocab] of the token after `context` (at least one token). Consecutive calls whose
+  /// context grows by one token reuse the cache; any other context starts it again.
+  std::vector<float> next(const std::vector<std::int64_t>& context);
+
+ private:
+  Tensor take_cache(std::vector<Tensor> outputs, std::int64_t positions);
+  graph::Jit& prompt(std::int64_t n);
+  graph::Jit& step();
+  graph::Jit& window(std::int64_t t);
+  graph::Jit& traced(std::map<std::int64_t, graph::Jit>& jits, std::int64_t key, std::vector<graph::InputSpec> signature,
+                     graph::TraceableFn fn);
+
+  Gpt& model_;
+  graph::AmpOptions amp_;
+  bool kv_cache_;
+  std::map<std::int64_t, graph::Jit> prompts_, steps_, windows_;
+  std::vector<Tensor> cache_;  // k, v of every block: [1, heads, --seq, head dim]
+  std::int64_t cached_ = 0;    // positions written in the cache (0: none)
+};
+
+}  // namespace troupe::apps

@@ -1,0 +1,94 @@
+#include "troupe/apps/gpt_decoder.hpp"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::apps {
+
+using graph::Var;
+
+namespace {
+
+// {logits, k0, v0, k1, v1, ...}: what the prompt and step functions return.
+std::vector<Var> with_caches(const Var& logits, const std::vector<graph::KvCache>& caches) {
+  std::vector<Var> out{logits};
+  for (const graph::KvCache& c : caches) {
+    out.push_back(c.k);
+    out.push_back(c.v);
+  }
+  return out;
+}
+
+}  // namespace
+
+GptDecoder::GptDecoder(Gpt& model, graph::AmpOptions amp, bool kv_cache) : model_(model), amp_(amp), kv_cache_(kv_cache) {}
+
+std::vector<float> GptDecoder::next(const std::vector<std::int64_t>& context) {
+  const auto n = static_cast<std::int64_t>(context.size());
+  TROUPE_CHECK(n >= 1, invalid_argument, "GptDecoder: the context is empty; give at least one token");
+  Tensor logits;
+  if (kv_cache_ && n <= model_.config.seq && cached_ > 0 && n == cached_ + 1) {
+    std::vector<Tensor> in{Tensor::from_vector(std::vector<std::int64_t>{context.back()}, {1, 1}),
+                           Tensor::from_vector(std::vector<std::int64_t>{n - 1}, {1, 1})};
+    in.insert(in.end(), cache_.begin(), cache_.end());
+    logits = take_cache(step()(in), n);
+  } else if (kv_cache_ && n <= model_.config.seq) {
+    logits = take_cache(prompt(n)({Tensor::from_vector(context, {1, n})}), n);
+  } else {
+    const std::int64_t t = std::min(n, model_.config.seq);
+    cached_ = 0;
+    logits = window(t)({Tensor::from_vector(std::vector<std::int64_t>(context.end() - t, context.end()), {1, t})})[0];
+  }
+  const std::int64_t rows = logits.shape()[1];
+  return logits.slice(1, rows - 1, rows).contiguous().to_vector<float>();
+}
+
+// The logits of a prompt or step; its other outputs become the cache, now of `positions`.
+Tensor GptDecoder::take_cache(std::vector<Tensor> outputs, std::int64_t positions) {
+  cache_.assign(outputs.begin() + 1, outputs.end());
+  cached_ = positions;
+  return outputs[0];
+}
+
+// {logits, k0, v0, k1, v1, ...} of a prompt of n tokens.
+graph::Jit& GptDecoder::prompt(std::int64_t n) {
+  return traced(prompts_, n, {{"ids", {1, n}, DType::i64}}, [this](const std::vector<Var>& in) {
+    std::vector<graph::KvCache> caches;
+    const Var logits = model_.prompt_logits(in[0], caches);
+    return with_caches(logits, caches);
+  });
+}
+
+// {logits, k0, v0, ...} of one token at its position, after the cached ones.
+graph::Jit& GptDecoder::step() {
+  const std::int64_t hd = model_.config.d_model / model_.config.heads;
+  std::vector<graph::InputSpec> signature{{"id", {1, 1}, DType::i64}, {"position", {1, 1}, DType::i64}};
+  for (std::size_t i = 0; i < 2 * model_.block_list.size(); ++i)
+    signature.push_back({(i % 2 ? "v" : "k") + std::to_string(i / 2), {1, model_.config.heads, model_.config.seq, hd}});
+  return traced(steps_, 0, signature, [this](const std::vector<Var>& in) {
+    std::vector<graph::KvCache> caches(model_.block_list.size());
+    for (std::size_t i = 0; i < caches.size(); ++i) caches[i] = {in[2 + 2 * i], in[3 + 2 * i]};
+    const Var logits = model_.step_logits(in[0], in[1], caches);
+    return with_caches(logits, caches);
+  });
+}
+
+// Logits of the last `t` tokens, recomputed.
+graph::Jit& GptDecoder::window(std::int64_t t) {
+  return traced(windows_, t, {{"ids", {1, t}, DType::i64}},
+                [this](const std::vector<Var>& in) { return std::vector<Var>{model_.logits(in[0])}; });
+}
+
+// The Jit under `key` in `jits`, traced on first use.
+graph::Jit& GptDecoder::traced(std::map<std::int64_t, graph::Jit>& jits, std::int64_t key,
+                               std::vector<graph::InputSpec> signature, graph::TraceableFn fn) {
+  auto it = jits.find(key);
+  if (it == jits.end())
+    it = jits.emplace(key, graph::Jit(std::move(fn), std::move(signature), false, graph::jit_level(), amp_)).first;
+  return it->second;
+}
+
+}  // namespace troupe::apps
