@@ -43,7 +43,7 @@ std::vector<float> GptDecoder::next(const std::vector<std::int64_t>& context) {
     logits = window(t)({Tensor::from_vector(std::vector<std::int64_t>(context.end() - t, context.end()), {1, t})})[0];
   }
   const std::int64_t rows = logits.shape()[1];
-  return logits.slice(1, rows - 1, rows).contiguous().to_vector<float>();
+  return logits.slice(1, rows - 1, rows).contiguous().to(DType::f32).to_vector<float>();
 }
 
 // The logits of a prompt or step; its other outputs become the cache, now of `positions`.
@@ -67,7 +67,8 @@ graph::Jit& GptDecoder::step() {
   const std::int64_t hd = model_.config.d_model / model_.config.heads;
   std::vector<graph::InputSpec> signature{{"id", {1, 1}, DType::i64}, {"position", {1, 1}, DType::i64}};
   for (std::size_t i = 0; i < 2 * model_.block_list.size(); ++i)
-    signature.push_back({(i % 2 ? "v" : "k") + std::to_string(i / 2), {1, model_.config.heads, model_.config.seq, hd}});
+    signature.push_back({(i % 2 ? "v" : "k") + std::to_string(i / 2), {1, model_.config.heads, model_.config.seq, hd},
+                         model_.wte->weight.dtype()});
   return traced(steps_, 0, signature, [this](const std::vector<Var>& in) {
     std::vector<graph::KvCache> caches(model_.block_list.size());
     for (std::size_t i = 0; i < caches.size(); ++i) caches[i] = {in[2 + 2 * i], in[3 + 2 * i]};

@@ -109,7 +109,7 @@ Var CausalSelfAttention::prompt(const Var& x, std::int64_t capacity, KvCache& ca
   // identity stacked on zeros, exact in every dtype.
   Tensor place = Tensor::zeros({capacity, n.size()});
   for (std::int64_t i = 0; i < n.size(); ++i) place.data<float>()[i * n.size() + i] = 1.0f;
-  const auto padded = [&](const Var& t) { return n.size() == capacity ? t : matmul(place, t); };
+  const auto padded = [&](const Var& t) { return n.size() == capacity ? t : matmul(place.to(t.dtype()), t); };
   cache = {padded(k), padded(v)};
   return attend(*this, q, k, v, Var());
 }
@@ -124,7 +124,7 @@ Var CausalSelfAttention::step(const Var& x, const DecodePosition& at, KvCache& c
   return attend(*this, q, cache.k, cache.v, at.bias);
 }
 
-DecodePosition decode_position(const Var& positions, std::int64_t capacity) {
+DecodePosition decode_position(const Var& positions, std::int64_t capacity, DType dtype) {
   check_positive("decode_position", "capacity", capacity);
   // Row p of `one_hot` is 1 at p; row p of `causal` is 0 up to p and -inf after it.
   Tensor one_hot = Tensor::zeros({capacity, capacity}), causal = Tensor::zeros({capacity, capacity});
@@ -133,8 +133,8 @@ DecodePosition decode_position(const Var& positions, std::int64_t capacity) {
     for (std::int64_t j = p + 1; j < capacity; ++j) causal.data<float>()[p * capacity + j] = -INFINITY;
   }
   const SymDim b = positions.size(0);
-  const Var write = embedding(one_hot, positions).reshape({b, 1, capacity, 1});
-  return {write, 1.0 - write, embedding(causal, positions).reshape({b, 1, 1, capacity})};
+  const Var write = embedding(one_hot.to(dtype), positions).reshape({b, 1, capacity, 1});
+  return {write, 1.0 - write, embedding(causal.to(dtype), positions).reshape({b, 1, 1, capacity})};
 }
 
 MLP::MLP(std::int64_t dim, std::int64_t hidden, Generator& gen) {

@@ -1,7 +1,8 @@
 // Incremental decoding (graph/nn.hpp): a Transformer block run on a prompt and then one position
 // at a time against its key/value cache gives what it gives on the whole sequence; a batch whose
-// rows are at different positions gives each row's own result; traced steps equal eager ones; and
-// a step without a filled cache, or a prompt longer than the cache, is refused.
+// rows are at different positions gives each row's own result; traced steps equal eager ones; a
+// bf16 model decodes in bf16; and a step without a filled cache, or a prompt longer than the cache,
+// is refused.
 #include <gtest/gtest.h>
 
 #include "kernels/reference.hpp"
@@ -75,6 +76,24 @@ TEST(KvCache, ATracedStepEqualsTheEagerOne) {
     const std::vector<Tensor> out = step({x.slice(1, 4, 5).contiguous(), positions({4}), cache.k.tensor(), cache.v.tensor()});
     EXPECT_LE(test::scaled_max_error(out[0], eager), 1e-6);
   }
+}
+
+// A model converted to bf16 for serving (Module::to) keeps its cache and position tables in bf16
+// and tracks its own whole-sequence result within bf16 rounding.
+TEST(KvCache, ABf16ModelDecodesInBf16) {
+  Generator gen(8);
+  GPTBlock block(16, 2, gen);
+  block.to(DType::bf16);
+  NoGradGuard no_grad;
+  const Tensor x = test::random_tensor({1, 5, 16}, 9).to(DType::bf16);
+  const Tensor whole = block(x).tensor().to(DType::f32);
+  KvCache cache;
+  block.prompt(x.slice(1, 0, 4), kCapacity, cache);
+  EXPECT_EQ(cache.k.dtype(), DType::bf16);
+  const Tensor y =
+      block.step(x.slice(1, 4, 5), decode_position(positions({4}), kCapacity, DType::bf16), cache).tensor();
+  EXPECT_EQ(y.dtype(), DType::bf16);
+  EXPECT_LE(test::scaled_max_error(y.to(DType::f32), whole.slice(1, 4, 5).contiguous()), 3e-2);
 }
 
 TEST(KvCache, AStepWithoutAPromptOrAPromptPastTheCacheIsRefused) {

@@ -83,8 +83,8 @@ struct DecodePosition {
 };
 
 /// The DecodePosition of `positions` (i64 [batch, 1], each below `capacity`), looked up in constant
-/// tables, so a traced step takes the positions as an input.
-DecodePosition decode_position(const Var& positions, std::int64_t capacity);
+/// tables, so a traced step takes the positions as an input; in `dtype`, the caches' dtype.
+DecodePosition decode_position(const Var& positions, std::int64_t capacity, DType dtype = DType::f32);
 
 class CausalSelfAttention : public Layer {
  public:
