@@ -1,4 +1,4 @@
-// PNG files in and out (libpng's simplified API) and PSNR.
+// PNG images in and out, as files and as bytes in memory (libpng's simplified API), and PSNR.
 #include "troupe/apps/image.hpp"
 
 #include <png.h>
@@ -35,44 +35,39 @@ Tensor dense_f32(const Tensor& t, const char* op) {
 
 }  // namespace
 
-Tensor read_png(const std::string& path) {
-  // Opening and checking the signature ourselves gives clearer messages than libpng's for the two
-  // commonest mistakes: a wrong path and a file that is not a PNG at all.
-  File file(std::fopen(path.c_str(), "rb"));
-  if (!file) {
-    fail(ErrorKind::io, "read_png: cannot open '", path, "': ", std::generic_category().message(errno),
-         "; check the path");
-  }
-  png_byte signature[8] = {};
-  if (std::fread(signature, 1, 8, file.get()) != 8 || png_sig_cmp(signature, 0, 8) != 0) {
-    fail(ErrorKind::io, "read_png: '", path, "' is not a PNG file (bad signature); pass PNG images");
-  }
-  std::rewind(file.get());
-
+Tensor decode_png(const std::string& bytes, const std::string& source, std::int64_t max_pixels) {
+  // Checking the signature ourselves gives a clearer message than libpng's for the commonest
+  // mistake, bytes that are not a PNG at all.
+  if (bytes.size() < 8 || png_sig_cmp(reinterpret_cast<png_const_bytep>(bytes.data()), 0, 8) != 0)
+    fail(ErrorKind::io, "read_png: ", source, " is not a PNG file (bad signature); pass PNG images");
   png_image image{};
   image.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_stdio(&image, file.get())) {
+  if (!png_image_begin_read_from_memory(&image, bytes.data(), bytes.size())) {
     std::string message = image.message;
     png_image_free(&image);
-    fail(ErrorKind::io, "read_png: cannot decode '", path, "': ", message, "; the file is corrupt, re-create it");
+    fail(ErrorKind::io, "read_png: cannot decode ", source, ": ", message, "; the file is corrupt, re-create it");
   }
   image.format = PNG_FORMAT_RGB;
   const std::int64_t h = image.height, w = image.width;
   // Pixels come out of deflate, which expands at most 1032:1: a header declaring more rows than
-  // the file could hold (even at one bit a pixel) is damage or a decompression bomb, refused
+  // the bytes could hold (even at one bit a pixel) is damage or a decompression bomb, refused
   // before the buffer for it is allocated.
-  std::error_code ec;
-  const double file_bytes = static_cast<double>(std::filesystem::file_size(path, ec));
+  const double size = static_cast<double>(bytes.size());
   const double least_data = static_cast<double>(h) * (1 + std::ceil(static_cast<double>(w) / 8));
-  if (ec || least_data > 1032 * file_bytes + 4096) {
+  if (least_data > 1032 * size + 4096) {
     png_image_free(&image);
-    fail(ErrorKind::io, "read_png: '", path, "' declares ", w, "x", h, " pixels, more than its ", file_bytes,
+    fail(ErrorKind::io, "read_png: ", source, " declares ", w, "x", h, " pixels, more than its ", size,
          " bytes can hold; the file is damaged, re-create it");
+  }
+  if (max_pixels > 0 && h * w > max_pixels) {
+    png_image_free(&image);
+    fail(ErrorKind::invalid_argument, "read_png: ", source, " is ", w, "x", h, " pixels, more than the limit of ",
+         max_pixels, "; send a smaller image");
   }
   const double needed = 15.0 * static_cast<double>(w) * static_cast<double>(h);  // 8-bit RGB, then f32
   if (needed > physical_memory_bytes()) {
     png_image_free(&image);
-    fail(ErrorKind::invalid_argument, "read_png: '", path, "' is ", w, "x", h, " pixels, which needs ",
+    fail(ErrorKind::invalid_argument, "read_png: ", source, " is ", w, "x", h, " pixels, which needs ",
          needed / (1 << 30), " GiB to decode, more than this machine's memory; downscale it");
   }
   // Zeroed, because libpng composites any alpha channel onto what the buffer already holds.
@@ -80,7 +75,7 @@ Tensor read_png(const std::string& path) {
   if (!png_image_finish_read(&image, nullptr, pixels.data(), 0, nullptr)) {
     std::string message = image.message;
     png_image_free(&image);
-    fail(ErrorKind::io, "read_png: cannot decode '", path, "': ", message,
+    fail(ErrorKind::io, "read_png: cannot decode ", source, ": ", message,
          "; the file is truncated or corrupt, re-create it");
   }
 
@@ -93,14 +88,28 @@ Tensor read_png(const std::string& path) {
   return out;
 }
 
-void write_png(const std::string& path, const Tensor& image) {
-  TROUPE_CHECK(image.defined() && image.dim() == 3 && image.size(0) == 3, shape_mismatch, "write_png: '", path,
-               "': expected an image of shape [3, H, W], got ",
+Tensor read_png(const std::string& path) {
+  File file(std::fopen(path.c_str(), "rb"));
+  if (!file) {
+    fail(ErrorKind::io, "read_png: cannot open '", path, "': ", std::generic_category().message(errno),
+         "; check the path");
+  }
+  std::string bytes;
+  char buffer[1 << 16];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0;) bytes.append(buffer, n);
+  if (std::ferror(file.get()))
+    fail(ErrorKind::io, "read_png: cannot read '", path, "': ", std::generic_category().message(errno));
+  return decode_png(bytes, "'" + path + "'");
+}
+
+std::string encode_png(const Tensor& image, const std::string& what) {
+  TROUPE_CHECK(image.defined() && image.dim() == 3 && image.size(0) == 3, shape_mismatch, what,
+               ": expected an image of shape [3, H, W], got ",
                image.defined() ? shape_str(image.shape()) : std::string("an undefined tensor"));
-  const Tensor src = dense_f32(image, "write_png");
+  const Tensor src = dense_f32(image, what.c_str());
   const std::int64_t h = src.size(1), w = src.size(2), plane = h * w;
-  TROUPE_CHECK(h > 0 && w > 0 && h <= PNG_UINT_31_MAX && w <= PNG_UINT_31_MAX, invalid_argument, "write_png: '",
-               path, "': cannot store an image of shape ", shape_str(src.shape()), " as PNG");
+  TROUPE_CHECK(h > 0 && w > 0 && h <= PNG_UINT_31_MAX && w <= PNG_UINT_31_MAX, invalid_argument, what,
+               ": cannot store an image of shape ", shape_str(src.shape()), " as PNG");
   const float* p = src.data<float>();
   std::vector<png_byte> pixels(static_cast<std::size_t>(3 * plane));
   for (std::int64_t i = 0; i < plane; ++i) {
@@ -110,7 +119,28 @@ void write_png(const std::string& path, const Tensor& image) {
       pixels[3 * i + c] = static_cast<png_byte>(std::lround(v * 255.0f));
     }
   }
+  png_image info{};
+  info.version = PNG_IMAGE_VERSION;
+  info.width = static_cast<png_uint_32>(w);
+  info.height = static_cast<png_uint_32>(h);
+  info.format = PNG_FORMAT_RGB;
+  // The first call measures, the second writes.
+  png_alloc_size_t size = 0;
+  std::string bytes;
+  bool ok = png_image_write_to_memory(&info, nullptr, &size, 0, pixels.data(), 0, nullptr) != 0;
+  if (ok) {
+    bytes.resize(size);
+    ok = png_image_write_to_memory(&info, bytes.data(), &size, 0, pixels.data(), 0, nullptr) != 0;
+    bytes.resize(size);
+  }
+  const std::string message = ok ? "" : info.message;
+  png_image_free(&info);
+  TROUPE_CHECK(ok, io, what, ": cannot encode an image of shape ", shape_str(src.shape()), ": ", message);
+  return bytes;
+}
 
+void write_png(const std::string& path, const Tensor& image) {
+  const std::string bytes = encode_png(image, "write_png: '" + path + "'");
   // Write-then-rename: a crash or a full disk leaves the old file (or none), never a broken one.
   const std::string tmp = path + ".tmp";
   File file(std::fopen(tmp.c_str(), "wb"));
@@ -118,14 +148,8 @@ void write_png(const std::string& path, const Tensor& image) {
     fail(ErrorKind::io, "write_png: cannot create '", tmp, "': ", std::generic_category().message(errno),
          "; check that the folder exists and is writable");
   }
-  png_image info{};
-  info.version = PNG_IMAGE_VERSION;
-  info.width = static_cast<png_uint_32>(w);
-  info.height = static_cast<png_uint_32>(h);
-  info.format = PNG_FORMAT_RGB;
-  bool ok = png_image_write_to_stdio(&info, file.get(), 0, pixels.data(), 0, nullptr) != 0;
-  std::string message = ok ? "" : info.message;
-  png_image_free(&info);
+  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), file.get()) == bytes.size();
+  std::string message = ok ? "" : std::generic_category().message(errno);
   if (ok && (std::fflush(file.get()) != 0 || ::fsync(fileno(file.get())) != 0)) {
     ok = false;
     message = std::generic_category().message(errno);

@@ -124,6 +124,28 @@ TEST(PngIo, HeadersDeclaringMorePixelsThanTheFileHoldsAreRefused) {
   expect_error([&] { read_png(path); }, ErrorKind::io, "declares 544512x65542 pixels, more than its");
 }
 
+// PNG bytes in memory (an upload, a response body): the same pixels as the file round trip, the
+// file's own bytes decode, a size limit refuses a larger image before decoding it, and bad bytes
+// give one error naming their source.
+TEST(PngIo, EncodesAndDecodesInMemory) {
+  TempDir dir;
+  const Tensor image = random_image({3, 9, 14}, 6);
+  const std::string bytes = encode_png(image);
+  const Tensor back = decode_png(bytes, "the upload");
+  ASSERT_EQ(back.shape(), (Shape{3, 9, 14}));
+  write_png(dir.file("m.png"), image);
+  EXPECT_EQ(back.to_vector<float>(), read_png(dir.file("m.png")).to_vector<float>());
+  std::ifstream in(dir.file("m.png"), std::ios::binary);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), bytes);
+  EXPECT_EQ(decode_png(bytes, "the upload", 9 * 14).shape(), (Shape{3, 9, 14}));
+  expect_error([&] { decode_png(bytes, "the upload", 9 * 14 - 1); }, ErrorKind::invalid_argument,
+               "the upload is 14x9 pixels, more than the limit of 125");
+  expect_error([&] { decode_png("GIF89a", "the upload"); }, ErrorKind::io, "the upload is not a PNG file");
+  expect_error([&] { decode_png(bytes.substr(0, bytes.size() / 2), "the upload"); }, ErrorKind::io,
+               "cannot decode the upload");
+  expect_error([&] { encode_png(random_image({4, 2, 2}, 7)); }, ErrorKind::shape_mismatch, "encode_png: expected");
+}
+
 TEST(PngIo, ListsPngFilesSorted) {
   TempDir dir;
   expect_error([&] { list_png_files(dir.str()); }, ErrorKind::io, dir.str());

@@ -21,6 +21,13 @@ Tensor read_png(const std::string& path);
 /// to "<path>.tmp" and renamed, so readers never see a half-written image.
 void write_png(const std::string& path, const Tensor& image);
 
+/// read_png of PNG bytes in memory (an upload); `source` names them in errors ("the request body").
+/// A positive `max_pixels` refuses larger images (invalid_argument) before decoding them.
+Tensor decode_png(const std::string& bytes, const std::string& source, std::int64_t max_pixels = 0);
+
+/// write_png's bytes, in memory; `what` begins its error messages.
+std::string encode_png(const Tensor& image, const std::string& what = "encode_png");
+
 /// Paths of the *.png files (extension in any case) directly inside `dir`, sorted; throws Error(io)
 /// if the folder is missing or holds no PNG.
 std::vector<std::string> list_png_files(const std::string& dir);
