@@ -1,0 +1,84 @@
+#pragma once
+// The HTTP/1.1 server of troupe-serve, on Boost.Beast: it reads each request under a body limit and
+// a timeout, checks the bearer token, hands the request to a handler that answers when it likes
+// (from any thread: inference runs elsewhere), and writes the answer; connections stay open
+// between requests (keep-alive). Malformed requests get 400, oversized bodies 413, a wrong or
+// missing token 401, and a client too slow to send its request is disconnected. stop() stops
+// accepting and returns once every request already read has been answered.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace troupe::apps::serve {
+
+/// A request as handlers see it.
+struct Request {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // the path, without the query
+  std::string query;   // after '?', or empty
+  std::string content_type;
+  std::string body;
+};
+
+/// What a handler answers.
+struct Response {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra ones (Retry-After, ...)
+};
+
+/// A JSON error answer: {"error": message} with `status`.
+Response json_error(int status, const std::string& message);
+
+/// Answers one request; call it exactly once, from any thread.
+using Reply = std::function<void(Response)>;
+/// Handles one request (after the token check); may answer at once or later.
+using Handler = std::function<void(const Request&, Reply)>;
+/// Called once per answered request with its route, status and seconds from read to written.
+using Observer = std::function<void(const Request&, int status, double seconds)>;
+
+/// Server settings.
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8080;                      // 0: a free port (see HttpServer::port())
+  std::uint64_t max_body_bytes = 16u << 20;       // larger bodies get 413
+  std::chrono::milliseconds read_timeout{10000};  // to receive a whole request
+  int io_threads = 1;                             // threads reading and writing sockets
+  std::string token;                              // non-empty: requests need "Authorization: Bearer <token>"
+  std::string server_name = "troupe-serve";
+};
+
+/// The server: listening from construction, serving on its own threads until stop().
+class HttpServer {
+ public:
+  /// Binds host:port (throws troupe::Error(io) naming them when it cannot) and starts serving.
+  HttpServer(ServerOptions options, Handler handler, Observer observer = nullptr);
+  /// stop().
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  /// The port it listens on.
+  std::uint16_t port() const;
+  /// Stops accepting connections, waits until every request already read has been answered and
+  /// written, then closes the connections and joins the threads. Idempotent.
+  void stop();
+  /// Requests read and not yet answered.
+  int in_flight() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// True when `a` equals `b`, comparing every byte whatever the first difference (tokens).
+bool constant_time_equal(const std::string& a, const std::string& b);
+
+}  // namespace troupe::apps::serve

@@ -1,0 +1,245 @@
+// troupe-serve's HTTP/1.1 server: Beast's asynchronous reads and writes on a few io threads, one
+// strand per connection; handlers answer through a Reply that posts the write back to the
+// connection's strand.
+#include "troupe/apps/serve/http_server.hpp"
+
+#include <atomic>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "troupe/kernels/error.hpp"
+#include "troupe/version.hpp"
+
+namespace troupe::apps::serve {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+Response json_error(int status, const std::string& message) {
+  std::string escaped;
+  for (char c : message) {
+    if (c == '"' || c == '\\') escaped += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      escaped += ' ';
+      continue;
+    }
+    escaped += c;
+  }
+  return Response{status, "application/json", "{\"error\":\"" + escaped + "\"}\n", {}};
+}
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  const std::size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (std::size_t i = 0; i < n; ++i)
+    diff |= static_cast<unsigned char>((i < a.size() ? a[i] : 0) ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+struct HttpServer::Impl {
+  Impl(ServerOptions o, Handler h, Observer obs)
+      : options(std::move(o)), handler(std::move(h)), observer(std::move(obs)), acceptor(asio::make_strand(io)) {}
+
+  ServerOptions options;
+  Handler handler;
+  Observer observer;
+  asio::io_context io;
+  // Keeps the io threads running while no socket operation is pending: a request handed to a
+  // handler waits for its reply with nothing posted.
+  asio::executor_work_guard<asio::io_context::executor_type> work{asio::make_work_guard(io)};
+  tcp::acceptor acceptor;
+  std::vector<std::thread> threads;
+  std::atomic<bool> stopping{false};
+  std::mutex mutex;
+  std::condition_variable answered;
+  int in_flight = 0;  // guarded by mutex
+
+  void accept();
+  void begin_request() {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++in_flight;
+  }
+  void end_request() {
+    std::lock_guard<std::mutex> lock(mutex);
+    --in_flight;
+    answered.notify_all();
+  }
+};
+
+namespace {
+
+// One connection: read a request, hand it on, write the answer, and again while keep-alive.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, HttpServer::Impl* server) : stream_(std::move(socket)), server_(server) {}
+
+  void start() { asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); }); }
+
+ private:
+  void read() {
+    if (server_->stopping) return close();
+    parser_.emplace();
+    parser_->body_limit(server_->options.max_body_bytes);
+    stream_.expires_after(server_->options.read_timeout);
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
+        ec == asio::error::connection_reset || ec == asio::error::eof)
+      return close();
+    request_ = Request{};
+    started_ = std::chrono::steady_clock::now();
+    if (parser_->is_header_done()) {
+      const auto& header = parser_->get();
+      request_.method = std::string(header.method_string());
+      const std::string target(header.target());
+      const std::size_t q = target.find('?');
+      request_.target = target.substr(0, q);
+      request_.query = q == std::string::npos ? "" : target.substr(q + 1);
+      request_.content_type = std::string(header[http::field::content_type]);
+    }
+    server_->begin_request();
+    if (ec == http::error::body_limit)
+      return answer(json_error(413, "the request body is larger than the limit of " +
+                                        std::to_string(server_->options.max_body_bytes) + " bytes"),
+                    false);
+    if (ec) return answer(json_error(400, "malformed request: " + ec.message()), false);
+    http::request<http::string_body> message = parser_->release();
+    keep_alive_ = message.keep_alive();
+    request_.body = std::move(message.body());
+    if (!server_->options.token.empty()) {
+      const std::string given(message[http::field::authorization]);
+      if (!constant_time_equal(given, "Bearer " + server_->options.token)) {
+        Response r = json_error(401, "missing or wrong bearer token; send 'Authorization: Bearer <token>'");
+        r.headers.emplace_back("WWW-Authenticate", "Bearer");
+        return answer(std::move(r), keep_alive_);
+      }
+    }
+    auto once = std::make_shared<std::atomic<bool>>(false);
+    Reply reply = [self = shared_from_this(), once](Response r) {
+      if (once->exchange(true)) return;  // answered already
+      asio::post(self->stream_.get_executor(),
+                 [self, r = std::move(r)]() mutable { self->answer(std::move(r), self->keep_alive_); });
+    };
+    try {
+      server_->handler(request_, reply);
+    } catch (const std::exception& e) {
+      reply(json_error(500, std::string("internal error: ") + e.what()));
+    }
+  }
+
+  // Writes `r`; afterwards reads the next request when `keep_alive`, else closes.
+  void answer(Response r, bool keep_alive) {
+    auto message = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(r.status), 11);
+    message->set(http::field::server, server_->options.server_name + "/" + TROUPE_VERSION);
+    message->set(http::field::content_type, r.content_type);
+    for (const auto& [name, value] : r.headers) message->set(name, value);
+    message->body() = std::move(r.body);
+    message->keep_alive(keep_alive && !server_->stopping);
+    message->prepare_payload();
+    const int status = r.status;
+    stream_.expires_after(server_->options.read_timeout);
+    http::async_write(stream_, *message,
+                      [self = shared_from_this(), message, status](beast::error_code ec, std::size_t) {
+                        self->written(ec, status, message->keep_alive());
+                      });
+  }
+
+  void written(beast::error_code ec, int status, bool keep_alive) {
+    if (server_->observer)
+      server_->observer(request_, status,
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+    server_->end_request();
+    if (ec || !keep_alive) return close();
+    read();
+  }
+
+  void close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.close();
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  HttpServer::Impl* server_;  // outlives every session: its threads are joined, and its io_context
+                              // destroys the sessions still waiting
+  Request request_;
+  bool keep_alive_ = false;
+  std::chrono::steady_clock::time_point started_;
+};
+
+}  // namespace
+
+void HttpServer::Impl::accept() {
+  acceptor.async_accept(asio::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
+    if (stopping || !acceptor.is_open()) return;
+    if (!ec) std::make_shared<Session>(std::move(socket), this)->start();
+    accept();
+  });
+}
+
+HttpServer::HttpServer(ServerOptions options, Handler handler, Observer observer)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(handler), std::move(observer))) {
+  Impl& s = *impl_;
+  TROUPE_CHECK(s.options.io_threads >= 1, invalid_argument, "serve: io threads must be >= 1, got ", s.options.io_threads);
+  beast::error_code ec;
+  const auto address = asio::ip::make_address(s.options.host, ec);
+  TROUPE_CHECK(!ec, invalid_argument, "serve: '", s.options.host, "' is not an IP address (", ec.message(),
+               "); use e.g. 127.0.0.1 or 0.0.0.0");
+  const tcp::endpoint endpoint(address, s.options.port);
+  s.acceptor.open(endpoint.protocol(), ec);
+  if (!ec) s.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) s.acceptor.bind(endpoint, ec);
+  if (!ec) s.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  TROUPE_CHECK(!ec, io, "serve: cannot listen on ", s.options.host, ":", s.options.port, ": ", ec.message(),
+               "; pick another --port or stop what holds it");
+  s.accept();
+  for (int i = 0; i < s.options.io_threads; ++i) s.threads.emplace_back([&s] { s.io.run(); });
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+std::uint16_t HttpServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+int HttpServer::in_flight() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->in_flight;
+}
+
+void HttpServer::stop() {
+  Impl& s = *impl_;
+  if (s.stopping.exchange(true)) {
+    for (std::thread& t : s.threads)
+      if (t.joinable()) t.join();
+    return;
+  }
+  asio::post(s.acceptor.get_executor(), [&s] {
+    beast::error_code ignored;
+    s.acceptor.close(ignored);
+  });
+  {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    s.answered.wait(lock, [&s] { return s.in_flight == 0; });
+  }
+  s.work.reset();
+  s.io.stop();
+  for (std::thread& t : s.threads)
+    if (t.joinable()) t.join();
+}
+
+}  // namespace troupe::apps::serve
