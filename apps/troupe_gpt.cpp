@@ -234,22 +234,7 @@ int generate(GenerateFlags f, CLI::App& app) {
   apps::GptDecoder decoder(model, amp, !f.recompute);
   for (std::int64_t k = 0; k < f.tokens; ++k) {
     const std::vector<float> row = decoder.next(context);
-    std::int64_t next = 0;
-    if (f.temperature == 0) {
-      next = std::max_element(row.begin(), row.end()) - row.begin();
-    } else {
-      // Keep the top-k logits, then sample from softmax(logits / temperature).
-      std::vector<float> sorted = row;
-      const std::size_t k_keep = f.top_k > 0 ? std::min<std::size_t>(f.top_k, row.size()) : row.size();
-      std::nth_element(sorted.begin(), sorted.begin() + (k_keep - 1), sorted.end(), std::greater<float>());
-      const float cutoff = sorted[k_keep - 1], top = *std::max_element(row.begin(), row.end());
-      std::vector<double> p(row.size());
-      double z = 0;
-      for (std::size_t i = 0; i < row.size(); ++i) z += p[i] = row[i] >= cutoff ? std::exp((row[i] - top) / f.temperature) : 0.0;
-      double u = apps::uniform01(rng) * z;
-      for (next = 0; next + 1 < static_cast<std::int64_t>(p.size()) && u >= p[static_cast<std::size_t>(next)]; ++next)
-        u -= p[static_cast<std::size_t>(next)];
-    }
+    const std::int64_t next = apps::sample_token(row, f.temperature, f.top_k, rng);
     context.push_back(next);
     std::putchar(static_cast<int>(next));
     std::fflush(stdout);

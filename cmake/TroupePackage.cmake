@@ -24,7 +24,7 @@ add_library(troupe::troupe ALIAS troupe_all)
 set_target_properties(troupe_all PROPERTIES EXPORT_NAME troupe)
 target_link_libraries(troupe_all INTERFACE ${troupe_layer_libraries} Threads::Threads)
 
-set(troupe_apps_installed troupe-gpt troupe-sr troupe-launch troupe-trace troupe-demo)
+set(troupe_apps_installed troupe-gpt troupe-sr troupe-serve troupe-launch troupe-trace troupe-demo)
 set_target_properties(${troupe_apps_installed} PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
 
 install(TARGETS ${troupe_layer_libraries} troupe_all EXPORT TroupeTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -1,9 +1,12 @@
 #include "troupe/apps/gpt_decoder.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <string>
 #include <utility>
 
+#include "troupe/apps/splitmix.hpp"
 #include "troupe/kernels/error.hpp"
 
 namespace troupe::apps {
@@ -90,6 +93,25 @@ graph::Jit& GptDecoder::traced(std::map<std::int64_t, graph::Jit>& jits, std::in
   if (it == jits.end())
     it = jits.emplace(key, graph::Jit(std::move(fn), std::move(signature), false, graph::jit_level(), amp_)).first;
   return it->second;
+}
+
+std::int64_t sample_token(const std::vector<float>& logits, double temperature, std::int64_t top_k, std::uint64_t& rng) {
+  TROUPE_CHECK(!logits.empty(), invalid_argument, "sample_token: no logits");
+  if (temperature == 0) return std::max_element(logits.begin(), logits.end()) - logits.begin();
+  // Keep the top-k logits, then sample from softmax(logits / temperature).
+  std::vector<float> sorted = logits;
+  const std::size_t keep = top_k > 0 ? std::min<std::size_t>(static_cast<std::size_t>(top_k), logits.size()) : logits.size();
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(keep - 1), sorted.end(), std::greater<float>());
+  const float cutoff = sorted[keep - 1], top = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> p(logits.size());
+  double z = 0;
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    z += p[i] = logits[i] >= cutoff ? std::exp((logits[i] - top) / temperature) : 0.0;
+  double u = uniform01(rng) * z;
+  std::int64_t next = 0;
+  for (; next + 1 < static_cast<std::int64_t>(p.size()) && u >= p[static_cast<std::size_t>(next)]; ++next)
+    u -= p[static_cast<std::size_t>(next)];
+  return next;
 }
 
 }  // namespace troupe::apps

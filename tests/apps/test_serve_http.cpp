@@ -4,17 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/write.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <chrono>
 #include <future>
 #include <string>
 #include <thread>
 
+#include "apps/http_client.hpp"
 #include "troupe/apps/serve/batch_queue.hpp"
 #include "troupe/apps/serve/http_server.hpp"
 #include "troupe/apps/serve/metrics.hpp"
@@ -43,34 +38,7 @@ Handler echo() {
   };
 }
 
-// A client connection to the server on `port`.
-struct Client {
-  explicit Client(std::uint16_t port) : socket(io) { socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port)); }
-  http::response<http::string_body> send(http::verb verb, const std::string& target, const std::string& body = "",
-                                         const std::string& token = "") {
-    http::request<http::string_body> req(verb, target, 11);
-    req.set(http::field::host, "127.0.0.1");
-    if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
-    req.body() = body;
-    req.prepare_payload();
-    http::write(socket, req);
-    http::response<http::string_body> res;
-    http::read(socket, buffer, res);
-    return res;
-  }
-  // Raw bytes, then the answer (or what the server sent before closing).
-  std::string raw(const std::string& bytes) {
-    asio::write(socket, asio::buffer(bytes));
-    std::string out;
-    beast::error_code ec;
-    char chunk[4096];
-    for (std::size_t n; (n = socket.read_some(asio::buffer(chunk), ec)) > 0 && !ec;) out.append(chunk, n);
-    return out;
-  }
-  asio::io_context io;
-  tcp::socket socket;
-  beast::flat_buffer buffer;
-};
+using Client = troupe::test::HttpClient;
 
 ServerOptions loopback() {
   ServerOptions o;

@@ -27,13 +27,16 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
 Response json_error(int status, const std::string& message) {
+  // Control characters become spaces and bytes past ASCII '?': the message may quote the bad input,
+  // which need not be UTF-8, and the answer must stay valid JSON.
   std::string escaped;
   for (char c : message) {
-    if (c == '"' || c == '\\') escaped += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      escaped += ' ';
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x80) {
+      escaped += u < 0x20 ? ' ' : '?';
       continue;
     }
+    if (c == '"' || c == '\\') escaped += '\\';
     escaped += c;
   }
   return Response{status, "application/json", "{\"error\":\"" + escaped + "\"}\n", {}};

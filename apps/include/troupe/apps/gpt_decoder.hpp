@@ -43,4 +43,8 @@ class GptDecoder {
   std::int64_t cached_ = 0;    // positions written in the cache (0: none)
 };
 
+/// The next token from `logits`: the largest at temperature 0; otherwise drawn from
+/// softmax(logits / temperature) over the `top_k` largest (0: all), with `rng` (splitmix64 state).
+std::int64_t sample_token(const std::vector<float>& logits, double temperature, std::int64_t top_k, std::uint64_t& rng);
+
 }  // namespace troupe::apps

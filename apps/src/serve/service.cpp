@@ -1,0 +1,273 @@
+// troupe-serve's routes: request parsing and limits, one batching queue per model, the workers'
+// inference, and the answers.
+#include "troupe/apps/serve/service.hpp"
+
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "troupe/apps/checkpoint.hpp"
+#include "troupe/apps/gpt_decoder.hpp"
+#include "troupe/apps/image.hpp"
+#include "troupe/apps/serve/batch_queue.hpp"
+#include "troupe/apps/weights.hpp"
+#include "troupe/graph/trace.hpp"
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::apps::serve {
+
+namespace {
+
+using graph::Var;
+using Clock = std::chrono::steady_clock;
+
+const char* const kRoutes = "GET /, /healthz, /metrics; POST /v1/upscale, /v1/generate";
+
+struct UpscaleJob {
+  Tensor image;  // [3, H, W]
+  Reply reply;
+};
+
+struct GenerateJob {
+  std::vector<std::int64_t> prompt;
+  std::int64_t max_tokens = 64, top_k = 40;
+  double temperature = 0.8;
+  std::uint64_t seed = 1;
+  Reply reply;
+};
+
+Response method_not_allowed(const std::string& allowed) {
+  Response r = json_error(405, "use " + allowed + " here");
+  r.headers.emplace_back("Allow", allowed);
+  return r;
+}
+
+Response busy(const char* model, std::size_t waiting) {
+  Response r = json_error(503, std::string("the ") + model + " queue is full (" + std::to_string(waiting) +
+                                   " requests waiting); retry in a moment");
+  r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+// The generate request's fields, checked: one clear 400 for the first thing wrong.
+GenerateJob parse_generate(const std::string& body, const ServiceOptions& o) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(body);
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorKind::invalid_argument, "the body is not JSON (", e.what(), "); send {\"prompt\": \"...\"}");
+  }
+  TROUPE_CHECK(j.is_object(), invalid_argument, "the body must be a JSON object, as {\"prompt\": \"...\"}");
+  static const std::set<std::string> known{"prompt", "max_tokens", "temperature", "top_k", "seed"};
+  for (const auto& [key, value] : j.items())
+    TROUPE_CHECK(known.count(key), invalid_argument, "unknown field '", key,
+                 "'; the fields are prompt, max_tokens, temperature, top_k, seed");
+  TROUPE_CHECK(j.contains("prompt") && j["prompt"].is_string(), invalid_argument, "'prompt' must be a string");
+  const std::string prompt = j["prompt"];
+  TROUPE_CHECK(static_cast<std::int64_t>(prompt.size()) <= o.max_prompt_bytes, invalid_argument, "the prompt has ",
+               prompt.size(), " bytes, more than the limit of ", o.max_prompt_bytes);
+  GenerateJob job;
+  for (unsigned char c : prompt) job.prompt.push_back(c);
+  if (job.prompt.empty()) job.prompt.push_back('\n');
+  const auto integer = [&](const char* key, std::int64_t lo, std::int64_t hi, std::int64_t& out) {
+    if (!j.contains(key)) return;
+    TROUPE_CHECK(j[key].is_number_integer() && j[key].get<std::int64_t>() >= lo && j[key].get<std::int64_t>() <= hi,
+                 invalid_argument, "'", key, "' must be an integer from ", lo, " to ", hi);
+    out = j[key].get<std::int64_t>();
+  };
+  integer("max_tokens", 1, o.max_tokens, job.max_tokens);
+  job.max_tokens = std::min(job.max_tokens, o.max_tokens);
+  integer("top_k", 0, 256, job.top_k);
+  std::int64_t seed = 1;
+  integer("seed", 0, std::numeric_limits<std::int64_t>::max(), seed);
+  job.seed = static_cast<std::uint64_t>(seed);
+  if (j.contains("temperature")) {
+    TROUPE_CHECK(j["temperature"].is_number() && j["temperature"].get<double>() >= 0 && j["temperature"].get<double>() <= 100,
+                 invalid_argument, "'temperature' must be a number from 0 (greedy) to 100");
+    job.temperature = j["temperature"];
+  }
+  return job;
+}
+
+}  // namespace
+
+struct Service::Impl {
+  explicit Impl(const ServiceOptions& o) : options(o) {}
+
+  // Upscales a batch: images of one size run together as one [B, 3, H, W] call.
+  void upscale_batch(std::vector<UpscaleJob>& batch) {
+    metrics.set_queue_depth(static_cast<std::int64_t>(depth()));
+    std::map<std::pair<std::int64_t, std::int64_t>, std::vector<UpscaleJob*>> by_size;
+    for (UpscaleJob& job : batch) by_size[{job.image.size(1), job.image.size(2)}].push_back(&job);
+    for (auto& [size, jobs] : by_size) {
+      metrics.observe_batch("/v1/upscale", static_cast<int>(jobs.size()));
+      try {
+        graph::NoGradGuard no_grad;  // eager at JIT level 0: no tape
+        const auto b = static_cast<std::int64_t>(jobs.size());
+        Tensor images = Tensor::empty({b, 3, size.first, size.second});
+        for (std::int64_t i = 0; i < b; ++i) images.slice(0, i, i + 1).copy_from(jobs[i]->image.unsqueeze(0));
+        const Tensor out = (*upscale)({images})[0];
+        for (std::int64_t i = 0; i < b; ++i)
+          jobs[i]->reply(Response{200, "image/png", encode_png(out.slice(0, i, i + 1).reshape({3, out.size(2), out.size(3)})), {}});
+      } catch (const std::exception& e) {
+        for (UpscaleJob* job : jobs) job->reply(json_error(500, std::string("upscaling failed: ") + e.what()));
+      }
+    }
+  }
+
+  // Generates for each request of the batch, one after another, with the key/value cache.
+  void generate_batch(std::vector<GenerateJob>& batch) {
+    metrics.set_queue_depth(static_cast<std::int64_t>(depth()));
+    for (GenerateJob& job : batch) {
+      metrics.observe_batch("/v1/generate", 1);
+      try {
+        graph::NoGradGuard no_grad;
+        std::vector<std::int64_t> context = job.prompt;
+        std::uint64_t rng = job.seed;
+        std::string text;
+        for (std::int64_t k = 0; k < job.max_tokens; ++k) {
+          const std::int64_t next = sample_token(decoder->next(context), job.temperature, job.top_k, rng);
+          context.push_back(next);
+          text.push_back(static_cast<char>(next));
+        }
+        const nlohmann::json answer{{"text", text}, {"tokens", job.max_tokens}, {"finish", "length"}};
+        job.reply(Response{200, "application/json", answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", {}});
+      } catch (const std::exception& e) {
+        job.reply(json_error(500, std::string("generation failed: ") + e.what()));
+      }
+    }
+  }
+
+  std::size_t depth() const {
+    return (upscale_queue ? upscale_queue->depth() : 0) + (generate_queue ? generate_queue->depth() : 0);
+  }
+
+  ServiceOptions options;
+  Metrics metrics;
+  std::unique_ptr<SrLite> sr;
+  std::unique_ptr<graph::Jit> upscale;
+  std::unique_ptr<Gpt> gpt;
+  std::unique_ptr<GptDecoder> decoder;  // the one generate worker's
+  // Declared last, destroyed first: their workers finish what is queued while the models exist.
+  std::unique_ptr<BatchQueue<UpscaleJob>> upscale_queue;
+  std::unique_ptr<BatchQueue<GenerateJob>> generate_queue;
+};
+
+Service::Service(const ServiceOptions& o) : impl_(std::make_unique<Impl>(o)) {
+  Impl& s = *impl_;
+  if (!o.sr_path.empty()) {
+    s.sr = load_sr(o.sr_path, o.sr);
+    const graph::SymDim b = graph::SymDim::symbol("batch"), h = graph::SymDim::symbol("height"), w = graph::SymDim::symbol("width");
+    s.upscale = std::make_unique<graph::Jit>([&s](const std::vector<Var>& in) { return std::vector<Var>{(*s.sr)(in[0])}; },
+                                             std::vector<graph::InputSpec>{{"image", {b, 3, h, w}}}, false, o.jit_level, o.amp);
+    s.upscale_queue = std::make_unique<BatchQueue<UpscaleJob>>(o.queue_capacity, o.max_batch, o.max_wait, 1,
+                                                               [&s](std::vector<UpscaleJob>& batch) { s.upscale_batch(batch); });
+  }
+  if (!o.gpt_path.empty()) {
+    s.gpt = load_gpt(o.gpt_path, o.gpt);
+    s.decoder = std::make_unique<GptDecoder>(*s.gpt, o.amp, true);
+    s.generate_queue = std::make_unique<BatchQueue<GenerateJob>>(o.queue_capacity, o.max_batch, o.max_wait, 1,
+                                                                 [&s](std::vector<GenerateJob>& batch) { s.generate_batch(batch); });
+  }
+}
+
+Service::~Service() = default;
+
+const Metrics& Service::metrics() const { return impl_->metrics; }
+
+void Service::observe(const Request& request, int status, double seconds) {
+  static const std::set<std::string> routes{"/", "/healthz", "/metrics", "/v1/upscale", "/v1/generate"};
+  impl_->metrics.observe_request(routes.count(request.target) ? request.target : "other", status, seconds);
+}
+
+void Service::handle(const Request& r, Reply reply) {
+  Impl& s = *impl_;
+  const auto only = [&](const char* method) {
+    if (r.method == method) return true;
+    reply(method_not_allowed(method));
+    return false;
+  };
+  if (r.target == "/") {
+    if (only("GET")) reply(Response{200, "text/html; charset=utf-8", index_page(), {}});
+  } else if (r.target == "/healthz") {
+    if (!only("GET")) return;
+    nlohmann::json models = nlohmann::json::array();
+    if (s.sr) models.push_back("sr-lite");
+    if (s.gpt) models.push_back("gpt");
+    reply(Response{200, "application/json", nlohmann::json{{"status", "ok"}, {"models", models}}.dump() + "\n", {}});
+  } else if (r.target == "/metrics") {
+    if (only("GET")) reply(Response{200, "text/plain; version=0.0.4", s.metrics.prometheus(), {}});
+  } else if (r.target == "/v1/upscale") {
+    if (!only("POST")) return;
+    if (!s.upscale_queue) return reply(json_error(404, "this server has no sr-lite model; start it with --sr"));
+    UpscaleJob job;
+    try {
+      job.image = decode_png(r.body, "the request body", s.options.max_pixels);
+    } catch (const Error& e) {
+      return reply(json_error(400, e.what()));
+    }
+    job.reply = reply;
+    if (!s.upscale_queue->try_push(job)) return reply(busy("upscale", s.upscale_queue->depth()));
+    s.metrics.set_queue_depth(static_cast<std::int64_t>(s.depth()));
+  } else if (r.target == "/v1/generate") {
+    if (!only("POST")) return;
+    if (!s.generate_queue) return reply(json_error(404, "this server has no gpt model; start it with --gpt"));
+    GenerateJob job;
+    try {
+      job = parse_generate(r.body, s.options);
+    } catch (const Error& e) {
+      return reply(json_error(400, e.what()));
+    }
+    job.reply = reply;
+    if (!s.generate_queue->try_push(job)) return reply(busy("generate", s.generate_queue->depth()));
+    s.metrics.set_queue_depth(static_cast<std::int64_t>(s.depth()));
+  } else {
+    reply(json_error(404, "no route " + r.target + "; the routes are " + kRoutes));
+  }
+}
+
+std::unique_ptr<SrLite> load_sr(const std::string& path, SrConfig config) {
+  std::map<std::string, Tensor> weights;
+  std::string file = path, advice = "pass weights written by troupe-sr (--save) for this model shape";
+  if (std::filesystem::is_directory(path)) {
+    Checkpoint c = load_checkpoint(path, "troupe-sr");
+    config.channels = c.state.int_at("channels");
+    config.blocks = c.state.int_at("blocks");
+    config.activation = parse_activation(c.state.string_at("act"));
+    weights = std::move(c.model);
+    file = c.folder + "/model.safetensors";
+    advice = "the checkpoint is damaged or from another model";
+  } else {
+    weights = read_weights(path, "--sr takes a troupe-sr checkpoint folder or a .safetensors file");
+  }
+  Generator gen(0);
+  auto model = std::make_unique<SrLite>(config, gen);
+  load_weights_into(*model, weights, file, advice);
+  return model;
+}
+
+std::unique_ptr<Gpt> load_gpt(const std::string& path, GptConfig config) {
+  std::map<std::string, Tensor> weights;
+  std::string file = path, advice = "pass weights of this model shape (--gpt-d-model ...), Troupe or nanoGPT names";
+  if (std::filesystem::is_directory(path)) {
+    Checkpoint c = load_checkpoint(path, "troupe-gpt");
+    for (auto [key, field] : {std::pair{"vocab", &config.vocab}, {"d_model", &config.d_model}, {"layers", &config.layers},
+                              {"heads", &config.heads}, {"d_ff", &config.d_ff}, {"seq", &config.seq}})
+      *field = c.state.int_at(key);
+    weights = std::move(c.model);
+    file = c.folder + "/model.safetensors";
+    advice = "the checkpoint is damaged or from another model";
+  } else {
+    weights = from_nanogpt_names(read_weights(path, "--gpt takes a troupe-gpt checkpoint folder or a .safetensors file"));
+  }
+  TROUPE_CHECK(config.vocab == 256, invalid_argument, "'", path, "' is a model of ", config.vocab,
+               " tokens; troupe-serve generates bytes (256)");
+  Generator gen(0);
+  auto model = std::make_unique<Gpt>(config, gen);
+  load_weights_into(*model, weights, file, advice);
+  return model;
+}
+
+}  // namespace troupe::apps::serve

@@ -1,0 +1,277 @@
+// troupe-serve's routes on loopback, with small models saved by the test: health, the page,
+// upscaling (the model's own output, batched when requests arrive together), generation (the
+// decoder's own text at temperature 0), bad input (400 naming the problem), a full queue (503 with
+// Retry-After, and nothing lost), and SIGTERM with requests in flight (all answered).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "apps/app_runner.hpp"
+#include "apps/http_client.hpp"
+#include "troupe/apps/gpt_decoder.hpp"
+#include "troupe/apps/image.hpp"
+#include "troupe/apps/serve/service.hpp"
+#include "troupe/graph/trace.hpp"
+
+using namespace troupe;
+using namespace troupe::apps::serve;
+namespace http = boost::beast::http;
+
+namespace {
+
+apps::SrConfig small_sr() {
+  apps::SrConfig c;
+  c.channels = 8;
+  c.blocks = 1;
+  return c;
+}
+
+apps::GptConfig small_gpt() {
+  apps::GptConfig c;
+  c.d_model = 32;
+  c.heads = 2;
+  c.layers = 1;
+  c.d_ff = 64;
+  c.seq = 16;
+  return c;
+}
+
+// Weights of freshly initialised models, saved once for every test.
+struct Models {
+  Models() {
+    const std::string dir = test::fresh_dir("serve_models");
+    Generator gen(3);
+    apps::SrLite(small_sr(), gen).save(sr = dir + "/sr.safetensors");
+    apps::Gpt(small_gpt(), gen).save(gpt = dir + "/gpt.safetensors");
+  }
+  std::string sr, gpt;
+};
+const Models& models() {
+  static const Models m;
+  return m;
+}
+
+ServiceOptions options() {
+  ServiceOptions o;
+  o.sr_path = models().sr;
+  o.sr = small_sr();
+  o.gpt_path = models().gpt;
+  o.gpt = small_gpt();
+  o.max_pixels = 64 * 64;
+  o.max_prompt_bytes = 32;
+  o.max_tokens = 40;
+  return o;
+}
+
+// A service behind a server on a free loopback port.
+struct Running {
+  explicit Running(const ServiceOptions& o)
+      : service(o),
+        server(ServerOptions{"127.0.0.1", 0, 1u << 20, std::chrono::milliseconds(5000), 2, "", "troupe-serve"},
+               [this](const Request& r, Reply reply) { service.handle(r, std::move(reply)); },
+               [this](const Request& r, int status, double s) { service.observe(r, status, s); }) {}
+  Service service;
+  HttpServer server;
+};
+
+std::string png_of(std::int64_t h, std::int64_t w, std::uint64_t seed) { return apps::encode_png(apps::procedural_image(seed, h, w)); }
+
+}  // namespace
+
+TEST(Serve, HealthAndThePage) {
+  Running s(options());
+  test::HttpClient c(s.server.port());
+  const auto health = c.send(http::verb::get, "/healthz");
+  EXPECT_EQ(health.result_int(), 200);
+  EXPECT_EQ(nlohmann::json::parse(health.body()).at("models"), nlohmann::json::array({"sr-lite", "gpt"}));
+  const auto page = c.send(http::verb::get, "/");
+  EXPECT_EQ(page.result_int(), 200);
+  EXPECT_NE(page.body().find("id=\"upscale-form\""), std::string::npos);
+  EXPECT_NE(page.body().find("id=\"generate-form\""), std::string::npos);
+  EXPECT_EQ(c.send(http::verb::post, "/healthz").result_int(), 405);
+  const auto missing = c.send(http::verb::get, "/v2/nothing");
+  EXPECT_EQ(missing.result_int(), 404);
+  EXPECT_NE(missing.body().find("the routes are"), std::string::npos);
+}
+
+TEST(Serve, UpscalesAsTheModelDoesAndBatchesConcurrentRequests) {
+  ServiceOptions o = options();
+  o.max_wait = std::chrono::milliseconds(300);  // requests arriving together run together
+  Running s(o);
+  const std::string png = png_of(12, 20, 1);
+  // The model itself, eagerly, on the same image.
+  Generator gen(0);
+  apps::SrLite model(small_sr(), gen);
+  model.load(models().sr);
+  graph::NoGradGuard no_grad;
+  const Tensor image = apps::decode_png(png, "test");
+  const Tensor expected = model(graph::Var(image.unsqueeze(0))).tensor().reshape({3, 24, 40});
+  std::vector<std::future<http::response<http::string_body>>> answers;
+  for (int i = 0; i < 4; ++i)
+    answers.push_back(std::async(std::launch::async, [&] { return test::HttpClient(s.server.port()).send(http::verb::post, "/v1/upscale", png); }));
+  for (auto& a : answers) {
+    const auto r = a.get();
+    ASSERT_EQ(r.result_int(), 200) << r.body();
+    EXPECT_EQ(std::string(r[http::field::content_type]), "image/png");
+    const Tensor out = apps::decode_png(r.body(), "answer");
+    ASSERT_EQ(out.shape(), (Shape{3, 24, 40}));
+    const auto got = out.to_vector<float>(), want = apps::decode_png(apps::encode_png(expected), "expected").to_vector<float>();
+    for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1.0 / 255 + 1e-6) << i;
+  }
+  const std::string metrics = test::HttpClient(s.server.port()).send(http::verb::get, "/metrics").body();
+  EXPECT_NE(metrics.find("troupe_requests_total{route=\"/v1/upscale\",status=\"200\"} 4"), std::string::npos) << metrics;
+  EXPECT_EQ(metrics.find("troupe_batch_size_count{route=\"/v1/upscale\"} 4"), std::string::npos)
+      << "four concurrent requests ran one by one\n" << metrics;
+}
+
+TEST(Serve, GeneratesTheDecodersTextAtTemperatureZero) {
+  Running s(options());
+  const auto r = test::HttpClient(s.server.port())
+                     .send(http::verb::post, "/v1/generate", R"({"prompt": "The actor", "max_tokens": 30, "temperature": 0})");
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  const auto answer = nlohmann::json::parse(r.body());
+  EXPECT_EQ(answer.at("tokens"), 30);
+  Generator gen(0);
+  apps::Gpt model(small_gpt(), gen);
+  model.load(models().gpt);
+  graph::NoGradGuard no_grad;
+  apps::GptDecoder decoder(model, {}, true);
+  std::vector<std::int64_t> context;
+  for (unsigned char c : std::string("The actor")) context.push_back(c);
+  std::string text;
+  std::uint64_t rng = 1;
+  for (int k = 0; k < 30; ++k) {
+    context.push_back(apps::sample_token(decoder.next(context), 0, 0, rng));
+    text.push_back(static_cast<char>(context.back()));
+  }
+  nlohmann::json expected = text;
+  EXPECT_EQ(answer.at("text").dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+            expected.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+TEST(Serve, BadInputGetsA400NamingTheProblem) {
+  Running s(options());
+  test::HttpClient c(s.server.port());
+  const auto expect_400 = [&](const std::string& target, const std::string& body, const std::string& says) {
+    const auto r = c.send(http::verb::post, target, body);
+    EXPECT_EQ(r.result_int(), 400) << target << " " << body;
+    EXPECT_NO_THROW(nlohmann::json::parse(r.body())) << r.body();
+    EXPECT_NE(r.body().find(says), std::string::npos) << r.body();
+  };
+  expect_400("/v1/upscale", "GIF89a....", "not a PNG");
+  expect_400("/v1/upscale", png_of(12, 20, 2).substr(0, 60), "cannot decode the request body");
+  expect_400("/v1/upscale", png_of(80, 80, 3), "more than the limit of 4096");
+  expect_400("/v1/generate", "{\"prompt\": \"x\"", "not JSON");
+  expect_400("/v1/generate", "[1, 2]", "JSON object");
+  expect_400("/v1/generate", R"({"prompt": 5})", "'prompt' must be a string");
+  expect_400("/v1/generate", R"({"prompt": "x", "tokens": 3})", "unknown field 'tokens'");
+  expect_400("/v1/generate", R"({"prompt": "x", "max_tokens": 0})", "'max_tokens' must be an integer from 1 to 40");
+  expect_400("/v1/generate", R"({"prompt": "x", "temperature": -1})", "'temperature' must be a number");
+  expect_400("/v1/generate", R"({"prompt": ")" + std::string(40, 'a') + "\"}", "more than the limit of 32");
+  expect_400("/v1/generate", "{\"prompt\": \"\xff\xfe\"}", "not JSON");  // invalid UTF-8, answered as valid JSON
+  // A server without the model says which flag loads it.
+  ServiceOptions only_gpt = options();
+  only_gpt.sr_path.clear();
+  Running g(only_gpt);
+  const auto r = test::HttpClient(g.server.port()).send(http::verb::post, "/v1/upscale", png_of(12, 20, 4));
+  EXPECT_EQ(r.result_int(), 404);
+  EXPECT_NE(r.body().find("start it with --sr"), std::string::npos);
+}
+
+TEST(Serve, AFullQueueAnswers503AndLosesNothing) {
+  ServiceOptions o = options();
+  o.max_pixels = 1 << 20;
+  o.queue_capacity = 1;
+  o.max_batch = 1;
+  o.max_wait = std::chrono::milliseconds(0);
+  Running s(o);
+  const std::string big = png_of(512, 512, 5);  // each takes the worker tens of milliseconds
+  constexpr int kRequests = 8;
+  std::atomic<int> connected{0};
+  std::vector<std::future<http::response<http::string_body>>> answers;
+  for (int i = 0; i < kRequests; ++i)
+    answers.push_back(std::async(std::launch::async, [&] {
+      test::HttpClient c(s.server.port());
+      ++connected;
+      while (connected < kRequests) std::this_thread::yield();  // then all send at once
+      return c.send(http::verb::post, "/v1/upscale", big);
+    }));
+  int ok = 0, busy = 0;
+  for (auto& a : answers) {
+    const auto r = a.get();
+    if (r.result_int() == 200) {
+      ++ok;
+      EXPECT_EQ(apps::decode_png(r.body(), "answer").shape(), (Shape{3, 1024, 1024}));
+    } else {
+      ASSERT_EQ(r.result_int(), 503) << r.body();
+      EXPECT_EQ(std::string(r[http::field::retry_after]), "1");
+      EXPECT_NE(r.body().find("queue is full"), std::string::npos);
+      ++busy;
+    }
+  }
+  EXPECT_EQ(ok + busy, kRequests);
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(busy, 1) << "eight requests at once never filled a queue of one";
+}
+
+// The binary: started on a free port, SIGTERM while requests are in flight answers all of them
+// and exits 0.
+TEST(Serve, SigtermAnswersTheRequestsInFlight) {
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  posix_spawn_file_actions_addclose(&actions, out[0]);
+  const std::string bin = TROUPE_SERVE_BIN;
+  const std::string gpt = models().gpt;
+  std::vector<std::string> args{bin, "--port", "0", "--gpt", gpt, "--gpt-d-model", "32", "--gpt-heads", "2", "--gpt-layers",
+                                "1", "--gpt-d-ff", "64", "--gpt-seq", "16", "--max-tokens", "4000"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, bin.c_str(), &actions, nullptr, argv.data(), environ), 0);
+  close(out[1]);
+  FILE* stdout_of = fdopen(out[0], "r");
+  char line[512] = {};
+  ASSERT_NE(fgets(line, sizeof line, stdout_of), nullptr);
+  const std::string first(line);
+  const auto at = first.find("127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << first;
+  const auto port = static_cast<std::uint16_t>(std::stoi(first.substr(at + 10)));
+  using Clock = std::chrono::steady_clock;
+  std::vector<std::future<std::pair<http::response<http::string_body>, Clock::time_point>>> answers;
+  for (int i = 0; i < 3; ++i)
+    answers.push_back(std::async(std::launch::async, [port] {
+      auto r = test::HttpClient(port).send(http::verb::post, "/v1/generate", R"({"prompt": "x", "max_tokens": 4000})");
+      return std::make_pair(r, Clock::now());
+    }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the requests are read and queued
+  const Clock::time_point signalled = Clock::now();
+  kill(pid, SIGTERM);
+  int after = 0;
+  for (auto& a : answers) {
+    const auto [r, done] = a.get();
+    EXPECT_EQ(r.result_int(), 200) << r.body();
+    EXPECT_EQ(nlohmann::json::parse(r.body()).at("tokens"), 4000);
+    after += done > signalled;
+  }
+  EXPECT_GE(after, 1) << "every request was answered before the signal: nothing was in flight";
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::string rest;
+  while (fgets(line, sizeof line, stdout_of)) rest += line;
+  fclose(stdout_of);
+  EXPECT_NE(rest.find("SIGTERM: answering the"), std::string::npos) << rest;
+  EXPECT_NE(rest.find("stopped; 3 requests answered with 200"), std::string::npos) << rest;
+}
