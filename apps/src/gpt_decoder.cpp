@@ -65,12 +65,13 @@ graph::Jit& GptDecoder::prompt(std::int64_t n) {
   });
 }
 
-// {logits, k0, v0, ...} of one token at its position, after the cached ones.
+// {logits, k0, v0, ...} of one token per row at its position, after the cached ones.
 graph::Jit& GptDecoder::step() {
   const std::int64_t hd = model_.config.d_model / model_.config.heads;
-  std::vector<graph::InputSpec> signature{{"id", {1, 1}, DType::i64}, {"position", {1, 1}, DType::i64}};
+  const graph::SymDim rows = graph::SymDim::symbol("rows");
+  std::vector<graph::InputSpec> signature{{"id", {rows, 1}, DType::i64}, {"position", {rows, 1}, DType::i64}};
   for (std::size_t i = 0; i < 2 * model_.block_list.size(); ++i)
-    signature.push_back({(i % 2 ? "v" : "k") + std::to_string(i / 2), {1, model_.config.heads, model_.config.seq, hd},
+    signature.push_back({(i % 2 ? "v" : "k") + std::to_string(i / 2), {rows, model_.config.heads, model_.config.seq, hd},
                          model_.wte->weight.dtype()});
   return traced(steps_, 0, signature, [this](const std::vector<Var>& in) {
     std::vector<graph::KvCache> caches(model_.block_list.size());
@@ -78,6 +79,88 @@ graph::Jit& GptDecoder::step() {
     const Var logits = model_.step_logits(in[0], in[1], caches);
     return with_caches(logits, caches);
   });
+}
+
+namespace {
+
+// Row r of every [rows, vocab]-shaped logits tensor, as f32 vectors.
+std::vector<std::vector<float>> rows_of(const Tensor& logits) {
+  const Tensor flat = logits.reshape({logits.size(0), logits.shape().back()}).to(DType::f32).contiguous();
+  std::vector<std::vector<float>> out;
+  for (std::int64_t r = 0; r < flat.size(0); ++r) out.push_back(flat.slice(0, r, r + 1).contiguous().to_vector<float>());
+  return out;
+}
+
+// The rows `take` of each [rows, ...] tensor, in order, as new dense tensors.
+std::vector<Tensor> gather_rows(const std::vector<std::vector<Tensor>>& per_row_sources, const std::vector<std::size_t>& take) {
+  std::vector<Tensor> out;
+  for (std::size_t c = 0; c < per_row_sources.front().size(); ++c) {
+    Shape shape = per_row_sources[take.front()][c].shape();
+    shape[0] = static_cast<std::int64_t>(take.size());
+    Tensor t = Tensor::empty(shape, per_row_sources[take.front()][c].dtype());
+    for (std::size_t i = 0; i < take.size(); ++i)
+      t.slice(0, static_cast<std::int64_t>(i), static_cast<std::int64_t>(i) + 1).copy_from(per_row_sources[take[i]][c]);
+    out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<float>> GptDecoder::start(const std::vector<std::vector<std::int64_t>>& prompts) {
+  TROUPE_CHECK(!prompts.empty(), invalid_argument, "GptDecoder::start: no prompts");
+  std::vector<std::vector<Tensor>> caches;
+  std::vector<std::vector<float>> logits;
+  positions_.clear();
+  for (const std::vector<std::int64_t>& p : prompts) {
+    const auto n = static_cast<std::int64_t>(p.size());
+    TROUPE_CHECK(n >= 1 && n <= model_.config.seq, invalid_argument, "GptDecoder::start: a prompt of ", n,
+                 " tokens; give 1 to ", model_.config.seq, " (the model's positions)");
+    std::vector<Tensor> out = prompt(n)({Tensor::from_vector(p, {1, n})});
+    logits.push_back(rows_of(out[0].slice(1, n - 1, n)).front());
+    caches.emplace_back(out.begin() + 1, out.end());
+    positions_.push_back(n);
+  }
+  std::vector<std::size_t> all(prompts.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  rows_cache_ = gather_rows(caches, all);
+  return logits;
+}
+
+std::vector<std::vector<float>> GptDecoder::step(const std::vector<std::int64_t>& tokens) {
+  TROUPE_CHECK(tokens.size() == positions_.size() && !tokens.empty(), invalid_argument, "GptDecoder::step: ",
+               tokens.size(), " tokens for ", positions_.size(), " rows");
+  for (std::size_t r = 0; r < positions_.size(); ++r)
+    TROUPE_CHECK(positions_[r] < model_.config.seq, invalid_argument, "GptDecoder::step: row ", r, " holds all ",
+                 model_.config.seq, " positions; drop it (keep_rows) and continue it with next()");
+  const auto b = static_cast<std::int64_t>(tokens.size());
+  std::vector<Tensor> in{Tensor::from_vector(tokens, {b, 1}), Tensor::from_vector(positions_, {b, 1})};
+  in.insert(in.end(), rows_cache_.begin(), rows_cache_.end());
+  std::vector<Tensor> out = step()(in);
+  rows_cache_.assign(out.begin() + 1, out.end());
+  for (std::int64_t& p : positions_) ++p;
+  return rows_of(out[0]);
+}
+
+void GptDecoder::keep_rows(const std::vector<bool>& keep) {
+  TROUPE_CHECK(keep.size() == positions_.size(), invalid_argument, "GptDecoder::keep_rows: ", keep.size(), " flags for ",
+               positions_.size(), " rows");
+  std::vector<std::size_t> take;
+  std::vector<std::int64_t> positions;
+  for (std::size_t r = 0; r < keep.size(); ++r)
+    if (keep[r]) {
+      take.push_back(r);
+      positions.push_back(positions_[r]);
+    }
+  positions_ = positions;
+  if (take.empty()) {
+    rows_cache_.clear();
+    return;
+  }
+  std::vector<std::vector<Tensor>> per_row(keep.size());
+  for (std::size_t r = 0; r < keep.size(); ++r)
+    for (const Tensor& c : rows_cache_) per_row[r].push_back(c.slice(0, static_cast<std::int64_t>(r), static_cast<std::int64_t>(r) + 1));
+  rows_cache_ = gather_rows(per_row, take);
 }
 
 // Logits of the last `t` tokens, recomputed.

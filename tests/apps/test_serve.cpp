@@ -1,6 +1,6 @@
 // troupe-serve's routes on loopback, with small models saved by the test: health, the page,
 // upscaling (the model's own output, batched when requests arrive together), generation (the
-// decoder's own text at temperature 0), bad input (400 naming the problem), a full queue (503 with
+// decoder's own text at temperature 0; concurrent requests decoded together), bad input (400 naming the problem), a full queue (503 with
 // Retry-After, and nothing lost), and SIGTERM with requests in flight (all answered).
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -155,6 +155,28 @@ TEST(Serve, GeneratesTheDecodersTextAtTemperatureZero) {
   nlohmann::json expected = text;
   EXPECT_EQ(answer.at("text").dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
             expected.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+TEST(Serve, ConcurrentGenerationsAreDecodedTogether) {
+  ServiceOptions o = options();
+  o.max_wait = std::chrono::milliseconds(300);
+  Running s(o);
+  std::vector<std::future<http::response<http::string_body>>> answers;
+  for (int i = 0; i < 4; ++i)
+    answers.push_back(std::async(std::launch::async, [&s, i] {
+      const std::string body = R"({"prompt": ")" + std::string(static_cast<std::size_t>(1 + 3 * i), 'a') +
+                               R"(", "max_tokens": )" + std::to_string(5 + 10 * i) + R"(, "seed": )" + std::to_string(i) + "}";
+      return test::HttpClient(s.server.port()).send(http::verb::post, "/v1/generate", body);
+    }));
+  for (int i = 0; i < 4; ++i) {
+    const auto r = answers[static_cast<std::size_t>(i)].get();
+    ASSERT_EQ(r.result_int(), 200) << r.body();
+    EXPECT_EQ(nlohmann::json::parse(r.body()).at("tokens"), 5 + 10 * i);  // the last two outgrow the 16 positions
+  }
+  const std::string metrics = test::HttpClient(s.server.port()).send(http::verb::get, "/metrics").body();
+  EXPECT_NE(metrics.find("troupe_requests_total{route=\"/v1/generate\",status=\"200\"} 4"), std::string::npos) << metrics;
+  EXPECT_EQ(metrics.find("troupe_batch_size_count{route=\"/v1/generate\"} 4"), std::string::npos)
+      << "four concurrent generations ran one by one\n" << metrics;
 }
 
 TEST(Serve, BadInputGetsA400NamingTheProblem) {

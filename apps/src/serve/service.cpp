@@ -117,26 +117,67 @@ struct Service::Impl {
     }
   }
 
-  // Generates for each request of the batch, one after another, with the key/value cache.
+  // Generates for the batch's requests together: their prompts start one decoder row each, and
+  // one traced step per token advances every row still generating. A row whose context fills
+  // the model's positions leaves the batch and goes on alone, recomputing its sliding window.
   void generate_batch(std::vector<GenerateJob>& batch) {
     metrics.set_queue_depth(static_cast<std::int64_t>(depth()));
-    for (GenerateJob& job : batch) {
-      metrics.observe_batch("/v1/generate", 1);
-      try {
-        graph::NoGradGuard no_grad;
-        std::vector<std::int64_t> context = job.prompt;
-        std::uint64_t rng = job.seed;
-        std::string text;
-        for (std::int64_t k = 0; k < job.max_tokens; ++k) {
-          const std::int64_t next = sample_token(decoder->next(context), job.temperature, job.top_k, rng);
-          context.push_back(next);
-          text.push_back(static_cast<char>(next));
+    metrics.observe_batch("/v1/generate", static_cast<int>(batch.size()));
+    struct Row {
+      GenerateJob* job;
+      std::vector<std::int64_t> context;
+      std::string text;
+      std::uint64_t rng;
+      bool answered = false;
+    };
+    std::vector<Row> rows;
+    for (GenerateJob& job : batch) rows.push_back(Row{&job, job.prompt, "", job.seed});
+    const auto finish = [](Row& r) {
+      const nlohmann::json answer{{"text", r.text}, {"tokens", r.text.size()}, {"finish", "length"}};
+      r.job->reply(Response{200, "application/json", answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", {}});
+      r.answered = true;
+    };
+    const auto take = [](Row& r, std::int64_t token) {
+      r.context.push_back(token);
+      r.text.push_back(static_cast<char>(token));
+      return static_cast<std::int64_t>(r.text.size()) < r.job->max_tokens;  // more to go
+    };
+    const std::int64_t seq = gpt->config.seq;
+    try {
+      graph::NoGradGuard no_grad;
+      std::vector<Row*> active, alone;
+      std::vector<std::vector<std::int64_t>> prompts;
+      for (Row& r : rows) (static_cast<std::int64_t>(r.context.size()) <= seq ? active : alone).push_back(&r);
+      for (Row* r : active) prompts.push_back(r->context);
+      std::vector<std::vector<float>> logits = active.empty() ? std::vector<std::vector<float>>{} : decoder->start(prompts);
+      while (!active.empty()) {
+        std::vector<std::int64_t> tokens;
+        std::vector<bool> keep;
+        std::vector<Row*> still;
+        for (std::size_t i = 0; i < active.size(); ++i) {
+          Row& r = *active[i];
+          const bool more = take(r, sample_token(logits[i], r.job->temperature, r.job->top_k, r.rng));
+          const bool room = decoder->positions()[i] < seq;
+          if (!more) finish(r);
+          else if (!room) alone.push_back(&r);
+          keep.push_back(more && room);
+          if (more && room) {
+            tokens.push_back(r.context.back());
+            still.push_back(&r);
+          }
         }
-        const nlohmann::json answer{{"text", text}, {"tokens", job.max_tokens}, {"finish", "length"}};
-        job.reply(Response{200, "application/json", answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", {}});
-      } catch (const std::exception& e) {
-        job.reply(json_error(500, std::string("generation failed: ") + e.what()));
+        decoder->keep_rows(keep);
+        active = still;
+        if (!active.empty()) logits = decoder->step(tokens);
       }
+      for (Row* r : alone) {
+        while (take(*r, sample_token(decoder->next(r->context), r->job->temperature, r->job->top_k, r->rng))) {
+        }
+        finish(*r);
+      }
+    } catch (const std::exception& e) {
+      for (Row& r : rows)
+        if (!r.answered) r.job->reply(json_error(500, std::string("generation failed: ") + e.what()));
     }
   }
 

@@ -17,7 +17,9 @@
 
 namespace troupe::apps {
 
-/// Logits of the next token, one context at a time (not thread-safe: it keeps one context's cache).
+/// Logits of the next token, for one context at a time (next()) or for several decoded together
+/// (start(), step(), keep_rows()): one traced step advances every row by one position, each at its
+/// own. Not thread-safe: it keeps the contexts' caches.
 class GptDecoder {
  public:
   /// Decodes with `model` (which must outlive it) at mixed precision `amp`, with the key/value
@@ -26,6 +28,17 @@ class GptDecoder {
   /// Logits [vocab] of the token after `context` (at least one token). Consecutive calls whose
   /// context grows by one token reuse the cache; any other context starts it again.
   std::vector<float> next(const std::vector<std::int64_t>& context);
+
+  /// Starts decoding `prompts` together (each 1 to --seq tokens), one row each; returns each row's
+  /// next-token logits. Replaces the rows of an earlier start().
+  std::vector<std::vector<float>> start(const std::vector<std::vector<std::int64_t>>& prompts);
+  /// Appends tokens[i] to row i (each row below --seq positions: see positions()) and returns each
+  /// row's next-token logits.
+  std::vector<std::vector<float>> step(const std::vector<std::int64_t>& tokens);
+  /// Keeps the rows whose `keep` is true, in order (a finished request leaves the batch).
+  void keep_rows(const std::vector<bool>& keep);
+  /// The positions each row holds (its context's length).
+  const std::vector<std::int64_t>& positions() const { return positions_; }
 
  private:
   Tensor take_cache(std::vector<Tensor> outputs, std::int64_t positions);
@@ -39,8 +52,10 @@ class GptDecoder {
   graph::AmpOptions amp_;
   bool kv_cache_;
   std::map<std::int64_t, graph::Jit> prompts_, steps_, windows_;
-  std::vector<Tensor> cache_;  // k, v of every block: [1, heads, --seq, head dim]
+  std::vector<Tensor> cache_;  // next(): k, v of every block: [1, heads, --seq, head dim]
   std::int64_t cached_ = 0;    // positions written in the cache (0: none)
+  std::vector<Tensor> rows_cache_;        // start()/step(): k, v of every block: [rows, heads, --seq, head dim]
+  std::vector<std::int64_t> positions_;   // of each row
 };
 
 /// The next token from `logits`: the largest at temperature 0; otherwise drawn from

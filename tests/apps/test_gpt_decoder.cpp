@@ -1,0 +1,60 @@
+// GptDecoder decoding several contexts together: each row's logits are those of decoding it alone
+// (prompts of different lengths, rows leaving the batch), and misuse is refused.
+#include <gtest/gtest.h>
+
+#include "kernels/reference.hpp"
+#include "troupe/apps/gpt_decoder.hpp"
+#include "troupe/graph/var.hpp"
+#include "troupe/kernels/error.hpp"
+
+using namespace troupe;
+
+namespace {
+
+apps::GptConfig small() {
+  apps::GptConfig c;
+  c.d_model = 32;
+  c.heads = 2;
+  c.layers = 2;
+  c.d_ff = 64;
+  c.seq = 12;
+  return c;
+}
+
+double worst(const std::vector<float>& a, const std::vector<float>& b) {
+  return test::scaled_max_error(Tensor::from_vector(a, {static_cast<std::int64_t>(a.size())}),
+                                Tensor::from_vector(b, {static_cast<std::int64_t>(b.size())}));
+}
+
+}  // namespace
+
+TEST(GptDecoder, RowsDecodedTogetherEqualEachDecodedAlone) {
+  Generator gen(2);
+  apps::Gpt model(small(), gen);
+  graph::NoGradGuard no_grad;
+  apps::GptDecoder together(model, {}, true), alone(model, {}, true);
+  std::vector<std::vector<std::int64_t>> contexts{{1, 2, 3}, {7}, {9, 8, 7, 6, 5}};
+  std::vector<std::vector<float>> logits = together.start(contexts);
+  EXPECT_EQ(together.positions(), (std::vector<std::int64_t>{3, 1, 5}));
+  for (int step = 0; step < 5; ++step) {
+    std::vector<std::int64_t> tokens;
+    for (std::size_t r = 0; r < contexts.size(); ++r) {
+      EXPECT_LE(worst(logits[r], alone.next(contexts[r])), 1e-5) << "row " << r << ", step " << step;
+      tokens.push_back((step * 31 + static_cast<std::int64_t>(r) * 17) % 256);
+      contexts[r].push_back(tokens.back());
+    }
+    if (step == 2) {  // row 1 leaves
+      together.keep_rows({true, false, true});
+      contexts.erase(contexts.begin() + 1);
+      tokens.erase(tokens.begin() + 1);
+    }
+    logits = together.step(tokens);
+  }
+  // Row 1 (5 + 5 = 10 positions, then 12) fills the model's 12 positions: another step is refused.
+  together.step({1, 2});
+  EXPECT_EQ(together.positions(), (std::vector<std::int64_t>{9, 11}));
+  together.step({1, 2});
+  EXPECT_THROW(together.step({1, 2}), Error);
+  EXPECT_THROW(together.step({1}), Error);
+  EXPECT_THROW(together.start({std::vector<std::int64_t>(13, 1)}), Error);
+}
