@@ -56,9 +56,10 @@ int serve(Flags& f) {
 
   int signal = 0;
   sigwait(&stop_signals, &signal);
-  std::printf("troupe-serve: %s: answering the %d requests in flight, then stopping\n",
+  std::printf("troupe-serve: %s: answering the %d requests in flight, then stopping (send it again to stop at once)\n",
               signal == SIGTERM ? "SIGTERM" : "SIGINT", server.in_flight());
   std::fflush(stdout);
+  pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);  // a second signal takes its default action
   server.stop();
   std::printf("troupe-serve: stopped; %llu requests answered with 200\n",
               static_cast<unsigned long long>(service.metrics().requests_with_status(200)));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Troupe needs to build and test; with --bench also PyTorch (Debian's
-# python3-torch) and OpenMPI, which the side-by-side benchmarks and the golden-data generator run. Idempotent
-# and quiet: does nothing when everything is present. Runs as root, or through sudo.
+# python3-torch) and OpenMPI, which the side-by-side benchmarks and the golden-data generator run;
+# with --browser also Chromium, which the troupe-serve page test drives headless (it skips without).
+# Idempotent and quiet: does nothing when everything is present. Runs as root, or through sudo.
 set -euo pipefail
 
 packages=(
@@ -12,9 +13,13 @@ packages=(
   nlohmann-json3-dev libpng-dev zlib1g-dev libcli11-dev
   python3
 )
-if [ "${1:-}" = --bench ]; then
-  packages+=(python3-torch openmpi-bin libopenmpi-dev)
-fi
+for option in "$@"; do
+  case "$option" in
+    --bench) packages+=(python3-torch openmpi-bin libopenmpi-dev) ;;
+    --browser) packages+=(chromium) ;;
+    *) echo "setup.sh: unknown option '$option'; use --bench and/or --browser" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

@@ -244,32 +244,57 @@ TEST(Serve, AFullQueueAnswers503AndLosesNothing) {
   EXPECT_GE(busy, 1) << "eight requests at once never filled a queue of one";
 }
 
-// The binary: started on a free port, SIGTERM while requests are in flight answers all of them
-// and exits 0.
-TEST(Serve, SigtermAnswersTheRequestsInFlight) {
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-  posix_spawn_file_actions_addclose(&actions, out[0]);
-  const std::string bin = TROUPE_SERVE_BIN;
-  const std::string gpt = models().gpt;
-  std::vector<std::string> args{bin, "--port", "0", "--gpt", gpt, "--gpt-d-model", "32", "--gpt-heads", "2", "--gpt-layers",
-                                "1", "--gpt-d-ff", "64", "--gpt-seq", "16", "--max-tokens", "4000"};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+// troupe-serve as a process on a free port, with the test's models.
+struct ServeProcess {
+  explicit ServeProcess(std::vector<std::string> extra) {
+    int out[2];
+    EXPECT_EQ(pipe(out), 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    posix_spawn_file_actions_addclose(&actions, out[0]);
+    std::vector<std::string> args{TROUPE_SERVE_BIN, "--port", "0", "--sr", models().sr, "--sr-channels", "8", "--sr-blocks",
+                                  "1", "--gpt", models().gpt, "--gpt-d-model", "32", "--gpt-heads", "2", "--gpt-layers",
+                                  "1", "--gpt-d-ff", "64", "--gpt-seq", "16"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    EXPECT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    close(out[1]);
+    output = fdopen(out[0], "r");
+    char line[512] = {};
+    if (fgets(line, sizeof line, output)) first_line = line;
+    const auto at = first_line.find("127.0.0.1:");
+    EXPECT_NE(at, std::string::npos) << first_line;
+    if (at != std::string::npos) port = static_cast<std::uint16_t>(std::stoi(first_line.substr(at + 10)));
+  }
+  /// Sends SIGTERM and returns finish().
+  std::pair<int, std::string> stop() {
+    kill(pid, SIGTERM);
+    return finish();
+  }
+  /// Waits for the exit; returns its status and what it printed after the first line.
+  std::pair<int, std::string> finish() {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    std::string rest;
+    char line[512];
+    while (fgets(line, sizeof line, output)) rest += line;
+    fclose(output);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, rest};
+  }
   pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, bin.c_str(), &actions, nullptr, argv.data(), environ), 0);
-  close(out[1]);
-  FILE* stdout_of = fdopen(out[0], "r");
-  char line[512] = {};
-  ASSERT_NE(fgets(line, sizeof line, stdout_of), nullptr);
-  const std::string first(line);
-  const auto at = first.find("127.0.0.1:");
-  ASSERT_NE(at, std::string::npos) << first;
-  const auto port = static_cast<std::uint16_t>(std::stoi(first.substr(at + 10)));
+  FILE* output = nullptr;
+  std::string first_line;
+  std::uint16_t port = 0;
+};
+
+// SIGTERM while requests are in flight answers all of them, and the process exits 0.
+TEST(Serve, SigtermAnswersTheRequestsInFlight) {
+  ServeProcess serve({"--max-tokens", "4000"});
+  const std::uint16_t port = serve.port;
   using Clock = std::chrono::steady_clock;
   std::vector<std::future<std::pair<http::response<http::string_body>, Clock::time_point>>> answers;
   for (int i = 0; i < 3; ++i)
@@ -279,7 +304,7 @@ TEST(Serve, SigtermAnswersTheRequestsInFlight) {
     }));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the requests are read and queued
   const Clock::time_point signalled = Clock::now();
-  kill(pid, SIGTERM);
+  kill(serve.pid, SIGTERM);
   int after = 0;
   for (auto& a : answers) {
     const auto [r, done] = a.get();
@@ -288,12 +313,29 @@ TEST(Serve, SigtermAnswersTheRequestsInFlight) {
     after += done > signalled;
   }
   EXPECT_GE(after, 1) << "every request was answered before the signal: nothing was in flight";
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  std::string rest;
-  while (fgets(line, sizeof line, stdout_of)) rest += line;
-  fclose(stdout_of);
+  const auto [status, rest] = serve.finish();
+  EXPECT_EQ(status, 0);
   EXPECT_NE(rest.find("SIGTERM: answering the"), std::string::npos) << rest;
   EXPECT_NE(rest.find("stopped; 3 requests answered with 200"), std::string::npos) << rest;
+}
+
+// The page in headless Chromium: loaded with #selftest it submits both forms (a drawn 20x12 PNG,
+// a 24-token prompt) and shows the 40x24 result and the continuation; a screenshot is taken.
+TEST(Serve, ThePageWorksInHeadlessChromium) {
+  std::string chromium;
+  for (const char* candidate : {"/usr/bin/chromium", "/usr/bin/chromium-browser"})
+    if (access(candidate, X_OK) == 0) chromium = candidate;
+  if (chromium.empty()) GTEST_SKIP() << "chromium is not installed; scripts/setup.sh --browser installs it";
+  ServeProcess serve({});
+  const std::string url = "http://127.0.0.1:" + std::to_string(serve.port) + "/#selftest";
+  const std::string common = chromium + " --headless=new --no-sandbox --disable-gpu --virtual-time-budget=30000 ";
+  const auto dom = test::run_app(common + "--dump-dom '" + url + "'");
+  EXPECT_NE(dom.output.find("<title>troupe-serve: selftest done</title>"), std::string::npos) << dom.output;
+  EXPECT_NE(dom.output.find("upscaled to 40x24"), std::string::npos) << dom.output;
+  EXPECT_NE(dom.output.find("data-tokens=\"24\""), std::string::npos) << dom.output;
+  const std::string shot = test::fresh_dir("serve_browser") + "/page.png";
+  test::run_app(common + "--window-size=900,1000 --screenshot=" + shot + " '" + url + "'");
+  EXPECT_EQ(apps::read_png(shot).shape(), (Shape{3, 1000, 900}));
+  const auto [status, rest] = serve.stop();
+  EXPECT_EQ(status, 0) << rest;
 }
