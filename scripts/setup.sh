@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Troupe needs to build and test; with --bench also PyTorch (Debian's
-# python3-torch) and OpenMPI, which the side-by-side benchmarks and the golden-data generator run;
+# python3-torch, with Pillow) and OpenMPI, which the side-by-side benchmarks and the golden-data
+# generator run;
 # with --browser also Chromium, which the troupe-serve page test drives headless (it skips without).
 # Idempotent and quiet: does nothing when everything is present. Runs as root, or through sudo.
 set -euo pipefail
@@ -15,7 +16,7 @@ packages=(
 )
 for option in "$@"; do
   case "$option" in
-    --bench) packages+=(python3-torch openmpi-bin libopenmpi-dev) ;;
+    --bench) packages+=(python3-torch python3-pil openmpi-bin libopenmpi-dev) ;;
     --browser) packages+=(chromium) ;;
     *) echo "setup.sh: unknown option '$option'; use --bench and/or --browser" >&2; exit 2 ;;
   esac

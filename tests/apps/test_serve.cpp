@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "apps/app_runner.hpp"
-#include "apps/http_client.hpp"
+#include "troupe/apps/serve/http_client.hpp"
 #include "troupe/apps/gpt_decoder.hpp"
 #include "troupe/apps/image.hpp"
 #include "troupe/apps/serve/service.hpp"
@@ -88,7 +88,7 @@ std::string png_of(std::int64_t h, std::int64_t w, std::uint64_t seed) { return 
 
 TEST(Serve, HealthAndThePage) {
   Running s(options());
-  test::HttpClient c(s.server.port());
+  HttpClient c(s.server.port());
   const auto health = c.send(http::verb::get, "/healthz");
   EXPECT_EQ(health.result_int(), 200);
   EXPECT_EQ(nlohmann::json::parse(health.body()).at("models"), nlohmann::json::array({"sr-lite", "gpt"}));
@@ -116,7 +116,7 @@ TEST(Serve, UpscalesAsTheModelDoesAndBatchesConcurrentRequests) {
   const Tensor expected = model(graph::Var(image.unsqueeze(0))).tensor().reshape({3, 24, 40});
   std::vector<std::future<http::response<http::string_body>>> answers;
   for (int i = 0; i < 4; ++i)
-    answers.push_back(std::async(std::launch::async, [&] { return test::HttpClient(s.server.port()).send(http::verb::post, "/v1/upscale", png); }));
+    answers.push_back(std::async(std::launch::async, [&] { return HttpClient(s.server.port()).send(http::verb::post, "/v1/upscale", png); }));
   for (auto& a : answers) {
     const auto r = a.get();
     ASSERT_EQ(r.result_int(), 200) << r.body();
@@ -126,7 +126,7 @@ TEST(Serve, UpscalesAsTheModelDoesAndBatchesConcurrentRequests) {
     const auto got = out.to_vector<float>(), want = apps::decode_png(apps::encode_png(expected), "expected").to_vector<float>();
     for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1.0 / 255 + 1e-6) << i;
   }
-  const std::string metrics = test::HttpClient(s.server.port()).send(http::verb::get, "/metrics").body();
+  const std::string metrics = HttpClient(s.server.port()).send(http::verb::get, "/metrics").body();
   EXPECT_NE(metrics.find("troupe_requests_total{route=\"/v1/upscale\",status=\"200\"} 4"), std::string::npos) << metrics;
   EXPECT_EQ(metrics.find("troupe_batch_size_count{route=\"/v1/upscale\"} 4"), std::string::npos)
       << "four concurrent requests ran one by one\n" << metrics;
@@ -134,7 +134,7 @@ TEST(Serve, UpscalesAsTheModelDoesAndBatchesConcurrentRequests) {
 
 TEST(Serve, GeneratesTheDecodersTextAtTemperatureZero) {
   Running s(options());
-  const auto r = test::HttpClient(s.server.port())
+  const auto r = HttpClient(s.server.port())
                      .send(http::verb::post, "/v1/generate", R"({"prompt": "The actor", "max_tokens": 30, "temperature": 0})");
   ASSERT_EQ(r.result_int(), 200) << r.body();
   const auto answer = nlohmann::json::parse(r.body());
@@ -166,14 +166,14 @@ TEST(Serve, ConcurrentGenerationsAreDecodedTogether) {
     answers.push_back(std::async(std::launch::async, [&s, i] {
       const std::string body = R"({"prompt": ")" + std::string(static_cast<std::size_t>(1 + 3 * i), 'a') +
                                R"(", "max_tokens": )" + std::to_string(5 + 10 * i) + R"(, "seed": )" + std::to_string(i) + "}";
-      return test::HttpClient(s.server.port()).send(http::verb::post, "/v1/generate", body);
+      return HttpClient(s.server.port()).send(http::verb::post, "/v1/generate", body);
     }));
   for (int i = 0; i < 4; ++i) {
     const auto r = answers[static_cast<std::size_t>(i)].get();
     ASSERT_EQ(r.result_int(), 200) << r.body();
     EXPECT_EQ(nlohmann::json::parse(r.body()).at("tokens"), 5 + 10 * i);  // the last two outgrow the 16 positions
   }
-  const std::string metrics = test::HttpClient(s.server.port()).send(http::verb::get, "/metrics").body();
+  const std::string metrics = HttpClient(s.server.port()).send(http::verb::get, "/metrics").body();
   EXPECT_NE(metrics.find("troupe_requests_total{route=\"/v1/generate\",status=\"200\"} 4"), std::string::npos) << metrics;
   EXPECT_EQ(metrics.find("troupe_batch_size_count{route=\"/v1/generate\"} 4"), std::string::npos)
       << "four concurrent generations ran one by one\n" << metrics;
@@ -181,7 +181,7 @@ TEST(Serve, ConcurrentGenerationsAreDecodedTogether) {
 
 TEST(Serve, BadInputGetsA400NamingTheProblem) {
   Running s(options());
-  test::HttpClient c(s.server.port());
+  HttpClient c(s.server.port());
   const auto expect_400 = [&](const std::string& target, const std::string& body, const std::string& says) {
     const auto r = c.send(http::verb::post, target, body);
     EXPECT_EQ(r.result_int(), 400) << target << " " << body;
@@ -203,7 +203,7 @@ TEST(Serve, BadInputGetsA400NamingTheProblem) {
   ServiceOptions only_gpt = options();
   only_gpt.sr_path.clear();
   Running g(only_gpt);
-  const auto r = test::HttpClient(g.server.port()).send(http::verb::post, "/v1/upscale", png_of(12, 20, 4));
+  const auto r = HttpClient(g.server.port()).send(http::verb::post, "/v1/upscale", png_of(12, 20, 4));
   EXPECT_EQ(r.result_int(), 404);
   EXPECT_NE(r.body().find("start it with --sr"), std::string::npos);
 }
@@ -221,7 +221,7 @@ TEST(Serve, AFullQueueAnswers503AndLosesNothing) {
   std::vector<std::future<http::response<http::string_body>>> answers;
   for (int i = 0; i < kRequests; ++i)
     answers.push_back(std::async(std::launch::async, [&] {
-      test::HttpClient c(s.server.port());
+      HttpClient c(s.server.port());
       ++connected;
       while (connected < kRequests) std::this_thread::yield();  // then all send at once
       return c.send(http::verb::post, "/v1/upscale", big);
@@ -299,7 +299,7 @@ TEST(Serve, SigtermAnswersTheRequestsInFlight) {
   std::vector<std::future<std::pair<http::response<http::string_body>, Clock::time_point>>> answers;
   for (int i = 0; i < 3; ++i)
     answers.push_back(std::async(std::launch::async, [port] {
-      auto r = test::HttpClient(port).send(http::verb::post, "/v1/generate", R"({"prompt": "x", "max_tokens": 4000})");
+      auto r = HttpClient(port).send(http::verb::post, "/v1/generate", R"({"prompt": "x", "max_tokens": 4000})");
       return std::make_pair(r, Clock::now());
     }));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the requests are read and queued

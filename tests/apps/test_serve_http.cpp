@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-#include "apps/http_client.hpp"
+#include "troupe/apps/serve/http_client.hpp"
 #include "troupe/apps/serve/batch_queue.hpp"
 #include "troupe/apps/serve/http_server.hpp"
 #include "troupe/apps/serve/metrics.hpp"
@@ -38,7 +38,7 @@ Handler echo() {
   };
 }
 
-using Client = troupe::test::HttpClient;
+using Client = HttpClient;
 
 ServerOptions loopback() {
   ServerOptions o;

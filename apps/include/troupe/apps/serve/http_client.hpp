@@ -1,6 +1,6 @@
 #pragma once
-// A blocking HTTP/1.1 client for the serve tests, on Beast: one connection, requests in turn, and
-// raw bytes for the malformed cases.
+// A blocking HTTP/1.1 client of troupe-serve, on Beast: one keep-alive connection, requests in
+// turn, and raw bytes for the malformed cases (the tests and the load generator use it).
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-namespace troupe::test {
+namespace troupe::apps::serve {
 
 /// One connection to 127.0.0.1:`port`.
 struct HttpClient {
@@ -45,4 +45,4 @@ struct HttpClient {
   boost::beast::flat_buffer buffer;
 };
 
-}  // namespace troupe::test
+}  // namespace troupe::apps::serve
