@@ -13,6 +13,7 @@
 #include "troupe/apps/image.hpp"
 #include "troupe/apps/serve/batch_queue.hpp"
 #include "troupe/apps/weights.hpp"
+#include "troupe/actors/engine.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/kernels/error.hpp"
 
@@ -108,7 +109,7 @@ struct Service::Impl {
         const auto b = static_cast<std::int64_t>(jobs.size());
         Tensor images = Tensor::empty({b, 3, size.first, size.second});
         for (std::int64_t i = 0; i < b; ++i) images.slice(0, i, i + 1).copy_from(jobs[i]->image.unsqueeze(0));
-        const Tensor out = (*upscale)({images})[0];
+        const Tensor out = upscale_program ? upscale_program->run({images}).outputs[0] : (*upscale)({images})[0];
         for (std::int64_t i = 0; i < b; ++i)
           jobs[i]->reply(Response{200, "image/png", encode_png(out.slice(0, i, i + 1).reshape({3, out.size(2), out.size(3)})), {}});
       } catch (const std::exception& e) {
@@ -188,6 +189,10 @@ struct Service::Impl {
   ServiceOptions options;
   Metrics metrics;
   std::unique_ptr<SrLite> sr;
+  // Upscaling runs as an actor program (a batch split into micro-batches that flow through the
+  // op actors concurrently); at JIT level 0, eagerly through the Jit.
+  std::unique_ptr<actors::Engine> engine;
+  std::unique_ptr<actors::Program> upscale_program;
   std::unique_ptr<graph::Jit> upscale;
   std::unique_ptr<Gpt> gpt;
   std::unique_ptr<GptDecoder> decoder;  // the one generate worker's
@@ -201,8 +206,17 @@ Service::Service(const ServiceOptions& o) : impl_(std::make_unique<Impl>(o)) {
   if (!o.sr_path.empty()) {
     s.sr = load_sr(o.sr_path, o.sr);
     const graph::SymDim b = graph::SymDim::symbol("batch"), h = graph::SymDim::symbol("height"), w = graph::SymDim::symbol("width");
-    s.upscale = std::make_unique<graph::Jit>([&s](const std::vector<Var>& in) { return std::vector<Var>{(*s.sr)(in[0])}; },
-                                             std::vector<graph::InputSpec>{{"image", {b, 3, h, w}}}, false, o.jit_level, o.amp);
+    const graph::TraceableFn fn = [&s](const std::vector<Var>& in) { return std::vector<Var>{(*s.sr)(in[0])}; };
+    const std::vector<graph::InputSpec> signature{{"image", {b, 3, h, w}}};
+    if (o.jit_level > 0) {
+      s.engine = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(o.actor_threads)});
+      actors::ProgramOptions po;
+      po.micro_batches = o.actor_threads;
+      s.upscale_program =
+          s.engine->compile(graph::trace(fn, signature).with_amp(o.amp).for_inference().optimized(o.jit_level), po);
+    } else {
+      s.upscale = std::make_unique<graph::Jit>(fn, signature, false, 0, o.amp);
+    }
     s.upscale_queue = std::make_unique<BatchQueue<UpscaleJob>>(o.queue_capacity, o.max_batch, o.max_wait, 1,
                                                                [&s](std::vector<UpscaleJob>& batch) { s.upscale_batch(batch); });
   }
