@@ -3,7 +3,9 @@
 (bench/torch_serve.py) serving the same model shapes, one JSON line per measurement on stdout:
   {"bench":"serve","route":"upscale"|"generate","server":"troupe-batched"|"troupe-batch1"|"torch-http.server",
    "concurrency":C,"requests":N,"throughput_rps":..,"p50_ms":..,"p99_ms":..,"failed":..,"status_503":..}
-then one "serve-summary" line per route with the issue's ratios at concurrency 16. The load
+then one "serve-summary" line per route with the issue's ratios at concurrency 16, and two
+"serve-soak" lines: 10 000 requests of each route at 16 clients (a 32x32 PNG; 4 tokens at
+temperature 0.8) against the batching server, counting the failed ones. The load
 generator is troupe-bench-serve-load (bench/serve_load.cpp): C keep-alive clients on loopback.
 Models: sr-lite and gpt-mini as troupe-sr and troupe-gpt save them after one step (the weights do
 not change the cost); upscale sends a 128x128 PNG, generate asks 32 tokens greedily. Each server
@@ -70,7 +72,12 @@ def main():
         "troupe-batched": ["--max-batch", "16", "--max-wait-ms", "5"],
         "troupe-batch1": ["--max-batch", "1", "--max-wait-ms", "0"],
     }
-    results = {}
+    soak_bodies = {"upscale": os.path.join(work, "small.png"), "generate": os.path.join(work, "short.json")}
+    with open(soak_bodies["upscale"], "wb") as f:
+        f.write(png(32, 32))
+    with open(soak_bodies["generate"], "w") as f:
+        json.dump({"prompt": "The actor ", "max_tokens": 4, "temperature": 0.8}, f)
+    results, soak = {}, {}
     for name, flags in servers.items():
         log(f"{name}")
         p, port = start([os.path.join(build, "apps", "troupe-serve"), "--port", "0", "--sr", os.path.join(work, "troupe-sr"),
@@ -80,6 +87,10 @@ def main():
             for route in ("upscale", "generate"):
                 for c in CONCURRENCY:
                     results[(route, name, c)] = measure(build, port, route, bodies[route], c)
+            if name == "troupe-batched":
+                log("soak: 10 000 requests of each route")
+                for route in ("upscale", "generate"):
+                    soak[route] = measure(build, port, route, soak_bodies[route], 16, 10000)
         finally:
             p.terminate()
             p.wait()
@@ -107,6 +118,8 @@ def main():
                           "vs_torch": round(b["throughput_rps"] / torch["throughput_rps"], 3),
                           "p99_over_p50": round(b["p99_ms"] / b["p50_ms"], 3),
                           "failed": sum(r["failed"] for k, r in results.items() if k[1] != "torch-http.server")}), flush=True)
+    for route, r in soak.items():
+        print(json.dumps({"bench": "serve-soak", "route": route, "server": "troupe-batched", **r}), flush=True)
 
 
 if __name__ == "__main__":
