@@ -9,6 +9,7 @@
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/trace.hpp"
+#include "troupe/kernels/cpu_features.hpp"
 #include "troupe/kernels/error.hpp"
 
 using namespace troupe;
@@ -81,6 +82,7 @@ TEST(KvCache, ATracedStepEqualsTheEagerOne) {
 // A model converted to bf16 for serving (Module::to) keeps its cache and position tables in bf16
 // and tracks its own whole-sequence result within bf16 rounding.
 TEST(KvCache, ABf16ModelDecodesInBf16) {
+  if (!kernels::native_low_precision(DType::bf16)) GTEST_SKIP() << "no native bf16 on this CPU";
   Generator gen(8);
   GPTBlock block(16, 2, gen);
   block.to(DType::bf16);
