@@ -29,33 +29,6 @@ std::vector<Var> with_caches(const Var& logits, const std::vector<graph::KvCache
 
 GptDecoder::GptDecoder(Gpt& model, graph::AmpOptions amp, bool kv_cache) : model_(model), amp_(amp), kv_cache_(kv_cache) {}
 
-std::vector<float> GptDecoder::next(const std::vector<std::int64_t>& context) {
-  const auto n = static_cast<std::int64_t>(context.size());
-  TROUPE_CHECK(n >= 1, invalid_argument, "GptDecoder: the context is empty; give at least one token");
-  Tensor logits;
-  if (kv_cache_ && n <= model_.config.seq && cached_ > 0 && n == cached_ + 1) {
-    std::vector<Tensor> in{Tensor::from_vector(std::vector<std::int64_t>{context.back()}, {1, 1}),
-                           Tensor::from_vector(std::vector<std::int64_t>{n - 1}, {1, 1})};
-    in.insert(in.end(), cache_.begin(), cache_.end());
-    logits = take_cache(step()(in), n);
-  } else if (kv_cache_ && n <= model_.config.seq) {
-    logits = take_cache(prompt(n)({Tensor::from_vector(context, {1, n})}), n);
-  } else {
-    const std::int64_t t = std::min(n, model_.config.seq);
-    cached_ = 0;
-    logits = window(t)({Tensor::from_vector(std::vector<std::int64_t>(context.end() - t, context.end()), {1, t})})[0];
-  }
-  const std::int64_t rows = logits.shape()[1];
-  return logits.slice(1, rows - 1, rows).contiguous().to(DType::f32).to_vector<float>();
-}
-
-// The logits of a prompt or step; its other outputs become the cache, now of `positions`.
-Tensor GptDecoder::take_cache(std::vector<Tensor> outputs, std::int64_t positions) {
-  cache_.assign(outputs.begin() + 1, outputs.end());
-  cached_ = positions;
-  return outputs[0];
-}
-
 // {logits, k0, v0, k1, v1, ...} of a prompt of n tokens.
 graph::Jit& GptDecoder::prompt(std::int64_t n) {
   return traced(prompts_, n, {{"ids", {1, n}, DType::i64}}, [this](const std::vector<Var>& in) {
@@ -123,7 +96,7 @@ std::vector<std::vector<float>> GptDecoder::start(const std::vector<std::vector<
   }
   std::vector<std::size_t> all(prompts.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-  rows_cache_ = gather_rows(caches, all);
+  cache_ = gather_rows(caches, all);
   return logits;
 }
 
@@ -135,9 +108,9 @@ std::vector<std::vector<float>> GptDecoder::step(const std::vector<std::int64_t>
                  model_.config.seq, " positions; drop it (keep_rows) and continue it with next()");
   const auto b = static_cast<std::int64_t>(tokens.size());
   std::vector<Tensor> in{Tensor::from_vector(tokens, {b, 1}), Tensor::from_vector(positions_, {b, 1})};
-  in.insert(in.end(), rows_cache_.begin(), rows_cache_.end());
+  in.insert(in.end(), cache_.begin(), cache_.end());
   std::vector<Tensor> out = step()(in);
-  rows_cache_.assign(out.begin() + 1, out.end());
+  cache_.assign(out.begin() + 1, out.end());
   for (std::int64_t& p : positions_) ++p;
   return rows_of(out[0]);
 }
@@ -154,13 +127,28 @@ void GptDecoder::keep_rows(const std::vector<bool>& keep) {
     }
   positions_ = positions;
   if (take.empty()) {
-    rows_cache_.clear();
+    cache_.clear();
     return;
   }
   std::vector<std::vector<Tensor>> per_row(keep.size());
   for (std::size_t r = 0; r < keep.size(); ++r)
-    for (const Tensor& c : rows_cache_) per_row[r].push_back(c.slice(0, static_cast<std::int64_t>(r), static_cast<std::int64_t>(r) + 1));
-  rows_cache_ = gather_rows(per_row, take);
+    for (const Tensor& c : cache_) per_row[r].push_back(c.slice(0, static_cast<std::int64_t>(r), static_cast<std::int64_t>(r) + 1));
+  cache_ = gather_rows(per_row, take);
+}
+
+std::vector<float> GptDecoder::next(const std::vector<std::int64_t>& context) {
+  const auto n = static_cast<std::int64_t>(context.size());
+  TROUPE_CHECK(n >= 1, invalid_argument, "GptDecoder: the context is empty; give at least one token");
+  const std::int64_t seq = model_.config.seq;
+  // One row: the context grown by one token steps it; another context within the positions starts it.
+  if (kv_cache_ && n <= seq && positions_.size() == 1 && positions_[0] == n - 1) return step({context.back()}).front();
+  if (kv_cache_ && n <= seq) return start({context}).front();
+  positions_.clear();  // the window slid (or no cache): no row describes it
+  cache_.clear();
+  const std::int64_t t = std::min(n, seq);
+  const Tensor logits =
+      window(t)({Tensor::from_vector(std::vector<std::int64_t>(context.end() - t, context.end()), {1, t})})[0];
+  return rows_of(logits.slice(1, t - 1, t)).front();
 }
 
 // Logits of the last `t` tokens, recomputed.

@@ -25,8 +25,9 @@ class GptDecoder {
   /// Decodes with `model` (which must outlive it) at mixed precision `amp`, with the key/value
   /// cache or recomputing each window.
   GptDecoder(Gpt& model, graph::AmpOptions amp, bool kv_cache);
-  /// Logits [vocab] of the token after `context` (at least one token). Consecutive calls whose
-  /// context grows by one token reuse the cache; any other context starts it again.
+  /// Logits [vocab] of the token after `context` (at least one token), as a batch of one row:
+  /// consecutive calls whose context grows by one token step it; any other context starts it
+  /// again; past --seq tokens the window is recomputed.
   std::vector<float> next(const std::vector<std::int64_t>& context);
 
   /// Starts decoding `prompts` together (each 1 to --seq tokens), one row each; returns each row's
@@ -41,7 +42,6 @@ class GptDecoder {
   const std::vector<std::int64_t>& positions() const { return positions_; }
 
  private:
-  Tensor take_cache(std::vector<Tensor> outputs, std::int64_t positions);
   graph::Jit& prompt(std::int64_t n);
   graph::Jit& step();
   graph::Jit& window(std::int64_t t);
@@ -52,10 +52,8 @@ class GptDecoder {
   graph::AmpOptions amp_;
   bool kv_cache_;
   std::map<std::int64_t, graph::Jit> prompts_, steps_, windows_;
-  std::vector<Tensor> cache_;  // next(): k, v of every block: [1, heads, --seq, head dim]
-  std::int64_t cached_ = 0;    // positions written in the cache (0: none)
-  std::vector<Tensor> rows_cache_;        // start()/step(): k, v of every block: [rows, heads, --seq, head dim]
-  std::vector<std::int64_t> positions_;   // of each row
+  std::vector<Tensor> cache_;            // k, v of every block: [rows, heads, --seq, head dim]
+  std::vector<std::int64_t> positions_;  // of each row
 };
 
 /// The next token from `logits`: the largest at temperature 0; otherwise drawn from
