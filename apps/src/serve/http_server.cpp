@@ -13,6 +13,7 @@
 #include <boost/beast/http.hpp>
 #include <condition_variable>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
@@ -27,19 +28,9 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
 Response json_error(int status, const std::string& message) {
-  // Control characters become spaces and bytes past ASCII '?': the message may quote the bad input,
-  // which need not be UTF-8, and the answer must stay valid JSON.
-  std::string escaped;
-  for (char c : message) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u >= 0x80) {
-      escaped += u < 0x20 ? ' ' : '?';
-      continue;
-    }
-    if (c == '"' || c == '\\') escaped += '\\';
-    escaped += c;
-  }
-  return Response{status, "application/json", "{\"error\":\"" + escaped + "\"}\n", {}};
+  // The message may quote the bad input, which need not be UTF-8: replaced, the answer stays JSON.
+  const nlohmann::json body{{"error", message}};
+  return Response{status, "application/json", body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", {}};
 }
 
 bool constant_time_equal(const std::string& a, const std::string& b) {
