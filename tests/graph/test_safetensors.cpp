@@ -55,6 +55,7 @@ TEST(Safetensors, RoundTripKeepsValuesDtypesShapesAndMetadata) {
       {"d", test::random_tensor({2}, 3).to(DType::f64)},
       {"ids", Tensor::from_vector<std::int64_t>({7, -1, 3}, {3})},
       {"h", test::random_tensor({5}, 4).to(DType::bf16)},
+      {"half", test::random_tensor({2, 3}, 5).to(DType::f16)},
       {"empty", Tensor::zeros({0, 2})},
       {"scalar", Tensor::scalar(2.5)}};
   save_safetensors(path, tensors, {{"format", "pt"}, {"step", "12"}});
