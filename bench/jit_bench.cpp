@@ -10,6 +10,7 @@
 //                   GptDecoder, with the key/value cache (one position per token); SIZE <= 112 stays
 //                   inside gpt-mini's 128-token context
 //   gpt-decode-recompute  the same, recomputing the whole context for every token (--recompute)
+//   gpt-decode-bf16  gpt-decode with the model converted to bf16 once (Module::to)
 // peak_bytes: the allocator's peak during a steady-state call above what was held before it, plus
 // the planned arena a level-3 function keeps between calls; planned_bytes: that arena;
 // allocs_per_step: allocator requests in that call. AMP (O0, O1, O2 or O3, bf16) is the mixed precision
@@ -37,7 +38,7 @@ using graph::Var;
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: troupe-bench-jit sr-infer|sr-train|gpt-forward|gpt-train|gpt-decode|gpt-decode-recompute "
+    std::fprintf(stderr, "usage: troupe-bench-jit sr-infer|sr-train|gpt-forward|gpt-train|gpt-decode|gpt-decode-recompute|gpt-decode-bf16 "
                  "LEVEL KERNEL_THREADS [SIZE] [STEPS] [AMP]\n");
     return 2;
   }
@@ -98,8 +99,9 @@ int main(int argc, char** argv) {
                                          std::vector<graph::InputSpec>{{"ids", {b, 128}, DType::i64}}, false, level, amp);
       inputs = {ids};
       call = [&] { (*jit)(inputs); };
-    } else if (workload == "gpt-decode" || workload == "gpt-decode-recompute") {
-      decoder = std::make_unique<apps::GptDecoder>(*gpt, amp, workload == "gpt-decode");
+    } else if (workload == "gpt-decode" || workload == "gpt-decode-recompute" || workload == "gpt-decode-bf16") {
+      if (workload == "gpt-decode-bf16") gpt->to(DType::bf16);
+      decoder = std::make_unique<apps::GptDecoder>(*gpt, amp, workload != "gpt-decode-recompute");
       call = [&] {
         std::vector<std::int64_t> context(16);
         for (std::size_t i = 0; i < context.size(); ++i) context[i] = static_cast<std::int64_t>('a' + i);
