@@ -30,7 +30,7 @@ std::vector<Var> with_caches(const Var& logits, const std::vector<graph::KvCache
 GptDecoder::GptDecoder(Gpt& model, graph::AmpOptions amp, bool kv_cache) : model_(model), amp_(amp), kv_cache_(kv_cache) {}
 
 // {logits, k0, v0, k1, v1, ...} of a prompt of n tokens.
-graph::Jit& GptDecoder::prompt(std::int64_t n) {
+graph::Jit& GptDecoder::prompt_jit(std::int64_t n) {
   return traced(prompts_, n, {{"ids", {1, n}, DType::i64}}, [this](const std::vector<Var>& in) {
     std::vector<graph::KvCache> caches;
     const Var logits = model_.prompt_logits(in[0], caches);
@@ -39,7 +39,7 @@ graph::Jit& GptDecoder::prompt(std::int64_t n) {
 }
 
 // {logits, k0, v0, ...} of one token per row at its position, after the cached ones.
-graph::Jit& GptDecoder::step() {
+graph::Jit& GptDecoder::step_jit() {
   const std::int64_t hd = model_.config.d_model / model_.config.heads;
   const graph::SymDim rows = graph::SymDim::symbol("rows");
   std::vector<graph::InputSpec> signature{{"id", {rows, 1}, DType::i64}, {"position", {rows, 1}, DType::i64}};
@@ -89,7 +89,7 @@ std::vector<std::vector<float>> GptDecoder::start(const std::vector<std::vector<
     const auto n = static_cast<std::int64_t>(p.size());
     TROUPE_CHECK(n >= 1 && n <= model_.config.seq, invalid_argument, "GptDecoder::start: a prompt of ", n,
                  " tokens; give 1 to ", model_.config.seq, " (the model's positions)");
-    std::vector<Tensor> out = prompt(n)({Tensor::from_vector(p, {1, n})});
+    std::vector<Tensor> out = prompt_jit(n)({Tensor::from_vector(p, {1, n})});
     logits.push_back(rows_of(out[0].slice(1, n - 1, n)).front());
     caches.emplace_back(out.begin() + 1, out.end());
     positions_.push_back(n);
@@ -109,7 +109,7 @@ std::vector<std::vector<float>> GptDecoder::step(const std::vector<std::int64_t>
   const auto b = static_cast<std::int64_t>(tokens.size());
   std::vector<Tensor> in{Tensor::from_vector(tokens, {b, 1}), Tensor::from_vector(positions_, {b, 1})};
   in.insert(in.end(), cache_.begin(), cache_.end());
-  std::vector<Tensor> out = step()(in);
+  std::vector<Tensor> out = step_jit()(in);
   cache_.assign(out.begin() + 1, out.end());
   for (std::int64_t& p : positions_) ++p;
   return rows_of(out[0]);
@@ -147,12 +147,12 @@ std::vector<float> GptDecoder::next(const std::vector<std::int64_t>& context) {
   cache_.clear();
   const std::int64_t t = std::min(n, seq);
   const Tensor logits =
-      window(t)({Tensor::from_vector(std::vector<std::int64_t>(context.end() - t, context.end()), {1, t})})[0];
+      window_jit(t)({Tensor::from_vector(std::vector<std::int64_t>(context.end() - t, context.end()), {1, t})})[0];
   return rows_of(logits.slice(1, t - 1, t)).front();
 }
 
 // Logits of the last `t` tokens, recomputed.
-graph::Jit& GptDecoder::window(std::int64_t t) {
+graph::Jit& GptDecoder::window_jit(std::int64_t t) {
   return traced(windows_, t, {{"ids", {1, t}, DType::i64}},
                 [this](const std::vector<Var>& in) { return std::vector<Var>{model_.logits(in[0])}; });
 }

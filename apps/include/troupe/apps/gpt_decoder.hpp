@@ -42,9 +42,9 @@ class GptDecoder {
   const std::vector<std::int64_t>& positions() const { return positions_; }
 
  private:
-  graph::Jit& prompt(std::int64_t n);
-  graph::Jit& step();
-  graph::Jit& window(std::int64_t t);
+  graph::Jit& prompt_jit(std::int64_t n);
+  graph::Jit& step_jit();
+  graph::Jit& window_jit(std::int64_t t);
   graph::Jit& traced(std::map<std::int64_t, graph::Jit>& jits, std::int64_t key, std::vector<graph::InputSpec> signature,
                      graph::TraceableFn fn);
 
