@@ -11,6 +11,8 @@
 //                   inside gpt-mini's 128-token context
 //   gpt-decode-recompute  the same, recomputing the whole context for every token (--recompute)
 //   gpt-decode-bf16  gpt-decode with the model converted to bf16 once (Module::to)
+//   gpt-decode-batch SIZE rows decoded together as troupe-serve batches them: 16-token prompts
+//                   started together, then 32 greedy steps of every row
 // peak_bytes: the allocator's peak during a steady-state call above what was held before it, plus
 // the planned arena a level-3 function keeps between calls; planned_bytes: that arena;
 // allocs_per_step: allocator requests in that call. AMP (O0, O1, O2 or O3, bf16) is the mixed precision
@@ -38,7 +40,7 @@ using graph::Var;
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: troupe-bench-jit sr-infer|sr-train|gpt-forward|gpt-train|gpt-decode|gpt-decode-recompute|gpt-decode-bf16 "
+    std::fprintf(stderr, "usage: troupe-bench-jit sr-infer|sr-train|gpt-forward|gpt-train|gpt-decode|gpt-decode-recompute|gpt-decode-bf16|gpt-decode-batch "
                  "LEVEL KERNEL_THREADS [SIZE] [STEPS] [AMP]\n");
     return 2;
   }
@@ -108,6 +110,20 @@ int main(int argc, char** argv) {
         for (std::int64_t k = 0; k < size; ++k) {
           const std::vector<float> row = decoder->next(context);
           context.push_back(std::max_element(row.begin(), row.end()) - row.begin());
+        }
+      };
+    } else if (workload == "gpt-decode-batch") {
+      decoder = std::make_unique<apps::GptDecoder>(*gpt, amp, true);
+      call = [&] {
+        std::vector<std::vector<std::int64_t>> prompts(static_cast<std::size_t>(size), std::vector<std::int64_t>(16));
+        for (std::size_t r = 0; r < prompts.size(); ++r)
+          for (std::size_t i = 0; i < 16; ++i) prompts[r][i] = static_cast<std::int64_t>('a' + (r + i) % 26);
+        decoder->keep_rows(std::vector<bool>(decoder->positions().size(), false));  // the last call's rows leave
+        std::vector<std::vector<float>> rows = decoder->add(prompts);
+        for (int k = 0; k < 32; ++k) {
+          std::vector<std::int64_t> tokens;
+          for (const std::vector<float>& row : rows) tokens.push_back(std::max_element(row.begin(), row.end()) - row.begin());
+          rows = decoder->step(tokens);
         }
       };
     } else if (workload == "gpt-train") {

@@ -29,16 +29,17 @@ std::vector<Var> with_caches(const Var& logits, const std::vector<graph::KvCache
 
 GptDecoder::GptDecoder(Gpt& model, graph::AmpOptions amp, bool kv_cache) : model_(model), amp_(amp), kv_cache_(kv_cache) {}
 
-// {logits, k0, v0, k1, v1, ...} of a prompt of n tokens.
+// {logits, k0, v0, k1, v1, ...} of prompts of n tokens.
 graph::Jit& GptDecoder::prompt_jit(std::int64_t n) {
-  return traced(prompts_, n, {{"ids", {1, n}, DType::i64}}, [this](const std::vector<Var>& in) {
+  return traced(prompts_, n, {{"ids", {graph::SymDim::symbol("rows"), n}, DType::i64}}, [this](const std::vector<Var>& in) {
     std::vector<graph::KvCache> caches;
     const Var logits = model_.prompt_logits(in[0], caches);
     return with_caches(logits, caches);
   });
 }
 
-// {logits, k0, v0, ...} of one token per row at its position, after the cached ones.
+// {logits, k0, v0, ...} of one token per row at its position, after the cached ones: the keys
+// and values of that position alone.
 graph::Jit& GptDecoder::step_jit() {
   const std::int64_t hd = model_.config.d_model / model_.config.heads;
   const graph::SymDim rows = graph::SymDim::symbol("rows");
@@ -47,56 +48,69 @@ graph::Jit& GptDecoder::step_jit() {
     signature.push_back({(i % 2 ? "v" : "k") + std::to_string(i / 2), {rows, model_.config.heads, model_.config.seq, hd},
                          model_.wte->weight.dtype()});
   return traced(steps_, 0, signature, [this](const std::vector<Var>& in) {
-    std::vector<graph::KvCache> caches(model_.block_list.size());
+    std::vector<graph::KvCache> caches(model_.block_list.size()), fresh;
     for (std::size_t i = 0; i < caches.size(); ++i) caches[i] = {in[2 + 2 * i], in[3 + 2 * i]};
-    const Var logits = model_.step_logits(in[0], in[1], caches);
-    return with_caches(logits, caches);
+    const Var logits = model_.step_logits(in[0], in[1], caches, fresh);
+    return with_caches(logits, fresh);
   });
 }
 
 namespace {
 
-// Row r of every [rows, vocab]-shaped logits tensor, as f32 vectors.
+// Row r of every [rows, ..., vocab]-shaped logits tensor, as f32 vectors.
 std::vector<std::vector<float>> rows_of(const Tensor& logits) {
   const Tensor flat = logits.reshape({logits.size(0), logits.shape().back()}).to(DType::f32).contiguous();
   std::vector<std::vector<float>> out;
-  for (std::int64_t r = 0; r < flat.size(0); ++r) out.push_back(flat.slice(0, r, r + 1).contiguous().to_vector<float>());
+  const float* p = flat.data<float>();
+  const std::int64_t vocab = flat.size(1);
+  for (std::int64_t r = 0; r < flat.size(0); ++r) out.emplace_back(p + r * vocab, p + (r + 1) * vocab);
   return out;
 }
 
-// The rows `take` of each [rows, ...] tensor, in order, as new dense tensors.
-std::vector<Tensor> gather_rows(const std::vector<std::vector<Tensor>>& per_row_sources, const std::vector<std::size_t>& take) {
-  std::vector<Tensor> out;
-  for (std::size_t c = 0; c < per_row_sources.front().size(); ++c) {
-    Shape shape = per_row_sources[take.front()][c].shape();
-    shape[0] = static_cast<std::int64_t>(take.size());
-    Tensor t = Tensor::empty(shape, per_row_sources[take.front()][c].dtype());
-    for (std::size_t i = 0; i < take.size(); ++i)
-      t.slice(0, static_cast<std::int64_t>(i), static_cast<std::int64_t>(i) + 1).copy_from(per_row_sources[take[i]][c]);
-    out.push_back(t);
-  }
-  return out;
-}
+// Slots `first` to `first + count` of a [slots, ...] tensor.
+Tensor slots(const Tensor& t, std::int64_t first, std::int64_t count = 1) { return t.slice(0, first, first + count); }
 
 }  // namespace
 
-std::vector<std::vector<float>> GptDecoder::start(const std::vector<std::vector<std::int64_t>>& prompts) {
-  TROUPE_CHECK(!prompts.empty(), invalid_argument, "GptDecoder::start: no prompts");
-  std::vector<std::vector<Tensor>> caches;
-  std::vector<std::vector<float>> logits;
-  positions_.clear();
-  for (const std::vector<std::int64_t>& p : prompts) {
-    const auto n = static_cast<std::int64_t>(p.size());
-    TROUPE_CHECK(n >= 1 && n <= model_.config.seq, invalid_argument, "GptDecoder::start: a prompt of ", n,
-                 " tokens; give 1 to ", model_.config.seq, " (the model's positions)");
-    std::vector<Tensor> out = prompt_jit(n)({Tensor::from_vector(p, {1, n})});
-    logits.push_back(rows_of(out[0].slice(1, n - 1, n)).front());
-    caches.emplace_back(out.begin() + 1, out.end());
-    positions_.push_back(n);
+// Room for `rows` rows in every cache tensor, at least doubling, keeping the rows held.
+void GptDecoder::reserve_rows(std::int64_t rows) {
+  const std::int64_t have = cache_.empty() ? 0 : cache_.front().size(0);
+  if (rows <= have) return;
+  const std::int64_t hd = model_.config.d_model / model_.config.heads, held = static_cast<std::int64_t>(positions_.size());
+  const Shape shape{std::max(rows, 2 * have), model_.config.heads, model_.config.seq, hd};
+  std::vector<Tensor> grown;
+  for (std::size_t c = 0; c < 2 * model_.block_list.size(); ++c) {
+    grown.push_back(Tensor::zeros(shape, model_.wte->weight.dtype()));
+    if (held > 0) slots(grown.back(), 0, held).copy_from(slots(cache_[c], 0, held));
   }
-  std::vector<std::size_t> all(prompts.size());
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-  cache_ = gather_rows(caches, all);
+  cache_ = std::move(grown);
+}
+
+std::vector<std::vector<float>> GptDecoder::add(const std::vector<std::vector<std::int64_t>>& prompts) {
+  TROUPE_CHECK(!prompts.empty(), invalid_argument, "GptDecoder::add: no prompts");
+  std::map<std::int64_t, std::vector<std::size_t>> by_length;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const auto n = static_cast<std::int64_t>(prompts[i].size());
+    TROUPE_CHECK(n >= 1 && n <= model_.config.seq, invalid_argument, "GptDecoder::add: a prompt of ", n,
+                 " tokens; give 1 to ", model_.config.seq, " (the model's positions)");
+    by_length[n].push_back(i);
+  }
+  const auto first = static_cast<std::int64_t>(positions_.size());
+  reserve_rows(first + static_cast<std::int64_t>(prompts.size()));
+  std::vector<std::vector<float>> logits(prompts.size());
+  for (const auto& [n, members] : by_length) {
+    std::vector<std::int64_t> ids;
+    for (std::size_t i : members) ids.insert(ids.end(), prompts[i].begin(), prompts[i].end());
+    const auto g = static_cast<std::int64_t>(members.size());
+    const std::vector<Tensor> out = prompt_jit(n)({Tensor::from_vector(ids, {g, n})});
+    std::vector<std::vector<float>> last = rows_of(out[0].slice(1, n - 1, n));
+    for (std::int64_t j = 0; j < g; ++j) {
+      const std::size_t i = members[static_cast<std::size_t>(j)];
+      logits[i] = std::move(last[static_cast<std::size_t>(j)]);
+      for (std::size_t c = 0; c < cache_.size(); ++c) slots(cache_[c], first + static_cast<std::int64_t>(i)).copy_from(slots(out[1 + c], j));
+    }
+  }
+  for (const std::vector<std::int64_t>& p : prompts) positions_.push_back(static_cast<std::int64_t>(p.size()));
   return logits;
 }
 
@@ -108,9 +122,9 @@ std::vector<std::vector<float>> GptDecoder::step(const std::vector<std::int64_t>
                  model_.config.seq, " positions; drop it (keep_rows) and continue it with next()");
   const auto b = static_cast<std::int64_t>(tokens.size());
   std::vector<Tensor> in{Tensor::from_vector(tokens, {b, 1}), Tensor::from_vector(positions_, {b, 1})};
-  in.insert(in.end(), cache_.begin(), cache_.end());
-  std::vector<Tensor> out = step_jit()(in);
-  cache_.assign(out.begin() + 1, out.end());
+  for (const Tensor& c : cache_) in.push_back(slots(c, 0, b));
+  const std::vector<Tensor> out = step_jit()(in);
+  for (std::size_t c = 0; c < cache_.size(); ++c) graph::write_step(cache_[c], out[1 + c], positions_);
   for (std::int64_t& p : positions_) ++p;
   return rows_of(out[0]);
 }
@@ -118,22 +132,16 @@ std::vector<std::vector<float>> GptDecoder::step(const std::vector<std::int64_t>
 void GptDecoder::keep_rows(const std::vector<bool>& keep) {
   TROUPE_CHECK(keep.size() == positions_.size(), invalid_argument, "GptDecoder::keep_rows: ", keep.size(), " flags for ",
                positions_.size(), " rows");
-  std::vector<std::size_t> take;
-  std::vector<std::int64_t> positions;
-  for (std::size_t r = 0; r < keep.size(); ++r)
-    if (keep[r]) {
-      take.push_back(r);
-      positions.push_back(positions_[r]);
-    }
-  positions_ = positions;
-  if (take.empty()) {
-    cache_.clear();
-    return;
+  // Kept rows move down over the dropped ones, in order: a row that stays in its slot costs nothing.
+  std::int64_t to = 0;
+  for (std::size_t r = 0; r < keep.size(); ++r) {
+    if (!keep[r]) continue;
+    const auto from = static_cast<std::int64_t>(r);
+    if (from != to)
+      for (const Tensor& c : cache_) slots(c, to).copy_from(slots(c, from));
+    positions_[static_cast<std::size_t>(to++)] = positions_[r];
   }
-  std::vector<std::vector<Tensor>> per_row(keep.size());
-  for (std::size_t r = 0; r < keep.size(); ++r)
-    for (const Tensor& c : cache_) per_row[r].push_back(c.slice(0, static_cast<std::int64_t>(r), static_cast<std::int64_t>(r) + 1));
-  cache_ = gather_rows(per_row, take);
+  positions_.resize(static_cast<std::size_t>(to));
 }
 
 std::vector<float> GptDecoder::next(const std::vector<std::int64_t>& context) {
@@ -142,9 +150,8 @@ std::vector<float> GptDecoder::next(const std::vector<std::int64_t>& context) {
   const std::int64_t seq = model_.config.seq;
   // One row: the context grown by one token steps it; another context within the positions starts it.
   if (kv_cache_ && n <= seq && positions_.size() == 1 && positions_[0] == n - 1) return step({context.back()}).front();
-  if (kv_cache_ && n <= seq) return start({context}).front();
-  positions_.clear();  // the window slid (or no cache): no row describes it
-  cache_.clear();
+  positions_.clear();  // another context, or the window slid (or no cache): no row describes it
+  if (kv_cache_ && n <= seq) return add({context}).front();
   const std::int64_t t = std::min(n, seq);
   const Tensor logits =
       window_jit(t)({Tensor::from_vector(std::vector<std::int64_t>(context.end() - t, context.end()), {1, t})})[0];

@@ -64,12 +64,14 @@ Var Gpt::prompt_logits(const Var& ids, std::vector<graph::KvCache>& caches) {
   return (*lm_head)((*ln_f)(h));
 }
 
-Var Gpt::step_logits(const Var& ids, const Var& positions, std::vector<graph::KvCache>& caches) {
+Var Gpt::step_logits(const Var& ids, const Var& positions, const std::vector<graph::KvCache>& caches,
+                     std::vector<graph::KvCache>& fresh) {
   TROUPE_CHECK(caches.size() == block_list.size(), invalid_argument, "gpt: ", caches.size(), " key/value caches for ",
                block_list.size(), " blocks; fill them with prompt_logits() first");
   const graph::DecodePosition at = graph::decode_position(positions, config.seq, wte->weight.dtype());
   Var h = (*wte)(ids) + (*wpe)(positions);  // [B, 1, C] each
-  for (std::size_t i = 0; i < block_list.size(); ++i) h = block_list[i]->step(h, at, caches[i]);
+  fresh.assign(block_list.size(), {});
+  for (std::size_t i = 0; i < block_list.size(); ++i) h = block_list[i]->step(h, at, caches[i], fresh[i]);
   return (*lm_head)((*ln_f)(h));
 }
 

@@ -114,27 +114,45 @@ Var CausalSelfAttention::prompt(const Var& x, std::int64_t capacity, KvCache& ca
   return attend(*this, q, k, v, Var());
 }
 
-Var CausalSelfAttention::step(const Var& x, const DecodePosition& at, KvCache& cache) {
+Var CausalSelfAttention::step(const Var& x, const DecodePosition& at, const KvCache& cache, KvCache& fresh) {
   TROUPE_CHECK(x.dim() == 3 && x.size(1).is_static() && x.size(1).size() == 1, shape_mismatch,
                "CausalSelfAttention: a decoding step takes one position [batch, 1, ", dim, "], got ", sym_shape_str(x.shape()));
   TROUPE_CHECK(cache.k.defined() && cache.v.defined(), invalid_argument,
                "CausalSelfAttention: a decoding step needs the cache its prompt filled");
   const auto [q, k, v] = heads_of(*this, x);
-  cache = {cache.k * at.keep + at.write * k, cache.v * at.keep + at.write * v};
-  return attend(*this, q, cache.k, cache.v, at.bias);
+  fresh = {k, v};
+  // The cache stays read-only: the new position's score joins the cached ones (those before the
+  // row's position, by `bias`) in one softmax, and its value is weighted in separately, so a step
+  // reads the cache once and writes nothing of it (write_step() then stores the new position).
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim / heads));
+  const Var cached = matmul(q, cache.k, false, true) * scale + at.bias;  // [B, H, 1, capacity]
+  const Var own = matmul(q, k, false, true) * scale;                     // [B, H, 1, 1]
+  const std::int64_t capacity = cache.k.size(2).size();
+  const std::vector<Var> p = split(softmax(concat({cached, own}, -1)), {capacity, 1}, -1);
+  const Var y = matmul(p[0], cache.v) + p[1] * v;  // [B, H, 1, hd]
+  return (*proj)(y.permute({0, 2, 1, 3}).reshape({q.size(0), q.size(2), dim}));
 }
 
 DecodePosition decode_position(const Var& positions, std::int64_t capacity, DType dtype) {
   check_positive("decode_position", "capacity", capacity);
-  // Row p of `one_hot` is 1 at p; row p of `causal` is 0 up to p and -inf after it.
-  Tensor one_hot = Tensor::zeros({capacity, capacity}), causal = Tensor::zeros({capacity, capacity});
-  for (std::int64_t p = 0; p < capacity; ++p) {
-    one_hot.data<float>()[p * capacity + p] = 1.0f;
-    for (std::int64_t j = p + 1; j < capacity; ++j) causal.data<float>()[p * capacity + j] = -INFINITY;
+  // Row p of `before` is 0 before p and -inf from p on.
+  Tensor before = Tensor::zeros({capacity, capacity});
+  for (std::int64_t p = 0; p < capacity; ++p)
+    for (std::int64_t j = p; j < capacity; ++j) before.data<float>()[p * capacity + j] = -INFINITY;
+  return {embedding(before.to(dtype), positions).reshape({positions.size(0), 1, 1, capacity})};
+}
+
+void write_step(const Tensor& cache, const Tensor& fresh, const std::vector<std::int64_t>& positions) {
+  TROUPE_CHECK(cache.dim() == 4 && fresh.dim() == 4 && fresh.size(2) == 1 &&
+                   fresh.size(0) == static_cast<std::int64_t>(positions.size()) && cache.size(0) >= fresh.size(0),
+               shape_mismatch, "write_step: ", positions.size(), " positions for a cache ", shape_str(cache.shape()),
+               " and a step ", shape_str(fresh.shape()), "; give one position per row of the step");
+  for (std::size_t r = 0; r < positions.size(); ++r) {
+    const auto row = static_cast<std::int64_t>(r), p = positions[r];
+    TROUPE_CHECK(p >= 0 && p < cache.size(2), invalid_argument, "write_step: row ", r, " at position ", p,
+                 " is outside the cache's ", cache.size(2), " positions");
+    cache.slice(0, row, row + 1).slice(2, p, p + 1).copy_from(fresh.slice(0, row, row + 1));
   }
-  const SymDim b = positions.size(0);
-  const Var write = embedding(one_hot.to(dtype), positions).reshape({b, 1, capacity, 1});
-  return {write, 1.0 - write, embedding(causal.to(dtype), positions).reshape({b, 1, 1, capacity})};
 }
 
 MLP::MLP(std::int64_t dim, std::int64_t hidden, Generator& gen) {
@@ -157,8 +175,8 @@ Var GPTBlock::prompt(const Var& x, std::int64_t capacity, KvCache& cache) {
   const Var h = x + attn->prompt((*ln1)(x), capacity, cache);
   return h + (*mlp)((*ln2)(h));
 }
-Var GPTBlock::step(const Var& x, const DecodePosition& at, KvCache& cache) {
-  const Var h = x + attn->step((*ln1)(x), at, cache);
+Var GPTBlock::step(const Var& x, const DecodePosition& at, const KvCache& cache, KvCache& fresh) {
+  const Var h = x + attn->step((*ln1)(x), at, cache, fresh);
   return h + (*mlp)((*ln2)(h));
 }
 

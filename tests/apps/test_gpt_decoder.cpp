@@ -34,27 +34,39 @@ TEST(GptDecoder, RowsDecodedTogetherEqualEachDecodedAlone) {
   graph::NoGradGuard no_grad;
   apps::GptDecoder together(model, {}, true), alone(model, {}, true);
   std::vector<std::vector<std::int64_t>> contexts{{1, 2, 3}, {7}, {9, 8, 7, 6, 5}};
-  std::vector<std::vector<float>> logits = together.start(contexts);
+  std::vector<std::vector<float>> logits = together.add(contexts);
   EXPECT_EQ(together.positions(), (std::vector<std::int64_t>{3, 1, 5}));
   for (int step = 0; step < 5; ++step) {
+    for (std::size_t r = 0; r < contexts.size(); ++r)
+      EXPECT_LE(worst(logits[r], alone.next(contexts[r])), 1e-5) << "row " << r << ", step " << step;
+    if (step == 1) {  // two rows join with prompts of one length (run together), past the first rows' room
+      const std::vector<std::vector<std::int64_t>> joining{{4, 4}, {5, 6}};
+      const std::vector<std::vector<float>> first = together.add(joining);
+      for (std::size_t j = 0; j < joining.size(); ++j) {
+        EXPECT_LE(worst(first[j], alone.next(joining[j])), 1e-5) << "joining row " << j;
+        contexts.push_back(joining[j]);
+        logits.push_back(first[j]);
+      }
+      EXPECT_EQ(together.positions(), (std::vector<std::int64_t>{4, 2, 6, 2, 2}));
+    }
+    if (step == 2) {  // row 1 leaves
+      together.keep_rows({true, false, true, true, true});
+      contexts.erase(contexts.begin() + 1);
+    }
     std::vector<std::int64_t> tokens;
     for (std::size_t r = 0; r < contexts.size(); ++r) {
-      EXPECT_LE(worst(logits[r], alone.next(contexts[r])), 1e-5) << "row " << r << ", step " << step;
       tokens.push_back((step * 31 + static_cast<std::int64_t>(r) * 17) % 256);
       contexts[r].push_back(tokens.back());
     }
-    if (step == 2) {  // row 1 leaves
-      together.keep_rows({true, false, true});
-      contexts.erase(contexts.begin() + 1);
-      tokens.erase(tokens.begin() + 1);
-    }
     logits = together.step(tokens);
   }
+  for (std::size_t r = 0; r < contexts.size(); ++r) EXPECT_LE(worst(logits[r], alone.next(contexts[r])), 1e-5) << "row " << r;
   // Row 1 (5 + 5 = 10 positions, then 12) fills the model's 12 positions: another step is refused.
-  together.step({1, 2});
-  EXPECT_EQ(together.positions(), (std::vector<std::int64_t>{9, 11}));
-  together.step({1, 2});
-  EXPECT_THROW(together.step({1, 2}), Error);
+  EXPECT_EQ(together.positions(), (std::vector<std::int64_t>{8, 10, 6, 6}));
+  together.step({1, 2, 3, 4});
+  together.step({1, 2, 3, 4});
+  EXPECT_THROW(together.step({1, 2, 3, 4}), Error);
   EXPECT_THROW(together.step({1}), Error);
-  EXPECT_THROW(together.start({std::vector<std::int64_t>(13, 1)}), Error);
+  EXPECT_THROW(together.add({std::vector<std::int64_t>(13, 1)}), Error);
+  EXPECT_THROW(together.add({{}}), Error);
 }

@@ -1,6 +1,7 @@
 // Incremental decoding (graph/nn.hpp): a Transformer block run on a prompt and then one position
 // at a time against its key/value cache gives what it gives on the whole sequence; a batch whose
-// rows are at different positions gives each row's own result; traced steps equal eager ones; a
+// rows are at different positions gives each row's own result (each step returning its own keys
+// and values, which write_step() stores); traced steps equal eager ones; a
 // bf16 model decodes in bf16; and a step without a filled cache, or a prompt longer than the cache,
 // is refused.
 #include <gtest/gtest.h>
@@ -37,7 +38,11 @@ TEST(KvCache, PromptThenStepsEqualTheWholeSequence) {
   EXPECT_EQ(cache.k.tensor().shape(), (Shape{2, 2, kCapacity, 8}));
   EXPECT_LE(test::scaled_max_error(first, whole.slice(1, 0, 3).contiguous()), 1e-6);
   for (std::int64_t p = 3; p < 7; ++p) {
-    const Tensor y = block.step(x.slice(1, p, p + 1), decode_position(positions({p, p}), kCapacity), cache).tensor();
+    KvCache fresh;
+    const Tensor y = block.step(x.slice(1, p, p + 1), decode_position(positions({p, p}), kCapacity), cache, fresh).tensor();
+    EXPECT_EQ(fresh.k.tensor().shape(), (Shape{2, 2, 1, 8}));
+    write_step(cache.k.tensor(), fresh.k.tensor(), {p, p});
+    write_step(cache.v.tensor(), fresh.v.tensor(), {p, p});
     EXPECT_LE(test::scaled_max_error(y, whole.slice(1, p, p + 1).contiguous()), 1e-5);
   }
 }
@@ -52,7 +57,8 @@ TEST(KvCache, RowsOfABatchStepAtTheirOwnPositions) {
   block.prompt(b.slice(1, 0, 5), kCapacity, cb);
   KvCache both{concat({ca.k, cb.k}, 0), concat({ca.v, cb.v}, 0)};
   const Tensor next = concat({a.slice(1, 3, 4), b.slice(1, 5, 6)}, 0).tensor();
-  const Tensor y = block.step(next, decode_position(positions({3, 5}), kCapacity), both).tensor();
+  KvCache fresh;
+  const Tensor y = block.step(next, decode_position(positions({3, 5}), kCapacity), both, fresh).tensor();
   EXPECT_LE(test::scaled_max_error(y.slice(0, 0, 1).contiguous(), block(a).tensor().slice(1, 3, 4).contiguous()), 1e-5);
   EXPECT_LE(test::scaled_max_error(y.slice(0, 1, 2).contiguous(), block(b).tensor().slice(1, 5, 6).contiguous()), 1e-5);
 }
@@ -64,18 +70,20 @@ TEST(KvCache, ATracedStepEqualsTheEagerOne) {
   const Tensor x = test::random_tensor({1, 5, 16}, 4);
   KvCache cache;
   block.prompt(x.slice(1, 0, 4), kCapacity, cache);
-  const Tensor eager = block.step(x.slice(1, 4, 5), decode_position(positions({4}), kCapacity), cache).tensor();
-  block.prompt(x.slice(1, 0, 4), kCapacity, cache);
+  KvCache eager_fresh;
+  const Tensor eager = block.step(x.slice(1, 4, 5), decode_position(positions({4}), kCapacity), cache, eager_fresh).tensor();
   for (int level : {1, 3}) {
     Jit step(
         [&](const std::vector<Var>& in) {
-          KvCache c{in[2], in[3]};
-          return std::vector<Var>{block.step(in[0], decode_position(in[1], kCapacity), c), c.k, c.v};
+          KvCache fresh;
+          const Var y = block.step(in[0], decode_position(in[1], kCapacity), {in[2], in[3]}, fresh);
+          return std::vector<Var>{y, fresh.k, fresh.v};
         },
         {{"x", {1, 1, 16}}, {"position", {1, 1}, DType::i64}, {"k", {1, 2, kCapacity, 8}}, {"v", {1, 2, kCapacity, 8}}},
         false, level);
     const std::vector<Tensor> out = step({x.slice(1, 4, 5).contiguous(), positions({4}), cache.k.tensor(), cache.v.tensor()});
     EXPECT_LE(test::scaled_max_error(out[0], eager), 1e-6);
+    EXPECT_LE(test::scaled_max_error(out[1], eager_fresh.k.tensor()), 1e-6);
   }
 }
 
@@ -92,8 +100,9 @@ TEST(KvCache, ABf16ModelDecodesInBf16) {
   KvCache cache;
   block.prompt(x.slice(1, 0, 4), kCapacity, cache);
   EXPECT_EQ(cache.k.dtype(), DType::bf16);
+  KvCache fresh;
   const Tensor y =
-      block.step(x.slice(1, 4, 5), decode_position(positions({4}), kCapacity, DType::bf16), cache).tensor();
+      block.step(x.slice(1, 4, 5), decode_position(positions({4}), kCapacity, DType::bf16), cache, fresh).tensor();
   EXPECT_EQ(y.dtype(), DType::bf16);
   EXPECT_LE(test::scaled_max_error(y.to(DType::f32), whole.slice(1, 4, 5).contiguous()), 3e-2);
 }
@@ -104,7 +113,8 @@ TEST(KvCache, AStepWithoutAPromptOrAPromptPastTheCacheIsRefused) {
   NoGradGuard no_grad;
   KvCache empty;
   try {
-    attn.step(test::random_tensor({1, 1, 16}, 5), decode_position(positions({0}), kCapacity), empty);
+    KvCache fresh;
+    attn.step(test::random_tensor({1, 1, 16}, 5), decode_position(positions({0}), kCapacity), empty, fresh);
     ADD_FAILURE() << "a step without a cache ran";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("needs the cache its prompt filled"), std::string::npos) << e.what();
@@ -112,5 +122,10 @@ TEST(KvCache, AStepWithoutAPromptOrAPromptPastTheCacheIsRefused) {
   KvCache cache;
   EXPECT_THROW(attn.prompt(test::random_tensor({1, kCapacity + 1, 16}, 6), kCapacity, cache), Error);
   attn.prompt(test::random_tensor({1, 2, 16}, 7), kCapacity, cache);
-  EXPECT_THROW(attn.step(test::random_tensor({1, 2, 16}, 8), decode_position(positions({2}), kCapacity), cache), Error);
+  KvCache fresh;
+  EXPECT_THROW(attn.step(test::random_tensor({1, 2, 16}, 8), decode_position(positions({2}), kCapacity), cache, fresh), Error);
+  // write_step() refuses a position outside the cache, and a step with another number of rows.
+  attn.step(test::random_tensor({1, 1, 16}, 9), decode_position(positions({2}), kCapacity), cache, fresh);
+  EXPECT_THROW(write_step(cache.k.tensor(), fresh.k.tensor(), {kCapacity}), Error);
+  EXPECT_THROW(write_step(cache.k.tensor(), fresh.k.tensor(), {2, 3}), Error);
 }

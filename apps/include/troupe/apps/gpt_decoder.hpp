@@ -17,22 +17,23 @@
 
 namespace troupe::apps {
 
-/// Logits of the next token, for one context at a time (next()) or for several decoded together
-/// (start(), step(), keep_rows()): one traced step advances every row by one position, each at its
-/// own. Not thread-safe: it keeps the contexts' caches.
+/// Logits of the next token, for one context at a time (next()) or for rows decoded together
+/// (add(), step(), keep_rows()): one traced step advances every row by one position, each at its
+/// own, and rows may join and leave between steps (continuous batching). Not thread-safe: it keeps
+/// the rows' caches.
 class GptDecoder {
  public:
   /// Decodes with `model` (which must outlive it) at mixed precision `amp`, with the key/value
   /// cache or recomputing each window.
   GptDecoder(Gpt& model, graph::AmpOptions amp, bool kv_cache);
-  /// Logits [vocab] of the token after `context` (at least one token), as a batch of one row:
+  /// Logits [vocab] of the token after `context` (at least one token), as the only row:
   /// consecutive calls whose context grows by one token step it; any other context starts it
   /// again; past --seq tokens the window is recomputed.
   std::vector<float> next(const std::vector<std::int64_t>& context);
 
-  /// Starts decoding `prompts` together (each 1 to --seq tokens), one row each; returns each row's
-  /// next-token logits. Replaces the rows of an earlier start().
-  std::vector<std::vector<float>> start(const std::vector<std::vector<std::int64_t>>& prompts);
+  /// Adds a row per prompt (each 1 to --seq tokens) after the current rows, running prompts of one
+  /// length together; returns each new row's next-token logits.
+  std::vector<std::vector<float>> add(const std::vector<std::vector<std::int64_t>>& prompts);
   /// Appends tokens[i] to row i (each row below --seq positions: see positions()) and returns each
   /// row's next-token logits.
   std::vector<std::vector<float>> step(const std::vector<std::int64_t>& tokens);
@@ -47,12 +48,15 @@ class GptDecoder {
   graph::Jit& window_jit(std::int64_t t);
   graph::Jit& traced(std::map<std::int64_t, graph::Jit>& jits, std::int64_t key, std::vector<graph::InputSpec> signature,
                      graph::TraceableFn fn);
+  void reserve_rows(std::int64_t rows);
 
   Gpt& model_;
   graph::AmpOptions amp_;
   bool kv_cache_;
   std::map<std::int64_t, graph::Jit> prompts_, steps_, windows_;
-  std::vector<Tensor> cache_;            // k, v of every block: [rows, heads, --seq, head dim]
+  // k, v of every block, [slots, heads, --seq, head dim]: row r of the batch is slot r, so a step
+  // reads the first rows as they are, and a step's new position is written in place.
+  std::vector<Tensor> cache_;
   std::vector<std::int64_t> positions_;  // of each row
 };
 

@@ -37,8 +37,10 @@ class Gpt : public graph::Module {
   graph::Var prompt_logits(const graph::Var& ids, std::vector<graph::KvCache>& caches);
   /// Incremental decoding, one token per row: logits [B, 1, vocab] of ids [B, 1] at `positions`
   /// (i64 [B, 1], each below config.seq and after the row's cached ones), computed against the
-  /// cached keys and values alone; writes the token's own into `caches`.
-  graph::Var step_logits(const graph::Var& ids, const graph::Var& positions, std::vector<graph::KvCache>& caches);
+  /// cached keys and values and its own; returns the token's keys and values per block in `fresh`
+  /// (graph::write_step() stores them).
+  graph::Var step_logits(const graph::Var& ids, const graph::Var& positions, const std::vector<graph::KvCache>& caches,
+                         std::vector<graph::KvCache>& fresh);
   /// Mean cross-entropy of the logits of `ids` against `targets` (both [B, T]).
   graph::Var loss(const graph::Var& ids, const graph::Var& targets);
 

@@ -64,8 +64,6 @@ class PixelShuffle : public Layer {
   std::int64_t upscale;
 };
 
-/// Causal multi-head self-attention over x [B, T, C]: one qkv projection [3C, C], explicit
-/// softmax(q k^T / sqrt(C/H)) with future positions masked, then an output projection.
 /// The keys and values an attention layer keeps for incremental decoding, which computes each new
 /// token's position alone against them instead of the whole context again: [batch, heads,
 /// capacity, head_dim] each, zero past the positions written. A fixed capacity keeps every decoding
@@ -75,17 +73,23 @@ struct KvCache {
   Var k, v;
 };
 
-/// Where a decoding step writes in a KvCache and what it reads, shared by every attention layer
-/// (decode_position()): `write` [batch, 1, capacity, 1] is 1 at each row's position and 0 elsewhere,
-/// `keep` is 1 - write, and `bias` [batch, 1, 1, capacity] is 0 up to the position and -inf after.
+/// What a decoding step reads of a KvCache (decode_position()): `bias` [batch, 1, 1, capacity] is 0
+/// before each row's position and -inf from it on, hiding the positions not yet written.
 struct DecodePosition {
-  Var write, keep, bias;
+  Var bias;
 };
 
-/// The DecodePosition of `positions` (i64 [batch, 1], each below `capacity`), looked up in constant
-/// tables, so a traced step takes the positions as an input; in `dtype`, the caches' dtype.
+/// The DecodePosition of `positions` (i64 [batch, 1], each below `capacity`), looked up in a
+/// constant table, so a traced step takes the positions as an input; in `dtype`, the caches' dtype.
 DecodePosition decode_position(const Var& positions, std::int64_t capacity, DType dtype = DType::f32);
 
+/// Stores a step's new keys or values `fresh` ([batch, heads, 1, head_dim]) into the first rows of
+/// `cache` ([rows, heads, capacity, head_dim]), row r at positions[r], in place: a step leaves its
+/// cache unchanged, so the caller keeps it up to date.
+void write_step(const Tensor& cache, const Tensor& fresh, const std::vector<std::int64_t>& positions);
+
+/// Causal multi-head self-attention over x [B, T, C]: one qkv projection [3C, C], explicit
+/// softmax(q k^T / sqrt(C/H)) with future positions masked, then an output projection.
 class CausalSelfAttention : public Layer {
  public:
   CausalSelfAttention(std::int64_t dim, std::int64_t heads, Generator& gen);
@@ -93,9 +97,9 @@ class CausalSelfAttention : public Layer {
   /// forward() over a prompt x [batch, n, dim], whose keys and values fill `cache` for `capacity`
   /// positions (n <= capacity).
   Var prompt(const Var& x, std::int64_t capacity, KvCache& cache);
-  /// One more position per row, x [batch, 1, dim] at `at`: its keys and values go into `cache`, and
-  /// it attends to every position up to its own.
-  Var step(const Var& x, const DecodePosition& at, KvCache& cache);
+  /// One more position per row, x [batch, 1, dim] at `at`: it attends to the cached positions before
+  /// its own and to itself, and returns its keys and values in `fresh` (for write_step()).
+  Var step(const Var& x, const DecodePosition& at, const KvCache& cache, KvCache& fresh);
   std::int64_t dim, heads;
   std::shared_ptr<Linear> qkv, proj;
 };
@@ -117,7 +121,7 @@ class GPTBlock : public Layer {
   /// forward() over a prompt, filling the attention's `cache` (CausalSelfAttention::prompt).
   Var prompt(const Var& x, std::int64_t capacity, KvCache& cache);
   /// One decoding step (CausalSelfAttention::step).
-  Var step(const Var& x, const DecodePosition& at, KvCache& cache);
+  Var step(const Var& x, const DecodePosition& at, const KvCache& cache, KvCache& fresh);
   std::shared_ptr<LayerNorm> ln1, ln2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<MLP> mlp;
