@@ -127,7 +127,7 @@ TEST(ServeBatchQueue, BatchesUpToTheLimitAndRefusesWhenFull) {
   std::promise<void> release;
   std::shared_future<void> go = release.get_future().share();
   {
-    BatchQueue<int> q(4, 3, std::chrono::milliseconds(200), 1, [&](std::vector<int>& batch) {
+    BatchQueue<int> q(4, 3, std::chrono::milliseconds(200), 1, [&](std::vector<int>& batch, BatchQueue<int>&) {
       go.wait();
       std::lock_guard<std::mutex> lock(m);
       batches.push_back(batch);
@@ -153,6 +153,36 @@ TEST(ServeBatchQueue, BatchesUpToTheLimitAndRefusesWhenFull) {
   EXPECT_EQ(batches[0], (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(batches[1], (std::vector<int>{3, 4, 5}));
   EXPECT_EQ(batches[2], (std::vector<int>{6}));
+}
+
+// Continuous batching: a batch that runs in steps takes the jobs that came while it ran, up to its
+// room; the rest wait for the next batch.
+TEST(ServeBatchQueue, ARunningBatchTakesTheJobsThatCameMeanwhile) {
+  std::vector<std::vector<int>> batches;
+  std::promise<void> started, release;
+  std::shared_future<void> go = release.get_future().share();
+  {
+    BatchQueue<int> q(8, 3, std::chrono::milliseconds(0), 1, [&](std::vector<int>& batch, BatchQueue<int>& self) {
+      if (batches.empty()) {
+        started.set_value();
+        go.wait();
+        for (int job : self.take_waiting(self.max_batch() - batch.size())) batch.push_back(job);
+      }
+      batches.push_back(batch);
+    });
+    int first = 0;
+    ASSERT_TRUE(q.try_push(first));
+    started.get_future().wait();
+    for (int i = 1; i < 4; ++i) {
+      int job = i;
+      ASSERT_TRUE(q.try_push(job));
+    }
+    EXPECT_TRUE(q.take_waiting(0).empty());
+    release.set_value();
+  }
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[0], (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(batches[1], (std::vector<int>{3}));
 }
 
 TEST(ServeMetrics, RendersPrometheusText) {

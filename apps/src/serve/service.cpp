@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <limits>
+#include <list>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -118,67 +119,92 @@ struct Service::Impl {
     }
   }
 
-  // Generates for the batch's requests together: their prompts start one decoder row each, and
-  // one traced step per token advances every row still generating. A row whose context fills
-  // the model's positions leaves the batch and goes on alone, recomputing its sliding window.
-  void generate_batch(std::vector<GenerateJob>& batch) {
-    metrics.set_queue_depth(static_cast<std::int64_t>(depth()));
-    metrics.observe_batch("/v1/generate", static_cast<int>(batch.size()));
+  // Generates for the batch's requests together, with continuous batching: every row advances by
+  // one traced step per token; a finished request answers at once and leaves, and the requests
+  // that came meanwhile join before the next step (their prompts first, those of one length
+  // together). A row whose context fills the model's positions goes on beside the batch,
+  // recomputing its sliding window one token per step.
+  void generate_batch(std::vector<GenerateJob>& batch, BatchQueue<GenerateJob>& queue) {
     struct Row {
-      GenerateJob* job;
+      GenerateJob job;
       std::vector<std::int64_t> context;
       std::string text;
       std::uint64_t rng;
+      std::vector<float> logits;  // of the next token, once the row's prompt or step has run
       bool answered = false;
     };
-    std::vector<Row> rows;
-    for (GenerateJob& job : batch) rows.push_back(Row{&job, job.prompt, "", job.seed});
-    const auto finish = [](Row& r) {
+    std::list<Row> rows;          // every request taken, answered or not
+    std::vector<Row*> active;     // the decoder's rows, in its order
+    std::vector<Row*> windowed;   // past the model's positions
+    const std::int64_t seq = gpt->config.seq;
+    const auto finish = [&](Row& r) {
       const nlohmann::json answer{{"text", r.text}, {"tokens", r.text.size()}, {"finish", "length"}};
-      r.job->reply(Response{200, "application/json", answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", {}});
+      r.job.reply(Response{200, "application/json", answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", {}});
       r.answered = true;
     };
-    const auto take = [](Row& r, std::int64_t token) {
+    // Samples the row's next token; false once it has all it asked for (and is answered).
+    const auto advance = [&](Row& r) {
+      const std::int64_t token = sample_token(r.logits, r.job.temperature, r.job.top_k, r.rng);
       r.context.push_back(token);
       r.text.push_back(static_cast<char>(token));
-      return static_cast<std::int64_t>(r.text.size()) < r.job->max_tokens;  // more to go
+      if (static_cast<std::int64_t>(r.text.size()) < r.job.max_tokens) return true;
+      finish(r);
+      return false;
     };
-    const std::int64_t seq = gpt->config.seq;
+    const auto admit = [&](std::vector<GenerateJob>& jobs) {
+      std::vector<Row*> joining;
+      for (GenerateJob& job : jobs) {
+        Row& r = rows.emplace_back(Row{std::move(job), {}, "", 0, {}});
+        r.context = r.job.prompt;
+        r.rng = r.job.seed;
+        (static_cast<std::int64_t>(r.context.size()) <= seq ? joining : windowed).push_back(&r);
+      }
+      if (joining.empty()) return;
+      std::vector<std::vector<std::int64_t>> prompts;
+      for (Row* r : joining) prompts.push_back(r->context);
+      std::vector<std::vector<float>> logits = decoder->add(prompts);
+      for (std::size_t i = 0; i < joining.size(); ++i) joining[i]->logits = std::move(logits[i]);
+      active.insert(active.end(), joining.begin(), joining.end());
+    };
     try {
       graph::NoGradGuard no_grad;
-      std::vector<Row*> active, alone;
-      std::vector<std::vector<std::int64_t>> prompts;
-      for (Row& r : rows) (static_cast<std::int64_t>(r.context.size()) <= seq ? active : alone).push_back(&r);
-      for (Row* r : active) prompts.push_back(r->context);
-      std::vector<std::vector<float>> logits = active.empty() ? std::vector<std::vector<float>>{} : decoder->start(prompts);
-      while (!active.empty()) {
+      admit(batch);
+      while (!active.empty() || !windowed.empty()) {
+        metrics.set_queue_depth(static_cast<std::int64_t>(depth()));
         std::vector<std::int64_t> tokens;
         std::vector<bool> keep;
         std::vector<Row*> still;
-        for (std::size_t i = 0; i < active.size(); ++i) {
-          Row& r = *active[i];
-          const bool more = take(r, sample_token(logits[i], r.job->temperature, r.job->top_k, r.rng));
-          const bool room = decoder->positions()[i] < seq;
-          if (!more) finish(r);
-          else if (!room) alone.push_back(&r);
-          keep.push_back(more && room);
-          if (more && room) {
-            tokens.push_back(r.context.back());
-            still.push_back(&r);
+        for (Row* r : active) {
+          const bool more = advance(*r), room = more && static_cast<std::int64_t>(r->context.size()) <= seq;
+          if (more && !room) windowed.push_back(r);
+          keep.push_back(room);
+          if (room) {
+            tokens.push_back(r->context.back());
+            still.push_back(r);
           }
         }
         decoder->keep_rows(keep);
         active = still;
-        if (!active.empty()) logits = decoder->step(tokens);
-      }
-      for (Row* r : alone) {
-        while (take(*r, sample_token(decoder->next(r->context), r->job->temperature, r->job->top_k, r->rng))) {
+        if (!active.empty()) {
+          metrics.observe_batch("/v1/generate", static_cast<int>(active.size()));
+          std::vector<std::vector<float>> logits = decoder->step(tokens);
+          for (std::size_t i = 0; i < active.size(); ++i) active[i]->logits = std::move(logits[i]);
         }
-        finish(*r);
+        std::vector<Row*> going;
+        for (Row* r : windowed) {
+          r->logits = window_decoder->next(r->context);
+          if (advance(*r)) going.push_back(r);
+        }
+        windowed = going;
+        rows.remove_if([](const Row& r) { return r.answered; });
+        const std::size_t held = active.size() + windowed.size();
+        std::vector<GenerateJob> joining = queue.take_waiting(queue.max_batch() - std::min(held, queue.max_batch()));
+        if (!joining.empty()) admit(joining);
       }
     } catch (const std::exception& e) {
       for (Row& r : rows)
-        if (!r.answered) r.job->reply(json_error(500, std::string("generation failed: ") + e.what()));
+        if (!r.answered) r.job.reply(json_error(500, std::string("generation failed: ") + e.what()));
+      decoder->keep_rows(std::vector<bool>(decoder->positions().size(), false));
     }
   }
 
@@ -195,7 +221,8 @@ struct Service::Impl {
   std::unique_ptr<actors::Program> upscale_program;
   std::unique_ptr<graph::Jit> upscale;
   std::unique_ptr<Gpt> gpt;
-  std::unique_ptr<GptDecoder> decoder;  // the one generate worker's
+  std::unique_ptr<GptDecoder> decoder;         // the generate worker's batch, with the key/value cache
+  std::unique_ptr<GptDecoder> window_decoder;  // its rows past the model's positions
   // Declared last, destroyed first: their workers finish what is queued while the models exist.
   std::unique_ptr<BatchQueue<UpscaleJob>> upscale_queue;
   std::unique_ptr<BatchQueue<GenerateJob>> generate_queue;
@@ -218,13 +245,14 @@ Service::Service(const ServiceOptions& o) : impl_(std::make_unique<Impl>(o)) {
       s.upscale = std::make_unique<graph::Jit>(fn, signature, false, 0, o.amp);
     }
     s.upscale_queue = std::make_unique<BatchQueue<UpscaleJob>>(o.queue_capacity, o.max_batch, o.max_wait, 1,
-                                                               [&s](std::vector<UpscaleJob>& batch) { s.upscale_batch(batch); });
+                                                               [&s](std::vector<UpscaleJob>& batch, BatchQueue<UpscaleJob>&) { s.upscale_batch(batch); });
   }
   if (!o.gpt_path.empty()) {
     s.gpt = load_gpt(o.gpt_path, o.gpt);
     s.decoder = std::make_unique<GptDecoder>(*s.gpt, o.amp, true);
+    s.window_decoder = std::make_unique<GptDecoder>(*s.gpt, o.amp, false);
     s.generate_queue = std::make_unique<BatchQueue<GenerateJob>>(o.queue_capacity, o.max_batch, o.max_wait, 1,
-                                                                 [&s](std::vector<GenerateJob>& batch) { s.generate_batch(batch); });
+                                                                 [&s](std::vector<GenerateJob>& batch, BatchQueue<GenerateJob>& queue) { s.generate_batch(batch, queue); });
   }
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // The bounded queue between troupe-serve's HTTP threads and inference: requests wait here, and
 // worker threads take them in batches of up to max_batch, waiting up to max_wait for a batch to
-// fill once its first request is in (dynamic batching). A full queue refuses new requests at once,
+// fill once its first request is in (dynamic batching); a batch that runs in steps may take the
+// requests that arrive meanwhile into its next step (continuous batching). A full queue refuses new requests at once,
 // so the server can answer 503 instead of letting latency grow without bound. Destruction runs
 // every request already queued, then joins the workers.
 
@@ -23,8 +24,9 @@ namespace troupe::apps::serve {
 template <class Job>
 class BatchQueue {
  public:
-  /// Runs one batch (1 to max_batch jobs, in arrival order); must answer each job.
-  using RunBatch = std::function<void(std::vector<Job>& batch)>;
+  /// Runs one batch (1 to max_batch jobs, in arrival order); must answer each job, and those it
+  /// takes from `queue` (take_waiting()) while it runs.
+  using RunBatch = std::function<void(std::vector<Job>& batch, BatchQueue& queue)>;
 
   BatchQueue(std::size_t capacity, int max_batch, std::chrono::milliseconds max_wait, int workers, RunBatch run)
       : capacity_(capacity), max_batch_(static_cast<std::size_t>(max_batch)), max_wait_(max_wait), run_(std::move(run)) {
@@ -54,6 +56,14 @@ class BatchQueue {
     ready_.notify_all();  // a worker filling its batch, or an idle one
     return true;
   }
+  /// Takes up to `most` waiting jobs at once, without waiting for any: for a batch that runs in
+  /// steps, to let the requests that came meanwhile join it.
+  std::vector<Job> take_waiting(std::size_t most) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return take(most);
+  }
+  /// The most jobs a batch holds.
+  std::size_t max_batch() const { return max_batch_; }
   /// Jobs waiting (not yet taken by a worker).
   std::size_t depth() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -71,13 +81,19 @@ class BatchQueue {
         if (queue_.size() < max_batch_ && !stopping_)  // let the batch fill, for at most max_wait
           ready_.wait_until(lock, std::chrono::steady_clock::now() + max_wait_,
                             [this] { return stopping_ || queue_.size() >= max_batch_; });
-        while (!queue_.empty() && batch.size() < max_batch_) {
-          batch.push_back(std::move(queue_.front()));
-          queue_.pop_front();
-        }
+        batch = take(max_batch_);
       }
-      run_(batch);
+      run_(batch, *this);
     }
+  }
+  // Up to `most` jobs from the front; the caller holds mutex_.
+  std::vector<Job> take(std::size_t most) {
+    std::vector<Job> jobs;
+    while (!queue_.empty() && jobs.size() < most) {
+      jobs.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    return jobs;
   }
 
   const std::size_t capacity_, max_batch_;
