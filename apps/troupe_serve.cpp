@@ -96,8 +96,10 @@ int main(int argc, char** argv) {
   app.add_option("--read-timeout", f.read_timeout_s, "seconds a client has to send its request")->capture_default_str()->check(apps::open_range(0, 3600, "s"));
   app.add_option("--io-threads", f.server.io_threads, "threads on the sockets")->capture_default_str()->check(apps::in_range(1, 256));
   app.add_option("--threads", f.kernel_threads, "threads per inference call (BLAS, oneDNN)")->capture_default_str()->check(apps::in_range(1, 4096));
-  app.add_option("--actor-threads", s.actor_threads, "scheduler threads of the upscale program, and the micro-batches a batch splits into")
-      ->capture_default_str()->check(apps::in_range(1, 256));
+  app.add_option("--actor-threads", s.actor_threads,
+                 "scheduler threads of the actor programs that run upscale batches and decoding steps, and the "
+                 "micro-batches an upscale batch splits into; 0: the workers call the traced models themselves")
+      ->capture_default_str()->check(apps::in_range(0, 256));
   apps::add_amp_flags(app, f.amp);
   return apps::run_cli(app, argc, argv, "troupe-serve", [&] { return serve(f); });
 }

@@ -13,6 +13,8 @@
 //   gpt-decode-bf16  gpt-decode with the model converted to bf16 once (Module::to)
 //   gpt-decode-batch SIZE rows decoded together as troupe-serve batches them: 16-token prompts
 //                   started together, then 32 greedy steps of every row
+//   gpt-decode-batch-actors  the same, each step run by an actor program as troupe-serve runs
+//                   them: KERNEL_THREADS scheduler threads (troupe-serve's --actor-threads), one micro-batch
 // peak_bytes: the allocator's peak during a steady-state call above what was held before it, plus
 // the planned arena a level-3 function keeps between calls; planned_bytes: that arena;
 // allocs_per_step: allocator requests in that call. AMP (O0, O1, O2 or O3, bf16) is the mixed precision
@@ -26,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "troupe/actors/engine.hpp"
 #include "troupe/apps/gpt_decoder.hpp"
 #include "troupe/apps/gpt_model.hpp"
 #include "troupe/apps/sr_model.hpp"
@@ -40,7 +43,7 @@ using graph::Var;
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: troupe-bench-jit sr-infer|sr-train|gpt-forward|gpt-train|gpt-decode|gpt-decode-recompute|gpt-decode-bf16|gpt-decode-batch "
+    std::fprintf(stderr, "usage: troupe-bench-jit sr-infer|sr-train|gpt-forward|gpt-train|gpt-decode|gpt-decode-recompute|gpt-decode-bf16|gpt-decode-batch|gpt-decode-batch-actors "
                  "LEVEL KERNEL_THREADS [SIZE] [STEPS] [AMP]\n");
     return 2;
   }
@@ -61,6 +64,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<apps::Gpt> gpt;
   std::unique_ptr<graph::Jit> jit;
   std::unique_ptr<apps::TrainStep> train;
+  std::unique_ptr<actors::Engine> engine;  // before the decoder: its step program runs on it
   std::unique_ptr<apps::GptDecoder> decoder;
   std::vector<Tensor> inputs;
   if (workload == "sr-infer") {
@@ -112,8 +116,12 @@ int main(int argc, char** argv) {
           context.push_back(std::max_element(row.begin(), row.end()) - row.begin());
         }
       };
-    } else if (workload == "gpt-decode-batch") {
+    } else if (workload == "gpt-decode-batch" || workload == "gpt-decode-batch-actors") {
       decoder = std::make_unique<apps::GptDecoder>(*gpt, amp, true);
+      if (workload == "gpt-decode-batch-actors") {
+        engine = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(threads)});
+        decoder->run_steps_on(*engine, 1);
+      }
       call = [&] {
         std::vector<std::vector<std::int64_t>> prompts(static_cast<std::size_t>(size), std::vector<std::int64_t>(16));
         for (std::size_t r = 0; r < prompts.size(); ++r)

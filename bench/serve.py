@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """bench/run serve: troupe-serve under load, next to a plain PyTorch http.server handler
 (bench/torch_serve.py) serving the same model shapes, one JSON line per measurement on stdout:
-  {"bench":"serve","route":"upscale"|"generate","server":"troupe-batched"|"troupe-batch1"|"torch-http.server",
+  {"bench":"serve","route":"upscale"|"generate","server":"troupe-batched"|"troupe-batch1"|"troupe-direct"|"torch-http.server",
    "concurrency":C,"requests":N,"throughput_rps":..,"p50_ms":..,"p99_ms":..,"failed":..,"status_503":..}
-then one "serve-summary" line per route with the issue's ratios at concurrency 16, and two
+troupe-direct is the batching server with --actor-threads 0 (the workers call the traced models
+themselves instead of running actor programs), to show what the actor runtime costs. Then one
+"serve-summary" line per route with the issue's ratios at concurrency 16, and two
 "serve-soak" lines: 10 000 requests of each route at 16 clients (a 32x32 PNG; 4 tokens at
 temperature 0.8) against the batching server, counting the failed ones. The load
 generator is troupe-bench-serve-load (bench/serve_load.cpp): C keep-alive clients on loopback.
@@ -71,6 +73,8 @@ def main():
     servers = {
         "troupe-batched": ["--max-batch", "16", "--max-wait-ms", "5"],
         "troupe-batch1": ["--max-batch", "1", "--max-wait-ms", "0"],
+        # The batching server without actor programs: what running through the actor runtime costs.
+        "troupe-direct": ["--max-batch", "16", "--max-wait-ms", "5", "--actor-threads", "0"],
     }
     soak_bodies = {"upscale": os.path.join(work, "small.png"), "generate": os.path.join(work, "short.json")}
     with open(soak_bodies["upscale"], "wb") as f:
@@ -112,10 +116,12 @@ def main():
         print(json.dumps({"bench": "serve", "route": route, "server": server, **r, "threads": THREADS, "isa": m["isa"],
                           "cpu": m["cpu"]}), flush=True)
     for route in ("upscale", "generate"):
-        b, one, torch = (results[(route, s, 16)] for s in ("troupe-batched", "troupe-batch1", "torch-http.server"))
+        b, one, direct, torch = (results[(route, s, 16)]
+                                 for s in ("troupe-batched", "troupe-batch1", "troupe-direct", "torch-http.server"))
         print(json.dumps({"bench": "serve-summary", "route": route, "concurrency": 16,
                           "batching_speedup": round(b["throughput_rps"] / one["throughput_rps"], 3),
                           "vs_torch": round(b["throughput_rps"] / torch["throughput_rps"], 3),
+                          "actors_vs_direct": round(b["throughput_rps"] / direct["throughput_rps"], 3),
                           "p99_over_p50": round(b["p99_ms"] / b["p50_ms"], 3),
                           "failed": sum(r["failed"] for k, r in results.items() if k[1] != "torch-http.server")}), flush=True)
     for route, r in soak.items():

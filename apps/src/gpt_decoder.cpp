@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "troupe/actors/engine.hpp"
 #include "troupe/apps/splitmix.hpp"
 #include "troupe/kernels/error.hpp"
 
@@ -28,6 +29,7 @@ std::vector<Var> with_caches(const Var& logits, const std::vector<graph::KvCache
 }  // namespace
 
 GptDecoder::GptDecoder(Gpt& model, graph::AmpOptions amp, bool kv_cache) : model_(model), amp_(amp), kv_cache_(kv_cache) {}
+GptDecoder::~GptDecoder() = default;
 
 // {logits, k0, v0, k1, v1, ...} of prompts of n tokens.
 graph::Jit& GptDecoder::prompt_jit(std::int64_t n) {
@@ -38,21 +40,37 @@ graph::Jit& GptDecoder::prompt_jit(std::int64_t n) {
   });
 }
 
-// {logits, k0, v0, ...} of one token per row at its position, after the cached ones: the keys
-// and values of that position alone.
-graph::Jit& GptDecoder::step_jit() {
+// The step's inputs: one token per row, its position, and every block's cached keys and values.
+std::vector<graph::InputSpec> GptDecoder::step_signature() const {
   const std::int64_t hd = model_.config.d_model / model_.config.heads;
   const graph::SymDim rows = graph::SymDim::symbol("rows");
   std::vector<graph::InputSpec> signature{{"id", {rows, 1}, DType::i64}, {"position", {rows, 1}, DType::i64}};
   for (std::size_t i = 0; i < 2 * model_.block_list.size(); ++i)
     signature.push_back({(i % 2 ? "v" : "k") + std::to_string(i / 2), {rows, model_.config.heads, model_.config.seq, hd},
                          model_.wte->weight.dtype()});
-  return traced(steps_, 0, signature, [this](const std::vector<Var>& in) {
+  return signature;
+}
+
+// {logits, k0, v0, ...} of one token per row at its position, after the cached ones: the keys
+// and values of that position alone.
+graph::TraceableFn GptDecoder::step_fn() {
+  return [this](const std::vector<Var>& in) {
     std::vector<graph::KvCache> caches(model_.block_list.size()), fresh;
     for (std::size_t i = 0; i < caches.size(); ++i) caches[i] = {in[2 + 2 * i], in[3 + 2 * i]};
     const Var logits = model_.step_logits(in[0], in[1], caches, fresh);
     return with_caches(logits, fresh);
-  });
+  };
+}
+
+graph::Jit& GptDecoder::step_jit() { return traced(steps_, 0, step_signature(), step_fn()); }
+
+void GptDecoder::run_steps_on(actors::Engine& engine, int micro_batches) {
+  const int level = graph::jit_level();
+  if (level == 0) return;
+  actors::ProgramOptions options;
+  options.micro_batches = micro_batches;
+  step_program_ =
+      engine.compile(graph::trace(step_fn(), step_signature()).with_amp(amp_).for_inference().optimized(level), options);
 }
 
 namespace {
@@ -123,7 +141,7 @@ std::vector<std::vector<float>> GptDecoder::step(const std::vector<std::int64_t>
   const auto b = static_cast<std::int64_t>(tokens.size());
   std::vector<Tensor> in{Tensor::from_vector(tokens, {b, 1}), Tensor::from_vector(positions_, {b, 1})};
   for (const Tensor& c : cache_) in.push_back(slots(c, 0, b));
-  const std::vector<Tensor> out = step_jit()(in);
+  const std::vector<Tensor> out = step_program_ ? step_program_->run(in).outputs : step_jit()(in);
   for (std::size_t c = 0; c < cache_.size(); ++c) graph::write_step(cache_[c], out[1 + c], positions_);
   for (std::int64_t& p : positions_) ++p;
   return rows_of(out[0]);

@@ -1,9 +1,12 @@
 // GptDecoder decoding several contexts together: each row's logits are those of decoding it alone
-// (prompts of different lengths, rows leaving the batch), and misuse is refused.
+// (prompts of different lengths, rows joining and leaving the batch), steps run by an actor
+// program equal the direct ones, and misuse is refused.
 #include <gtest/gtest.h>
 
 #include "kernels/reference.hpp"
+#include "troupe/actors/engine.hpp"
 #include "troupe/apps/gpt_decoder.hpp"
+#include "troupe/graph/trace.hpp"
 #include "troupe/graph/var.hpp"
 #include "troupe/kernels/error.hpp"
 
@@ -69,4 +72,27 @@ TEST(GptDecoder, RowsDecodedTogetherEqualEachDecodedAlone) {
   EXPECT_THROW(together.step({1}), Error);
   EXPECT_THROW(together.add({std::vector<std::int64_t>(13, 1)}), Error);
   EXPECT_THROW(together.add({{}}), Error);
+}
+
+// troupe-serve runs decoding steps as an actor program: the same logits as the traced step called
+// directly, with the rows split into micro-batches or not.
+TEST(GptDecoder, StepsRunByAnActorProgramEqualTheDirectOnes) {
+  if (graph::jit_level() == 0) GTEST_SKIP() << "JIT_LEVEL=0 decodes eagerly, without a program";
+  Generator gen(3);
+  apps::Gpt model(small(), gen);
+  graph::NoGradGuard no_grad;
+  actors::Engine engine(actors::EngineOptions{2});
+  for (int micro_batches : {1, 2}) {
+    apps::GptDecoder direct(model, {}, true), on_actors(model, {}, true);
+    on_actors.run_steps_on(engine, micro_batches);
+    const std::vector<std::vector<std::int64_t>> prompts{{1, 2, 3}, {7}, {9, 8, 7, 6, 5}};
+    std::vector<std::vector<float>> a = direct.add(prompts), b = on_actors.add(prompts);
+    for (int step = 0; step < 4; ++step) {
+      for (std::size_t r = 0; r < a.size(); ++r)
+        EXPECT_LE(worst(b[r], a[r]), 1e-6) << micro_batches << " micro-batches, row " << r << ", step " << step;
+      const std::vector<std::int64_t> tokens{step + 1, 2 * step + 3, 40};
+      a = direct.step(tokens);
+      b = on_actors.step(tokens);
+    }
+  }
 }

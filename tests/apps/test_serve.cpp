@@ -103,34 +103,40 @@ TEST(Serve, HealthAndThePage) {
   EXPECT_NE(missing.body().find("the routes are"), std::string::npos);
 }
 
+// With actor threads the batches run as an actor program; without, the worker calls the traced
+// model itself: the same images either way.
 TEST(Serve, UpscalesAsTheModelDoesAndBatchesConcurrentRequests) {
-  ServiceOptions o = options();
-  o.max_wait = std::chrono::milliseconds(300);  // requests arriving together run together
-  Running s(o);
-  const std::string png = png_of(12, 20, 1);
-  // The model itself, eagerly, on the same image.
-  Generator gen(0);
-  apps::SrLite model(small_sr(), gen);
-  model.load(models().sr);
-  graph::NoGradGuard no_grad;
-  const Tensor image = apps::decode_png(png, "test");
-  const Tensor expected = model(graph::Var(image.unsqueeze(0))).tensor().reshape({3, 24, 40});
-  std::vector<std::future<http::response<http::string_body>>> answers;
-  for (int i = 0; i < 4; ++i)
-    answers.push_back(std::async(std::launch::async, [&] { return HttpClient(s.server.port()).send(http::verb::post, "/v1/upscale", png); }));
-  for (auto& a : answers) {
-    const auto r = a.get();
-    ASSERT_EQ(r.result_int(), 200) << r.body();
-    EXPECT_EQ(std::string(r[http::field::content_type]), "image/png");
-    const Tensor out = apps::decode_png(r.body(), "answer");
-    ASSERT_EQ(out.shape(), (Shape{3, 24, 40}));
-    const auto got = out.to_vector<float>(), want = apps::decode_png(apps::encode_png(expected), "expected").to_vector<float>();
-    for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1.0 / 255 + 1e-6) << i;
+  for (int actor_threads : {2, 0}) {
+    SCOPED_TRACE("--actor-threads " + std::to_string(actor_threads));
+    ServiceOptions o = options();
+    o.max_wait = std::chrono::milliseconds(300);  // requests arriving together run together
+    o.actor_threads = actor_threads;
+    Running s(o);
+    const std::string png = png_of(12, 20, 1);
+    // The model itself, eagerly, on the same image.
+    Generator gen(0);
+    apps::SrLite model(small_sr(), gen);
+    model.load(models().sr);
+    graph::NoGradGuard no_grad;
+    const Tensor image = apps::decode_png(png, "test");
+    const Tensor expected = model(graph::Var(image.unsqueeze(0))).tensor().reshape({3, 24, 40});
+    std::vector<std::future<http::response<http::string_body>>> answers;
+    for (int i = 0; i < 4; ++i)
+      answers.push_back(std::async(std::launch::async, [&] { return HttpClient(s.server.port()).send(http::verb::post, "/v1/upscale", png); }));
+    for (auto& a : answers) {
+      const auto r = a.get();
+      ASSERT_EQ(r.result_int(), 200) << r.body();
+      EXPECT_EQ(std::string(r[http::field::content_type]), "image/png");
+      const Tensor out = apps::decode_png(r.body(), "answer");
+      ASSERT_EQ(out.shape(), (Shape{3, 24, 40}));
+      const auto got = out.to_vector<float>(), want = apps::decode_png(apps::encode_png(expected), "expected").to_vector<float>();
+      for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1.0 / 255 + 1e-6) << i;
+    }
+    const std::string metrics = HttpClient(s.server.port()).send(http::verb::get, "/metrics").body();
+    EXPECT_NE(metrics.find("troupe_requests_total{route=\"/v1/upscale\",status=\"200\"} 4"), std::string::npos) << metrics;
+    EXPECT_EQ(metrics.find("troupe_batch_size_count{route=\"/v1/upscale\"} 4"), std::string::npos)
+        << "four concurrent requests ran one by one\n" << metrics;
   }
-  const std::string metrics = HttpClient(s.server.port()).send(http::verb::get, "/metrics").body();
-  EXPECT_NE(metrics.find("troupe_requests_total{route=\"/v1/upscale\",status=\"200\"} 4"), std::string::npos) << metrics;
-  EXPECT_EQ(metrics.find("troupe_batch_size_count{route=\"/v1/upscale\"} 4"), std::string::npos)
-      << "four concurrent requests ran one by one\n" << metrics;
 }
 
 namespace {
@@ -167,13 +173,18 @@ double sample_value(const std::string& text, const std::string& sample) {
 
 }  // namespace
 
+// Decoding steps run as an actor program, or (no actor threads) called by the worker itself.
 TEST(Serve, GeneratesTheDecodersTextAtTemperatureZero) {
-  Running s(options());
-  const auto r = HttpClient(s.server.port())
-                     .send(http::verb::post, "/v1/generate", R"({"prompt": "The actor", "max_tokens": 30, "temperature": 0})");
-  ASSERT_EQ(r.result_int(), 200) << r.body();
-  EXPECT_EQ(nlohmann::json::parse(r.body()).at("tokens"), 30);
-  EXPECT_EQ(text_of(r), greedy_text("The actor", 30));
+  for (int actor_threads : {2, 0}) {
+    ServiceOptions o = options();
+    o.actor_threads = actor_threads;
+    Running s(o);
+    const auto r = HttpClient(s.server.port())
+                       .send(http::verb::post, "/v1/generate", R"({"prompt": "The actor", "max_tokens": 30, "temperature": 0})");
+    ASSERT_EQ(r.result_int(), 200) << r.body();
+    EXPECT_EQ(nlohmann::json::parse(r.body()).at("tokens"), 30);
+    EXPECT_EQ(text_of(r), greedy_text("The actor", 30)) << "--actor-threads " << actor_threads;
+  }
 }
 
 // Requests that arrive together start one batch; those that come while it decodes join it between

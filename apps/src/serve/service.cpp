@@ -215,8 +215,9 @@ struct Service::Impl {
   ServiceOptions options;
   Metrics metrics;
   std::unique_ptr<SrLite> sr;
-  // Upscaling runs as an actor program (a batch split into micro-batches that flow through the
-  // op actors concurrently); at JIT level 0, eagerly through the Jit.
+  // Upscale batches and decoding steps run as actor programs (an upscale batch split into
+  // micro-batches that flow through the op actors concurrently); at JIT level 0, or with no actor
+  // threads, the worker calls the traced function itself.
   std::unique_ptr<actors::Engine> engine;
   std::unique_ptr<actors::Program> upscale_program;
   std::unique_ptr<graph::Jit> upscale;
@@ -230,19 +231,20 @@ struct Service::Impl {
 
 Service::Service(const ServiceOptions& o) : impl_(std::make_unique<Impl>(o)) {
   Impl& s = *impl_;
+  if (o.jit_level > 0 && o.actor_threads > 0 && (!o.sr_path.empty() || !o.gpt_path.empty()))
+    s.engine = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(o.actor_threads)});
   if (!o.sr_path.empty()) {
     s.sr = load_sr(o.sr_path, o.sr);
     const graph::SymDim b = graph::SymDim::symbol("batch"), h = graph::SymDim::symbol("height"), w = graph::SymDim::symbol("width");
     const graph::TraceableFn fn = [&s](const std::vector<Var>& in) { return std::vector<Var>{(*s.sr)(in[0])}; };
     const std::vector<graph::InputSpec> signature{{"image", {b, 3, h, w}}};
-    if (o.jit_level > 0) {
-      s.engine = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(o.actor_threads)});
+    if (s.engine) {
       actors::ProgramOptions po;
       po.micro_batches = o.actor_threads;
       s.upscale_program =
           s.engine->compile(graph::trace(fn, signature).with_amp(o.amp).for_inference().optimized(o.jit_level), po);
     } else {
-      s.upscale = std::make_unique<graph::Jit>(fn, signature, false, 0, o.amp);
+      s.upscale = std::make_unique<graph::Jit>(fn, signature, false, o.jit_level, o.amp);
     }
     s.upscale_queue = std::make_unique<BatchQueue<UpscaleJob>>(o.queue_capacity, o.max_batch, o.max_wait, 1,
                                                                [&s](std::vector<UpscaleJob>& batch, BatchQueue<UpscaleJob>&) { s.upscale_batch(batch); });
@@ -250,6 +252,8 @@ Service::Service(const ServiceOptions& o) : impl_(std::make_unique<Impl>(o)) {
   if (!o.gpt_path.empty()) {
     s.gpt = load_gpt(o.gpt_path, o.gpt);
     s.decoder = std::make_unique<GptDecoder>(*s.gpt, o.amp, true);
+    // A decoding step is a chain of small ops: its rows stay one micro-batch.
+    if (s.engine) s.decoder->run_steps_on(*s.engine, 1);
     s.window_decoder = std::make_unique<GptDecoder>(*s.gpt, o.amp, false);
     s.generate_queue = std::make_unique<BatchQueue<GenerateJob>>(o.queue_capacity, o.max_batch, o.max_wait, 1,
                                                                  [&s](std::vector<GenerateJob>& batch, BatchQueue<GenerateJob>& queue) { s.generate_batch(batch, queue); });

@@ -9,11 +9,17 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "troupe/apps/gpt_model.hpp"
 #include "troupe/graph/amp.hpp"
 #include "troupe/graph/trace.hpp"
+
+namespace troupe::actors {
+class Engine;
+class Program;
+}  // namespace troupe::actors
 
 namespace troupe::apps {
 
@@ -26,6 +32,11 @@ class GptDecoder {
   /// Decodes with `model` (which must outlive it) at mixed precision `amp`, with the key/value
   /// cache or recomputing each window.
   GptDecoder(Gpt& model, graph::AmpOptions amp, bool kv_cache);
+  ~GptDecoder();
+  /// Runs the decoding steps as an actor program of `engine` (which must outlive the decoder), the
+  /// rows split into `micro_batches` that flow through the op actors concurrently, instead of
+  /// calling the traced step on this thread. At JIT level 0 the steps stay eager.
+  void run_steps_on(actors::Engine& engine, int micro_batches);
   /// Logits [vocab] of the token after `context` (at least one token), as the only row:
   /// consecutive calls whose context grows by one token step it; any other context starts it
   /// again; past --seq tokens the window is recomputed.
@@ -45,6 +56,8 @@ class GptDecoder {
  private:
   graph::Jit& prompt_jit(std::int64_t n);
   graph::Jit& step_jit();
+  std::vector<graph::InputSpec> step_signature() const;
+  graph::TraceableFn step_fn();
   graph::Jit& window_jit(std::int64_t t);
   graph::Jit& traced(std::map<std::int64_t, graph::Jit>& jits, std::int64_t key, std::vector<graph::InputSpec> signature,
                      graph::TraceableFn fn);
@@ -54,6 +67,7 @@ class GptDecoder {
   graph::AmpOptions amp_;
   bool kv_cache_;
   std::map<std::int64_t, graph::Jit> prompts_, steps_, windows_;
+  std::unique_ptr<actors::Program> step_program_;  // run_steps_on()
   // k, v of every block, [slots, heads, --seq, head dim]: row r of the batch is slot r, so a step
   // reads the first rows as they are, and a step's new position is written in place.
   std::vector<Tensor> cache_;

@@ -31,7 +31,7 @@ struct ServiceOptions {
   GptConfig gpt;
   int jit_level = 3;
   graph::AmpOptions amp;
-  int actor_threads = 2;                // scheduler threads (and micro-batches) of the upscale program
+  int actor_threads = 2;                // scheduler threads of the programs, micro-batches of an upscale batch; 0: none
   std::int64_t max_pixels = 1 << 20;    // of an uploaded image
   std::int64_t max_prompt_bytes = 4096;
   std::int64_t max_tokens = 512;        // per generate request
