@@ -13,16 +13,16 @@
 #include <utility>
 #include <vector>
 
-#include "troupe/apps/checkpoint.hpp"
+#include "troupe/models/checkpoint.hpp"
 #include "troupe/apps/cli.hpp"
 #include "troupe/apps/corpus.hpp"
-#include "troupe/apps/gpt_decoder.hpp"
-#include "troupe/apps/gpt_model.hpp"
+#include "troupe/models/gpt_decoder.hpp"
+#include "troupe/models/gpt.hpp"
 #include "troupe/apps/memory_budget.hpp"
 #include "troupe/apps/resume.hpp"
-#include "troupe/apps/splitmix.hpp"
+#include "troupe/models/splitmix.hpp"
 #include "troupe/apps/training_run.hpp"
-#include "troupe/apps/weights.hpp"
+#include "troupe/models/weights.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/kernels/threading.hpp"
@@ -33,7 +33,7 @@ using graph::Var;
 namespace {
 
 struct TrainFlags {
-  apps::GptConfig model;
+  models::GptConfig model;
   apps::RunFlags run;
   std::int64_t batch = 8, val_batches = 4;
   double lr = 3e-4, weight_decay = 0.01, val_fraction = 0.1;
@@ -49,14 +49,14 @@ constexpr const char* kWeightsAdvice = "give the model flags it was saved with (
 struct GenerateFlags {
   apps::AmpFlags amp;
   std::string checkpoint, weights, prompt = "\n";
-  apps::GptConfig model;
+  models::GptConfig model;
   std::int64_t tokens = 200, top_k = 40;
   double temperature = 0.8;
   std::uint64_t seed = 1;
   bool recompute = false;  // every token recomputes its whole window instead of using the key/value cache
 };
 
-void add_model_flags(CLI::App& app, apps::GptConfig& m) {
+void add_model_flags(CLI::App& app, models::GptConfig& m) {
   app.add_option("--d-model", m.d_model, "model width")->capture_default_str()->check(apps::in_range(1, 65536));
   app.add_option("--layers", m.layers, "Transformer blocks")->capture_default_str()->check(apps::in_range(1, 4096));
   app.add_option("--heads", m.heads, "attention heads (must divide --d-model)")
@@ -66,7 +66,7 @@ void add_model_flags(CLI::App& app, apps::GptConfig& m) {
 }
 
 // The run's settings as checkpoint fields, so --resume and generate rebuild the same model.
-void store_config(const apps::GptConfig& m, apps::CheckpointState& s) {
+void store_config(const models::GptConfig& m, models::CheckpointState& s) {
   s.ints["vocab"] = m.vocab;
   s.ints["d_model"] = m.d_model;
   s.ints["layers"] = m.layers;
@@ -75,7 +75,7 @@ void store_config(const apps::GptConfig& m, apps::CheckpointState& s) {
   s.ints["seq"] = m.seq;
 }
 // The model of a checkpoint: its settings replace the model flags, which may only repeat them.
-void take_config(apps::ResumeSettings& settings, const apps::CheckpointState& state, apps::GptConfig& m) {
+void take_config(apps::ResumeSettings& settings, const models::CheckpointState& state, models::GptConfig& m) {
   m.vocab = state.int_at("vocab");
   settings.take("--d-model", "d_model", m.d_model);
   settings.take("--layers", "layers", m.layers);
@@ -85,9 +85,9 @@ void take_config(apps::ResumeSettings& settings, const apps::CheckpointState& st
 }
 
 // Checks the model settings; those of a checkpoint name its state.json when they make no sense.
-void validate(const apps::GptConfig& m, const std::string& state_file) {
+void validate(const models::GptConfig& m, const std::string& state_file) {
   if (state_file.empty()) return m.validate();
-  apps::naming_file(state_file, "holds a model that cannot be built", "the file is damaged or from another version", [&] {
+  models::naming_file(state_file, "holds a model that cannot be built", "the file is damaged or from another version", [&] {
     m.validate();
     TROUPE_CHECK(m.vocab == 256, invalid_argument, "vocab is ", m.vocab, ", but troupe-gpt models bytes (256)");
   });
@@ -111,7 +111,7 @@ struct GptData {
 // The checkpoint decides the model, the data and the batch; flags may only repeat them. Then the
 // model must make sense and fit in memory.
 void settle(apps::TrainingRun& run, TrainFlags& f) {
-  if (const apps::Checkpoint* c = run.resumed()) {
+  if (const models::Checkpoint* c = run.resumed()) {
     take_config(run.settings(), c->state, f.model);
     run.settings().take("--batch", "batch", f.batch);
     run.settings().take("--seed", "seed", f.seed);
@@ -127,7 +127,7 @@ void settle(apps::TrainingRun& run, TrainFlags& f) {
 }
 
 // The start-up lines about the model and the data.
-std::vector<std::string> start_lines(const TrainFlags& f, const GptData& data, const apps::Gpt& model) {
+std::vector<std::string> start_lines(const TrainFlags& f, const GptData& data, const models::Gpt& model) {
   char line[256];
   std::snprintf(line, sizeof line, "%lld parameters (d_model %lld, %lld layers, %lld heads, d_ff %lld, seq %lld), batch %lld",
                 static_cast<long long>(model.parameter_count()), static_cast<long long>(f.model.d_model),
@@ -154,14 +154,14 @@ apps::TrainingSetup setup(const TrainFlags& f) {
 }
 
 // troupe-gpt's parts of the run; `data` and `model` are built by the run and live in train().
-apps::TrainingParts parts(const TrainFlags& f, std::optional<GptData>& data, std::optional<apps::Gpt>& model) {
+apps::TrainingParts parts(const TrainFlags& f, std::optional<GptData>& data, std::optional<models::Gpt>& model) {
   apps::TrainingParts p;
   p.load_data = [&](int ranks) { data.emplace(f, ranks); };
   p.build_model = [&]() -> graph::Module& {
     Generator gen(f.seed);
     return model.emplace(f.model, gen);
   };
-  p.weight_names = apps::from_nanogpt_names;
+  p.weight_names = models::from_nanogpt_names;
   p.data_position = [&] { return data->train.position(); };
   p.set_data_position = [&](std::uint64_t position) { data->train.set_position(position); };
   p.describe = [&] { return start_lines(f, *data, *model); };
@@ -179,7 +179,7 @@ apps::TrainingParts parts(const TrainFlags& f, std::optional<GptData>& data, std
     }
     return total / static_cast<double>(f.val_batches);
   };
-  p.store_settings = [&](apps::CheckpointState& st) {
+  p.store_settings = [&](models::CheckpointState& st) {
     store_config(f.model, st);
     st.ints["batch"] = f.batch;
     st.ints["seed"] = static_cast<std::int64_t>(f.seed);
@@ -198,7 +198,7 @@ int train(TrainFlags f, CLI::App& app) {
   apps::TrainingRun run(app, "troupe-gpt", f.run, f.load_weights);
   settle(run, f);
   std::optional<GptData> data;
-  std::optional<apps::Gpt> model;
+  std::optional<models::Gpt> model;
   return run.train(setup(f), parts(f, data, model));
 }
 
@@ -208,7 +208,7 @@ int generate(GenerateFlags f, CLI::App& app) {
   std::map<std::string, Tensor> weights;
   std::string file, advice;
   if (!f.checkpoint.empty()) {
-    apps::Checkpoint c = apps::load_checkpoint(f.checkpoint, "troupe-gpt");
+    models::Checkpoint c = models::load_checkpoint(f.checkpoint, "troupe-gpt");
     apps::ResumeSettings settings(app, c.state);
     take_config(settings, c.state, f.model);
     validate(f.model, c.state.source);
@@ -216,14 +216,14 @@ int generate(GenerateFlags f, CLI::App& app) {
     file = c.folder + "/model.safetensors";
     advice = "the checkpoint is damaged or from another model";
   } else {
-    weights = apps::from_nanogpt_names(apps::read_weights(f.weights, "--weights takes a .safetensors file"));
+    weights = models::from_nanogpt_names(models::read_weights(f.weights, "--weights takes a .safetensors file"));
     file = f.weights;
     advice = kWeightsAdvice;
   }
   const graph::AmpOptions amp = apps::resolve_amp(f.amp, graph::jit_level(), "troupe-gpt");
   Generator gen(0);
-  apps::Gpt model(f.model, gen);
-  apps::load_weights_into(model, weights, file, advice);
+  models::Gpt model(f.model, gen);
+  models::load_weights_into(model, weights, file, advice);
   set_kernel_threads(1);
   std::vector<std::int64_t> context(f.prompt.begin(), f.prompt.end());
   for (auto& c : context) c = static_cast<unsigned char>(c);
@@ -231,10 +231,10 @@ int generate(GenerateFlags f, CLI::App& app) {
   std::printf("%s", f.prompt.c_str());
   std::uint64_t rng = f.seed;
   graph::NoGradGuard no_grad;
-  apps::GptDecoder decoder(model, amp, !f.recompute);
+  models::GptDecoder decoder(model, amp, !f.recompute);
   for (std::int64_t k = 0; k < f.tokens; ++k) {
     const std::vector<float> row = decoder.next(context);
-    const std::int64_t next = apps::sample_token(row, f.temperature, f.top_k, rng);
+    const std::int64_t next = models::sample_token(row, f.temperature, f.top_k, rng);
     context.push_back(next);
     std::putchar(static_cast<int>(next));
     std::fflush(stdout);

@@ -10,15 +10,15 @@
 #include <string>
 #include <vector>
 
-#include "troupe/apps/checkpoint.hpp"
+#include "troupe/models/checkpoint.hpp"
 #include "troupe/apps/cli.hpp"
 #include "troupe/apps/image.hpp"
 #include "troupe/apps/memory_budget.hpp"
 #include "troupe/apps/resume.hpp"
 #include "troupe/apps/sr_data.hpp"
-#include "troupe/apps/sr_model.hpp"
+#include "troupe/models/sr_lite.hpp"
 #include "troupe/apps/training_run.hpp"
-#include "troupe/apps/weights.hpp"
+#include "troupe/models/weights.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/trace.hpp"
 
@@ -54,19 +54,19 @@ struct WeightsSource {
 
 // The model of a checkpoint folder (its shape too; --channels and --blocks of `app` may only repeat
 // it) or of a .safetensors file (shaped by the flags).
-WeightsSource load_weights(const std::string& path, apps::SrConfig& config, CLI::App& app) {
+WeightsSource load_weights(const std::string& path, models::SrConfig& config, CLI::App& app) {
   if (std::filesystem::is_directory(path)) {
-    apps::Checkpoint c = apps::load_checkpoint(path, "troupe-sr");
+    models::Checkpoint c = models::load_checkpoint(path, "troupe-sr");
     apps::ResumeSettings settings(app, c.state);
     settings.take("--channels", "channels", config.channels);
     settings.take("--blocks", "blocks", config.blocks);
     return {std::move(c.model), c.folder + "/model.safetensors", "the checkpoint is damaged or from another model"};
   }
-  return {apps::read_weights(path, "--weights takes a checkpoint folder or a .safetensors file"), path, kWeightsAdvice};
+  return {models::read_weights(path, "--weights takes a checkpoint folder or a .safetensors file"), path, kWeightsAdvice};
 }
 
 // Mean held-out PSNR of the model's upscaling, on whole images, eagerly (any size).
-double evaluate(apps::SrLite& model, const apps::SrData& data) {
+double evaluate(models::SrLite& model, const apps::SrData& data) {
   graph::NoGradGuard no_grad;
   double total = 0;
   for (const auto& [lr, hr] : data.held_out()) total += apps::psnr(model(Var(lr)).tensor(), hr, model.config.upscale);
@@ -75,7 +75,7 @@ double evaluate(apps::SrLite& model, const apps::SrData& data) {
 
 // The checkpoint decides the model, the data and the batch; flags may only repeat them. Returns
 // the model they describe, once it is known to fit in memory.
-apps::SrConfig settle(apps::TrainingRun& run, TrainFlags& f) {
+models::SrConfig settle(apps::TrainingRun& run, TrainFlags& f) {
   if (run.resumed()) {
     apps::ResumeSettings& settings = run.settings();
     settings.take("--channels", "channels", f.channels);
@@ -86,14 +86,14 @@ apps::SrConfig settle(apps::TrainingRun& run, TrainFlags& f) {
     settings.take("--batch", "batch", f.data.batch);
     settings.take("--patch", "patch", f.data.patch);
   }
-  apps::SrConfig config;
+  models::SrConfig config;
   config.channels = f.channels;
   config.blocks = f.blocks;
   if (run.resumed())
-    apps::naming_file(run.state_file(), "holds an unknown activation", "the file is damaged or from another version",
-                      [&] { config.activation = apps::parse_activation(f.act); });
+    models::naming_file(run.state_file(), "holds an unknown activation", "the file is damaged or from another version",
+                      [&] { config.activation = models::parse_activation(f.act); });
   else
-    config.activation = apps::parse_activation(f.act);
+    config.activation = models::parse_activation(f.act);
   config.upscale = f.data.upscale;
   char sizes[160];
   std::snprintf(sizes, sizeof sizes, "--patch %lld --batch %lld --channels %lld --blocks %lld",
@@ -104,8 +104,8 @@ apps::SrConfig settle(apps::TrainingRun& run, TrainFlags& f) {
 }
 
 // The start-up lines about the model and the data (with the bicubic baseline).
-std::vector<std::string> start_lines(const TrainFlags& f, const apps::SrConfig& config, const apps::SrData& data,
-                                     const apps::SrLite& model) {
+std::vector<std::string> start_lines(const TrainFlags& f, const models::SrConfig& config, const apps::SrData& data,
+                                     const models::SrLite& model) {
   char line[256], psnr[32];
   std::snprintf(line, sizeof line,
                 "sr-lite x%lld, %lld parameters (%lld channels, %lld residual blocks, --act %s), batch %lld of %lldx%lld patches",
@@ -134,8 +134,8 @@ apps::TrainingSetup setup(const TrainFlags& f, bool plain_gradient) {
 }
 
 // troupe-sr's parts of the run; `data` and `model` are built by the run and live in train().
-apps::TrainingParts parts(const TrainFlags& f, const apps::SrConfig& config, std::optional<apps::SrData>& data,
-                          std::optional<apps::SrLite>& model) {
+apps::TrainingParts parts(const TrainFlags& f, const models::SrConfig& config, std::optional<apps::SrData>& data,
+                          std::optional<models::SrLite>& model) {
   apps::TrainingParts p;
   p.load_data = [&](int) { data.emplace(f.data); };
   p.build_model = [&]() -> graph::Module& {
@@ -151,7 +151,7 @@ apps::TrainingParts parts(const TrainFlags& f, const apps::SrConfig& config, std
     return std::vector<Tensor>{lr, hr};
   };
   p.evaluate = [&](const apps::ForwardLoss&) { return evaluate(*model, *data); };  // PSNR of whole images, eagerly
-  p.store_settings = [&](apps::CheckpointState& st) {
+  p.store_settings = [&](models::CheckpointState& st) {
     st.ints["channels"] = f.channels;
     st.ints["blocks"] = f.blocks;
     st.ints["seed"] = static_cast<std::int64_t>(f.data.seed);
@@ -172,23 +172,23 @@ apps::TrainingParts parts(const TrainFlags& f, const apps::SrConfig& config, std
 
 int train(TrainFlags f, CLI::App& app) {
   apps::TrainingRun run(app, "troupe-sr", f.run, f.load_weights);
-  apps::SrConfig config = settle(run, f);
-  const bool plain_gradient = run.mode() == apps::GradMode::standard && config.activation == apps::Activation::custom_relu;
-  if (plain_gradient) config.activation = apps::Activation::relu;  // same forward, the plain gradient
+  models::SrConfig config = settle(run, f);
+  const bool plain_gradient = run.mode() == apps::GradMode::standard && config.activation == models::Activation::custom_relu;
+  if (plain_gradient) config.activation = models::Activation::relu;  // same forward, the plain gradient
   std::optional<apps::SrData> data;
-  std::optional<apps::SrLite> model;
+  std::optional<models::SrLite> model;
   return run.train(setup(f, plain_gradient), parts(f, config, data, model));
 }
 
 int infer(const InferFlags& f, CLI::App& app) {
-  apps::SrConfig config;
+  models::SrConfig config;
   config.channels = f.channels;
   config.blocks = f.blocks;
   const WeightsSource weights = load_weights(f.weights, config, app);
   Generator gen(0);
-  apps::SrLite model(config, gen);
-  apps::load_weights_into(model, weights.tensors, weights.file, weights.advice);
-  apps::require_file(f.input, "give a PNG image to upscale");
+  models::SrLite model(config, gen);
+  models::load_weights_into(model, weights.tensors, weights.file, weights.advice);
+  models::require_file(f.input, "give a PNG image to upscale");
   const Tensor image = apps::read_png(f.input);
   graph::NoGradGuard no_grad;
   const int level = graph::jit_level();

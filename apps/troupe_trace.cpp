@@ -10,6 +10,7 @@
 #include "troupe/actors/trace_summary.hpp"
 #include "troupe/apps/cli.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/models/weights.hpp"
 #include "troupe/version.hpp"
 
 int main(int argc, char** argv) {
@@ -31,7 +32,7 @@ int main(int argc, char** argv) {
     }
   }
   return troupe::apps::run_guarded("troupe-trace", [&] {
-    troupe::apps::require_file(argv[2], "give the trace file written by --trace");
+    troupe::models::require_file(argv[2], "give the trace file written by --trace");
     std::ifstream in(argv[2]);
     TROUPE_CHECK(in.good(), io, "cannot open '", argv[2], "'");
     std::stringstream buf;

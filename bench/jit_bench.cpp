@@ -29,9 +29,9 @@
 #include <vector>
 
 #include "troupe/actors/engine.hpp"
-#include "troupe/apps/gpt_decoder.hpp"
-#include "troupe/apps/gpt_model.hpp"
-#include "troupe/apps/sr_model.hpp"
+#include "troupe/models/gpt_decoder.hpp"
+#include "troupe/models/gpt.hpp"
+#include "troupe/models/sr_lite.hpp"
 #include "troupe/apps/train_step.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/optim.hpp"
@@ -60,15 +60,15 @@ int main(int argc, char** argv) {
   std::unique_ptr<graph::NoGradGuard> no_grad;
   if (workload != "gpt-train" && workload != "sr-train") no_grad = std::make_unique<graph::NoGradGuard>();
   std::function<void()> call;
-  std::unique_ptr<apps::SrLite> sr;
-  std::unique_ptr<apps::Gpt> gpt;
+  std::unique_ptr<models::SrLite> sr;
+  std::unique_ptr<models::Gpt> gpt;
   std::unique_ptr<graph::Jit> jit;
   std::unique_ptr<apps::TrainStep> train;
   std::unique_ptr<actors::Engine> engine;  // before the decoder: its step program runs on it
-  std::unique_ptr<apps::GptDecoder> decoder;
+  std::unique_ptr<models::GptDecoder> decoder;
   std::vector<Tensor> inputs;
   if (workload == "sr-infer") {
-    sr = std::make_unique<apps::SrLite>(apps::SrConfig{}, gen);
+    sr = std::make_unique<models::SrLite>(models::SrConfig{}, gen);
     jit = std::make_unique<graph::Jit>([&](const std::vector<Var>& in) { return std::vector<Var>{(*sr)(in[0])}; },
                                        std::vector<graph::InputSpec>{{"image", {1, 3, -1, -1}}}, false, level, amp);
     Tensor x = Tensor::empty({1, 3, size, size});
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
     inputs = {x};
     call = [&] { (*jit)(inputs); };
   } else if (workload == "sr-train") {
-    sr = std::make_unique<apps::SrLite>(apps::SrConfig{}, gen);
+    sr = std::make_unique<models::SrLite>(models::SrConfig{}, gen);
     kernels::AdamWParams hp;
     hp.lr = 1e-3;
     hp.weight_decay = 0;
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     inputs = {x, y};
     call = [&] { (*train)(inputs); };
   } else {
-    gpt = std::make_unique<apps::Gpt>(apps::GptConfig{}, gen);
+    gpt = std::make_unique<models::Gpt>(models::GptConfig{}, gen);
     Tensor ids = Tensor::empty({8, 128}, DType::i64), targets = Tensor::empty({8, 128}, DType::i64);
     for (std::int64_t i = 0; i < ids.numel(); ++i) {
       ids.data<std::int64_t>()[i] = (i * 7919) % 256;
@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
       call = [&] { (*jit)(inputs); };
     } else if (workload == "gpt-decode" || workload == "gpt-decode-recompute" || workload == "gpt-decode-bf16") {
       if (workload == "gpt-decode-bf16") gpt->to(DType::bf16);
-      decoder = std::make_unique<apps::GptDecoder>(*gpt, amp, workload != "gpt-decode-recompute");
+      decoder = std::make_unique<models::GptDecoder>(*gpt, amp, workload != "gpt-decode-recompute");
       call = [&] {
         std::vector<std::int64_t> context(16);
         for (std::size_t i = 0; i < context.size(); ++i) context[i] = static_cast<std::int64_t>('a' + i);
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
         }
       };
     } else if (workload == "gpt-decode-batch" || workload == "gpt-decode-batch-actors") {
-      decoder = std::make_unique<apps::GptDecoder>(*gpt, amp, true);
+      decoder = std::make_unique<models::GptDecoder>(*gpt, amp, true);
       if (workload == "gpt-decode-batch-actors") {
         engine = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(threads)});
         decoder->run_steps_on(*engine, 1);

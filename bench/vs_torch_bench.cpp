@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "troupe/actors/engine.hpp"
-#include "troupe/apps/gpt_model.hpp"
-#include "troupe/apps/sr_model.hpp"
+#include "troupe/models/gpt.hpp"
+#include "troupe/models/sr_lite.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/graph/trace.hpp"
@@ -40,15 +40,15 @@ int main(int argc, char** argv) {
   const graph::SymDim b = graph::SymDim::symbol("batch");
   std::unique_ptr<actors::Program> program;
   std::vector<Tensor> inputs;
-  std::unique_ptr<apps::Gpt> gpt;
-  std::unique_ptr<apps::SrLite> sr;
+  std::unique_ptr<models::Gpt> gpt;
+  std::unique_ptr<models::SrLite> sr;
   actors::ProgramOptions po;
   po.micro_batches = mb;
   // The graph passes of JIT_LEVEL (default 3), as the apps run them: before and after the gradients.
   const int level = graph::jit_level();
   const auto training = [level](const graph::TracedFunction& f) { return f.optimized(level).with_gradients().optimized(level); };
   if (workload.rfind("gpt", 0) == 0) {
-    gpt = std::make_unique<apps::Gpt>(apps::GptConfig{}, gen);
+    gpt = std::make_unique<models::Gpt>(models::GptConfig{}, gen);
     Tensor ids = Tensor::empty({8, 128}, DType::i64), targets = Tensor::empty({8, 128}, DType::i64);
     for (std::int64_t i = 0; i < ids.numel(); ++i) {
       ids.data<std::int64_t>()[i] = (i * 7919) % 256;
@@ -70,9 +70,9 @@ int main(int argc, char** argv) {
       inputs = {ids};
     }
   } else {
-    apps::SrConfig cfg;
-    cfg.activation = apps::parse_activation(act);
-    sr = std::make_unique<apps::SrLite>(cfg, gen);
+    models::SrConfig cfg;
+    cfg.activation = models::parse_activation(act);
+    sr = std::make_unique<models::SrLite>(cfg, gen);
     if (workload == "sr-train-step") {
       auto fn = [&](const std::vector<Var>& in) { return std::vector<Var>{graph::mse_loss((*sr)(in[0]), in[1])}; };
       kernels::AdamWParams hp;

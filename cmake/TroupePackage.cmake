@@ -4,13 +4,13 @@
 #   P/bin/troupe-*             the applications
 #   P/lib/cmake/Troupe/        TroupeConfig.cmake, TroupeConfigVersion.cmake (SameMajorVersion) and
 #                              the exported targets Troupe::kernels, graph, transport, transport_ucx,
-#                              actors, and Troupe::troupe for all of them
+#                              actors, models, and Troupe::troupe for all of them
 # The libraries are shared and link oneDNN, OpenBLAS, CAF and UCX privately, so the exported
 # targets carry no dependency but Threads. tests/package checks the result from a clean prefix.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(troupe_layer_libraries troupe_kernels troupe_graph troupe_transport troupe_transport_ucx troupe_actors)
+set(troupe_layer_libraries troupe_kernels troupe_graph troupe_transport troupe_transport_ucx troupe_actors troupe_models)
 foreach(lib IN LISTS troupe_layer_libraries)
   string(REPLACE "troupe_" "" export_name ${lib})
   set_target_properties(${lib} PROPERTIES EXPORT_NAME ${export_name} VERSION ${PROJECT_VERSION}
@@ -50,12 +50,15 @@ set(troupe_public_headers
   transport/include/troupe/transport/process_group.hpp transport/include/troupe/transport/transport.hpp
   transport/include/troupe/transport/ucx.hpp
   actors/include/troupe/actors/engine.hpp actors/include/troupe/actors/program.hpp
-  actors/include/troupe/actors/trace_summary.hpp actors/include/troupe/actors/tracer.hpp)
+  actors/include/troupe/actors/trace_summary.hpp actors/include/troupe/actors/tracer.hpp
+  models/include/troupe/models/checkpoint.hpp models/include/troupe/models/gpt.hpp
+  models/include/troupe/models/gpt_decoder.hpp models/include/troupe/models/saved.hpp
+  models/include/troupe/models/sr_lite.hpp)
 foreach(header IN LISTS troupe_public_headers)
   string(REGEX REPLACE "^[a-z]+/include/(.*)/[^/]+$" "\\1" folder ${header})
   install(FILES ${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/${folder})
 endforeach()
-install(FILES actors/include/troupe/troupe.hpp ${PROJECT_BINARY_DIR}/generated/include/troupe/version.hpp
+install(FILES models/include/troupe/troupe.hpp ${PROJECT_BINARY_DIR}/generated/include/troupe/version.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
 
 set(troupe_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/Troupe)

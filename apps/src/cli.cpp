@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <new>
 
 #include "troupe/kernels/error.hpp"
@@ -38,22 +37,6 @@ CLI::Validator range_check(double lo, double hi, bool open, const std::string& n
 CLI::Validator in_range(double lo, double hi, const std::string& note) { return range_check(lo, hi, false, note); }
 
 CLI::Validator open_range(double lo, double hi, const std::string& note) { return range_check(lo, hi, true, note); }
-
-void require_file(const std::string& path, const std::string& expected) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  TROUPE_CHECK(std::filesystem::exists(status), io, "'", path, "' does not exist; ", expected);
-  TROUPE_CHECK(!std::filesystem::is_directory(status), io, "'", path, "' is a folder; ", expected);
-}
-
-void naming_file(const std::string& file, const std::string& context, const std::string& advice,
-                 const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    fail(e.kind(), "'", file, "' ", context, ": ", e.message(), "; ", advice);
-  }
-}
 
 int run_guarded(const char* name, const std::function<int()>& body) {
   try {

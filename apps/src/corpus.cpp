@@ -6,9 +6,9 @@
 #include <sstream>
 #include <vector>
 
-#include "troupe/apps/cli.hpp"
-#include "troupe/apps/splitmix.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/models/splitmix.hpp"
+#include "troupe/models/weights.hpp"
 
 namespace troupe::apps {
 
@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string read_file(const std::string& path) {
-  require_file(path, "--data takes a text file");
+  models::require_file(path, "--data takes a text file");
   std::ifstream in(path, std::ios::binary);
   TROUPE_CHECK(in.good(), io, "cannot open '", path, "'; check its permissions (--data FILE)");
   std::ostringstream s;
@@ -41,7 +41,7 @@ std::string generated_corpus(std::size_t bytes) {
   std::string out;
   std::uint64_t k = 0;
   while (out.size() < bytes) {
-    const std::uint64_t r = mix64(++k);
+    const std::uint64_t r = models::mix64(++k);
     std::string s = subjects[r % subjects.size()] + " " + verbs[(r >> 8) % verbs.size()] + " " +
                     objects[(r >> 16) % objects.size()] + tails[(r >> 24) % tails.size()];
     s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
@@ -101,7 +101,7 @@ std::pair<Tensor, Tensor> WindowSampler::next() {
   std::int64_t* y = targets.data<std::int64_t>();
   const std::uint64_t starts = data_.size() - static_cast<std::size_t>(seq_);  // window start in [0, starts)
   for (std::int64_t b = 0; b < batch_; ++b) {
-    const std::size_t start = mix64(seed_ * 0x100000001b3ULL + position_++) % starts;
+    const std::size_t start = models::mix64(seed_ * 0x100000001b3ULL + position_++) % starts;
     for (std::int64_t t = 0; t < seq_; ++t) {
       x[b * seq_ + t] = static_cast<unsigned char>(data_[start + static_cast<std::size_t>(t)]);
       y[b * seq_ + t] = static_cast<unsigned char>(data_[start + static_cast<std::size_t>(t) + 1]);

@@ -24,7 +24,7 @@ double physical_memory_bytes() {
   return static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
 }
 
-double gpt_training_bytes(const GptConfig& c, std::int64_t batch) {
+double gpt_training_bytes(const models::GptConfig& c, std::int64_t batch) {
   // Doubles throughout: the sizes come from flags and may be far beyond what an int64 product holds.
   const double d = static_cast<double>(c.d_model), ff = static_cast<double>(c.d_ff), v = static_cast<double>(c.vocab);
   const double seq = static_cast<double>(c.seq), layers = static_cast<double>(c.layers);
@@ -33,7 +33,7 @@ double gpt_training_bytes(const GptConfig& c, std::int64_t batch) {
   return kFloat * (4 * params + static_cast<double>(batch) * seq * per_token);
 }
 
-double sr_training_bytes(const SrConfig& c, const SrDataOptions& o) {
+double sr_training_bytes(const models::SrConfig& c, const SrDataOptions& o) {
   const double ch = static_cast<double>(c.channels), blocks = static_cast<double>(c.blocks);
   const double r2 = static_cast<double>(c.upscale * c.upscale);
   const double side = static_cast<double>(o.patch) / static_cast<double>(c.upscale);

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "troupe/apps/image.hpp"
-#include "troupe/apps/splitmix.hpp"
+#include "troupe/models/splitmix.hpp"
 #include "troupe/kernels/error.hpp"
 
 namespace troupe::apps {
@@ -18,7 +18,7 @@ using Colour = std::array<double, 3>;
 struct Rng {
   std::uint64_t state;
   double uniform(double lo = 0.0, double hi = 1.0) {
-    return lo + (hi - lo) * uniform01(state);
+    return lo + (hi - lo) * models::uniform01(state);
   }
   int below(int n) { return static_cast<int>(uniform() * n); }
   Colour colour() { return {uniform(), uniform(), uniform()}; }
@@ -44,7 +44,7 @@ struct Paint {
     p.sin_t = std::sin(angle);
     p.frequency = rng.uniform(0.03, 0.45);
     p.phase = rng.uniform(0.0, 2.0 * kPi);
-    p.noise_key = splitmix64(rng.state);
+    p.noise_key = models::splitmix64(rng.state);
     return p;
   }
 
@@ -65,7 +65,7 @@ struct Paint {
         break;
       case noise: {
         std::uint64_t s = noise_key ^ (static_cast<std::uint64_t>(y) << 32) ^ static_cast<std::uint64_t>(x);
-        t = uniform01(s);
+        t = models::uniform01(s);
         break;
       }
     }
@@ -212,12 +212,12 @@ Tensor procedural_image(std::uint64_t seed, std::int64_t height, std::int64_t wi
 
   // A little sensor-like grain everywhere, keyed by pixel so it does not depend on the painting order.
   const double grain = rng.uniform(0.0, 0.03);
-  const std::uint64_t grain_key = splitmix64(rng.state);
+  const std::uint64_t grain_key = models::splitmix64(rng.state);
   Tensor out = Tensor::empty({3, height, width}, DType::f32);
   float* dst = out.data<float>();
   for (std::size_t i = 0; i < img.rgb.size(); ++i) {
     std::uint64_t s = grain_key ^ i;
-    const double n = uniform01(s) - 0.5;
+    const double n = models::uniform01(s) - 0.5;
     dst[i] = static_cast<float>(std::clamp(img.rgb[i] + grain * n, 0.0, 1.0));
   }
   return out;

@@ -20,7 +20,7 @@ bool same_path(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-ResumeSettings::ResumeSettings(CLI::App& app, const CheckpointState& state) : app_(app), state_(state) {}
+ResumeSettings::ResumeSettings(CLI::App& app, const models::CheckpointState& state) : app_(app), state_(state) {}
 
 void ResumeSettings::agree(const std::string& flag, const std::string& key, bool same, const std::string& stored) {
   if (app_.count(flag) == 0) {

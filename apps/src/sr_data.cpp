@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "troupe/apps/image.hpp"
-#include "troupe/apps/splitmix.hpp"
+#include "troupe/models/splitmix.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/kernels/layout.hpp"
 
@@ -65,7 +65,7 @@ std::pair<Tensor, Tensor> SrData::next() {
       patches.push_back(procedural_image(train_seed(o_.seed, k), o_.patch, o_.patch).unsqueeze(0));
       continue;
     }
-    const std::uint64_t r = mix64(train_seed(o_.seed, k));
+    const std::uint64_t r = models::mix64(train_seed(o_.seed, k));
     const Tensor& img = train_images_[r % train_images_.size()];
     const std::int64_t y = static_cast<std::int64_t>((r >> 20) % static_cast<std::uint64_t>(img.size(1) - o_.patch + 1));
     const std::int64_t x = static_cast<std::int64_t>((r >> 40) % static_cast<std::uint64_t>(img.size(2) - o_.patch + 1));

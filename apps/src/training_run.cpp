@@ -5,7 +5,7 @@
 #include <memory>
 #include <utility>
 
-#include "troupe/apps/weights.hpp"
+#include "troupe/models/weights.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/kernels/allocator.hpp"
 #include "troupe/kernels/cpu_features.hpp"
@@ -63,14 +63,14 @@ LoopHooks loop_hooks(Session& s, const ForwardLoss& forward, std::int64_t& step_
   hooks.evaluate = [&s, &forward] { return s.parts.evaluate(forward); };
   if (!s.flags.save.empty() && s.rank() == 0)  // the ranks hold the same model: rank 0 saves it
     hooks.save = [&s](std::int64_t step) {
-      CheckpointState st;
+      models::CheckpointState st;
       s.parts.store_settings(st);
       st.ints["step"] = step;
       st.ints["data_position"] = static_cast<std::int64_t>(s.parts.data_position());
       st.strings["app"] = s.name;
       if (const graph::GradScaler* scaler = s.step.loss_scaler())
         for (const auto& [key, value] : scaler->state_dict()) st.strings["loss_scaler." + key] = value;
-      save_checkpoint(s.flags.save, step, s.model.state_dict(), s.optimizer.state_dict(), st);
+      models::save_checkpoint(s.flags.save, step, s.model.state_dict(), s.optimizer.state_dict(), st);
     };
   return hooks;
 }
@@ -129,14 +129,14 @@ TrainingRun::TrainingRun(CLI::App& app, std::string name, RunFlags flags, std::s
   TROUPE_CHECK(flags_.resume.empty() || load_weights_.empty(), invalid_argument,
                "--resume and --load-weights both give the starting weights; pass one of them");
   if (flags_.resume.empty()) return;
-  resumed_ = load_checkpoint(flags_.resume, name_);
+  resumed_ = models::load_checkpoint(flags_.resume, name_);
   settings_.emplace(app, resumed_->state);
 }
 
 int TrainingRun::train(const TrainingSetup& setup, const TrainingParts& parts) {
   std::optional<DataParallelJob> job;
   if (setup.data_parallel) job.emplace(setup.data_parallel->ranks);
-  if (!flags_.save.empty() && (!job || job->rank() == 0)) prepare_save_folder(flags_.save, flags_.resume);
+  if (!flags_.save.empty() && (!job || job->rank() == 0)) models::prepare_save_folder(flags_.save, flags_.resume);
   parts.load_data(job ? job->size() : 1);
   graph::Module& model = parts.build_model();
   kernels::AdamWParams hp;
@@ -163,17 +163,17 @@ int TrainingRun::train(const TrainingSetup& setup, const TrainingParts& parts) {
 std::int64_t TrainingRun::restore(graph::Module& model, graph::Optimizer& optimizer, const TrainingSetup& setup,
                                   const TrainingParts& parts) {
   if (resumed_) {
-    load_weights_into(model, resumed_->model, resumed_->folder + "/model.safetensors",
+    models::load_weights_into(model, resumed_->model, resumed_->folder + "/model.safetensors",
                       "the checkpoint is damaged or from another model");
-    load_optimizer_state(optimizer, resumed_->optimizer, resumed_->folder + "/optimizer.safetensors");
+    models::load_optimizer_state(optimizer, resumed_->optimizer, resumed_->folder + "/optimizer.safetensors");
     settings_->settle_lr(optimizer, setup.lr);
     const std::int64_t step = resumed_->state.int_at("step");
     parts.set_data_position(static_cast<std::uint64_t>(resumed_->state.int_at("data_position")));
     return step;
   }
   if (!load_weights_.empty()) {
-    const auto weights = read_weights(load_weights_, "--load-weights takes a .safetensors file");
-    load_weights_into(model, parts.weight_names ? parts.weight_names(weights) : weights, load_weights_,
+    const auto weights = models::read_weights(load_weights_, "--load-weights takes a .safetensors file");
+    models::load_weights_into(model, parts.weight_names ? parts.weight_names(weights) : weights, load_weights_,
                       setup.weights_advice);
   }
   return 0;

@@ -16,15 +16,15 @@
 #include <vector>
 
 #include "apps/app_runner.hpp"
-#include "troupe/apps/checkpoint.hpp"
+#include "troupe/models/checkpoint.hpp"
 #include "troupe/apps/cli.hpp"
 #include "troupe/apps/corpus.hpp"
-#include "troupe/apps/gpt_model.hpp"
+#include "troupe/models/gpt.hpp"
 #include "troupe/apps/grad_mode.hpp"
 #include "troupe/apps/metrics.hpp"
 #include "troupe/apps/progress.hpp"
 #include "troupe/apps/sr_data.hpp"
-#include "troupe/apps/sr_model.hpp"
+#include "troupe/models/sr_lite.hpp"
 #include "troupe/apps/train_step.hpp"
 #include "troupe/apps/training_run.hpp"
 #include "troupe/graph/nn.hpp"
@@ -67,15 +67,15 @@ TEST(Corpus, DefaultCorpusIsFoundOrGenerated) {
 
 TEST(Checkpoint, RoundTripLatestPointerPruningAndDamage) {
   const std::string dir = test::fresh_dir("checkpoint");
-  apps::CheckpointState st;
+  models::CheckpointState st;
   st.ints["step"] = 1;
   st.strings["app"] = "test";
   const std::map<std::string, Tensor> model{{"w", Tensor::full({2, 2}, 1.5)}}, opt{{"w.m", Tensor::full({2, 2}, 0.25)}};
   for (int step = 1; step <= 3; ++step) {
     st.ints["step"] = step;
-    apps::save_checkpoint(dir, step, model, opt, st, /*keep=*/2);
+    models::save_checkpoint(dir, step, model, opt, st, /*keep=*/2);
   }
-  apps::Checkpoint c = apps::load_checkpoint(dir);
+  models::Checkpoint c = models::load_checkpoint(dir);
   EXPECT_EQ(c.state.int_at("step"), 3);
   EXPECT_EQ(c.state.string_at("app"), "test");
   EXPECT_EQ(c.model.at("w").to_vector<float>(), std::vector<float>(4, 1.5f));
@@ -83,21 +83,21 @@ TEST(Checkpoint, RoundTripLatestPointerPruningAndDamage) {
   EXPECT_FALSE(fs::exists(dir + "/step-00000001"));  // pruned: only the two newest stay
   EXPECT_TRUE(fs::exists(dir + "/step-00000002"));
   EXPECT_THROW(c.state.int_at("missing"), Error);
-  EXPECT_NO_THROW(apps::load_checkpoint(dir, "test"));
-  EXPECT_THROW(apps::load_checkpoint(dir, "troupe-gpt"), Error);  // written by another application
+  EXPECT_NO_THROW(models::load_checkpoint(dir, "test"));
+  EXPECT_THROW(models::load_checkpoint(dir, "troupe-gpt"), Error);  // written by another application
   // A save that died half-way leaves a .tmp folder; "latest" still names the complete checkpoint.
   fs::create_directories(dir + "/step-00000004.tmp");
   std::ofstream(dir + "/step-00000004.tmp/model.safetensors") << "partial";
-  EXPECT_EQ(apps::load_checkpoint(dir).state.int_at("step"), 3);
+  EXPECT_EQ(models::load_checkpoint(dir).state.int_at("step"), 3);
   // Damage is reported with the folder's name.
   std::ofstream(dir + "/step-00000003/state.json") << "{ not json";
   try {
-    apps::load_checkpoint(dir);
+    models::load_checkpoint(dir);
     FAIL() << "a damaged state.json was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("step-00000003"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(apps::load_checkpoint(test::fresh_dir("no_checkpoint")), Error);
+  EXPECT_THROW(models::load_checkpoint(test::fresh_dir("no_checkpoint")), Error);
 }
 
 // Retention never deletes the save just written (which `latest` names), and counts by step number:
@@ -105,22 +105,22 @@ TEST(Checkpoint, RoundTripLatestPointerPruningAndDamage) {
 // 8 digits "step-100000000" sorted first and was deleted.
 TEST(Checkpoint, RetentionKeepsTheSaveJustWrittenAndSortsByStep) {
   const std::string dir = test::fresh_dir("retention");
-  apps::CheckpointState st;
+  models::CheckpointState st;
   st.strings["app"] = "test";
   const std::map<std::string, Tensor> model{{"w", Tensor::full({1}, 1.0)}}, opt{{"w.m", Tensor::full({1}, 0.0)}};
   for (std::int64_t step : {2, 4, 1}) {
     st.ints["step"] = step;
-    apps::save_checkpoint(dir, step, model, opt, st, /*keep=*/2);
+    models::save_checkpoint(dir, step, model, opt, st, /*keep=*/2);
   }
-  EXPECT_EQ(apps::load_checkpoint(dir).state.int_at("step"), 1);
+  EXPECT_EQ(models::load_checkpoint(dir).state.int_at("step"), 1);
   EXPECT_TRUE(fs::exists(dir + "/step-00000001"));
   EXPECT_TRUE(fs::exists(dir + "/step-00000004"));
   EXPECT_FALSE(fs::exists(dir + "/step-00000002"));
   for (std::int64_t step : {99999998, 99999999, 100000000}) {
     st.ints["step"] = step;
-    apps::save_checkpoint(dir, step, model, opt, st, /*keep=*/2);
+    models::save_checkpoint(dir, step, model, opt, st, /*keep=*/2);
   }
-  EXPECT_EQ(apps::load_checkpoint(dir).state.int_at("step"), 100000000);
+  EXPECT_EQ(models::load_checkpoint(dir).state.int_at("step"), 100000000);
   EXPECT_TRUE(fs::exists(dir + "/step-99999999"));
   EXPECT_FALSE(fs::exists(dir + "/step-99999998"));
 }
@@ -129,28 +129,28 @@ TEST(Checkpoint, RetentionKeepsTheSaveJustWrittenAndSortsByStep) {
 // tensor and the step, and the previous save stays what latest names.
 TEST(Checkpoint, NonFiniteStateIsNeverSaved) {
   const std::string dir = test::fresh_dir("nonfinite");
-  apps::CheckpointState st;
+  models::CheckpointState st;
   st.strings["app"] = "test";
   st.ints["step"] = 1;
   const std::map<std::string, Tensor> opt{{"w.m", Tensor::full({2}, 0.0)}};
-  apps::save_checkpoint(dir, 1, {{"w", Tensor::full({2}, 1.0)}}, opt, st);
+  models::save_checkpoint(dir, 1, {{"w", Tensor::full({2}, 1.0)}}, opt, st);
   for (double bad : {std::nan(""), double(INFINITY), -double(INFINITY)}) {
     std::vector<float> w = {0.5f, static_cast<float>(bad)};
     try {
-      apps::save_checkpoint(dir, 2, {{"w", Tensor::from_vector(w, {2})}}, opt, st);
+      models::save_checkpoint(dir, 2, {{"w", Tensor::from_vector(w, {2})}}, opt, st);
       ADD_FAILURE() << "a model holding " << bad << " was saved";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("step 2: the model tensor 'w' holds"), std::string::npos) << e.what();
     }
   }
   try {
-    apps::save_checkpoint(dir, 2, {{"w", Tensor::full({2}, 1.0)}}, {{"w.v", Tensor::full({2}, std::nan(""))}}, st);
+    models::save_checkpoint(dir, 2, {{"w", Tensor::full({2}, 1.0)}}, {{"w.v", Tensor::full({2}, std::nan(""))}}, st);
     ADD_FAILURE() << "an optimizer state holding NaN was saved";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("the optimizer tensor 'w.v'"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(dir + "/step-00000002"));
-  EXPECT_EQ(apps::load_checkpoint(dir).state.int_at("step"), 1);
+  EXPECT_EQ(models::load_checkpoint(dir).state.int_at("step"), 1);
 }
 
 // A save folder is checked before training: one holding a run (unless it is the one resumed), a
@@ -165,22 +165,22 @@ TEST(Checkpoint, SaveFolderIsCheckedBeforeTraining) {
     }
     return std::string("no error");
   };
-  EXPECT_NO_THROW(apps::prepare_save_folder(dir + "/new/ck", ""));
+  EXPECT_NO_THROW(models::prepare_save_folder(dir + "/new/ck", ""));
   EXPECT_TRUE(fs::is_directory(dir + "/new/ck"));
   EXPECT_TRUE(fs::is_empty(dir + "/new/ck"));  // the write probe is gone
-  apps::CheckpointState st;
+  models::CheckpointState st;
   st.ints["step"] = 1;
-  apps::save_checkpoint(dir + "/run", 1, {{"w", Tensor::full({1}, 1.0)}}, {}, st);
-  EXPECT_NE(message([&] { apps::prepare_save_folder(dir + "/run", ""); }).find("already holds a run; continue it with --resume"),
+  models::save_checkpoint(dir + "/run", 1, {{"w", Tensor::full({1}, 1.0)}}, {}, st);
+  EXPECT_NE(message([&] { models::prepare_save_folder(dir + "/run", ""); }).find("already holds a run; continue it with --resume"),
             std::string::npos);
-  EXPECT_NE(message([&] { apps::prepare_save_folder(dir + "/run", dir + "/new/ck"); }).find("already holds another run"),
+  EXPECT_NE(message([&] { models::prepare_save_folder(dir + "/run", dir + "/new/ck"); }).find("already holds another run"),
             std::string::npos);
-  EXPECT_NO_THROW(apps::prepare_save_folder(dir + "/run", dir + "/./run"));
+  EXPECT_NO_THROW(models::prepare_save_folder(dir + "/run", dir + "/./run"));
   fs::remove(dir + "/run/latest");
-  EXPECT_THROW(apps::prepare_save_folder(dir + "/run", ""), Error);  // step folders alone are a run too
+  EXPECT_THROW(models::prepare_save_folder(dir + "/run", ""), Error);  // step folders alone are a run too
   std::ofstream(dir + "/file") << "x";
-  EXPECT_NE(message([&] { apps::prepare_save_folder(dir + "/file", ""); }).find("is a file"), std::string::npos);
-  EXPECT_NE(message([&] { apps::prepare_save_folder(dir + "/file/ck", ""); }).find("cannot create the checkpoint folder"),
+  EXPECT_NE(message([&] { models::prepare_save_folder(dir + "/file", ""); }).find("is a file"), std::string::npos);
+  EXPECT_NE(message([&] { models::prepare_save_folder(dir + "/file/ck", ""); }).find("cannot create the checkpoint folder"),
             std::string::npos);
 }
 
@@ -189,14 +189,14 @@ TEST(Checkpoint, SaveFolderIsCheckedBeforeTraining) {
 // an int64 without a check.
 TEST(Checkpoint, StateIntegersOutsideSixtyFourBitsAreRefused) {
   const std::string dir = test::fresh_dir("state_ints");
-  apps::CheckpointState st;
+  models::CheckpointState st;
   st.ints["step"] = 3;
-  apps::save_checkpoint(dir, 3, {{"w", Tensor::full({1}, 1.0)}}, {}, st);
+  models::save_checkpoint(dir, 3, {{"w", Tensor::full({1}, 1.0)}}, {}, st);
   for (const auto& [bad, shown] : std::vector<std::pair<std::string, std::string>>{
            {"1e300", "1e+300"}, {"18446744073709551615", "18446744073709551615"}, {"2.5", "2.5"}, {"\"7\"", "\"7\""}}) {
     std::ofstream(dir + "/step-00000003/state.json") << R"({"ints": {"step": )" << bad << R"(}, "strings": {}})";
     try {
-      apps::load_checkpoint(dir);
+      models::load_checkpoint(dir);
       ADD_FAILURE() << bad << " was accepted";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("'step' is " + shown + ", not an integer of 64 bits"), std::string::npos)
@@ -204,16 +204,16 @@ TEST(Checkpoint, StateIntegersOutsideSixtyFourBitsAreRefused) {
     }
   }
   std::ofstream(dir + "/step-00000003/state.json") << R"({"ints": {"step": -4}, "strings": {}})";
-  EXPECT_EQ(apps::load_checkpoint(dir).state.int_at("step"), -4);
+  EXPECT_EQ(models::load_checkpoint(dir).state.int_at("step"), -4);
 }
 
 TEST(Checkpoint, DamagedLatestIsNamed) {
   const std::string dir = test::fresh_dir("latest");
-  apps::CheckpointState st;
-  apps::save_checkpoint(dir, 3, {{"w", Tensor::full({1}, 1.0)}}, {}, st);
+  models::CheckpointState st;
+  models::save_checkpoint(dir, 3, {{"w", Tensor::full({1}, 1.0)}}, {}, st);
   auto message = [&] {
     try {
-      apps::load_checkpoint(dir);
+      models::load_checkpoint(dir);
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -318,29 +318,29 @@ TEST(RunFlags, MicroBatchesAllowUnevenBatchesAndAtMostOnePerRow) {
 
 TEST(Models, ShapesAndErrors) {
   Generator gen(1);
-  apps::GptConfig cfg;
+  models::GptConfig cfg;
   cfg.d_model = 16;
   cfg.heads = 2;
   cfg.layers = 2;
   cfg.d_ff = 32;
   cfg.seq = 8;
-  apps::Gpt gpt(cfg, gen);
+  models::Gpt gpt(cfg, gen);
   EXPECT_EQ(gpt.named_parameters().front().first, "wte.weight");
   const Tensor ids = Tensor::zeros({2, 5}, DType::i64);
   EXPECT_EQ(gpt.logits(graph::Var(ids)).tensor().shape(), (Shape{2, 5, 256}));
   EXPECT_THROW(gpt.logits(graph::Var(Tensor::zeros({1, 9}, DType::i64))), Error);  // longer than --seq
   cfg.heads = 3;
-  EXPECT_THROW(apps::Gpt(cfg, gen), Error);
+  EXPECT_THROW(models::Gpt(cfg, gen), Error);
 
-  apps::SrConfig sc;
+  models::SrConfig sc;
   sc.channels = 4;
   sc.blocks = 2;
-  apps::SrLite sr(sc, gen);
+  models::SrLite sr(sc, gen);
   EXPECT_EQ(sr(graph::Var(Tensor::zeros({2, 3, 6, 5}))).tensor().shape(), (Shape{2, 3, 12, 10}));
   EXPECT_EQ(sr.named_parameters()[2].first, "body.0.conv1.weight");
   EXPECT_THROW(sr(graph::Var(Tensor::zeros({1, 1, 6, 6}))), Error);
-  EXPECT_THROW(apps::parse_activation("tanh"), Error);
-  EXPECT_EQ(apps::parse_activation("custom-relu"), apps::Activation::custom_relu);
+  EXPECT_THROW(models::parse_activation("tanh"), Error);
+  EXPECT_EQ(models::parse_activation("custom-relu"), models::Activation::custom_relu);
 }
 
 TEST(SrData, PairsAreDownsampledAndResumable) {
@@ -420,7 +420,7 @@ struct ToyApp {
       evaluations.emplace_back(loss(held_out), graph::mse_loss((*model)(held_out[0]), held_out[1]).tensor().item());
       return evaluations.back().first;
     };
-    p.store_settings = [this](apps::CheckpointState& st) {
+    p.store_settings = [this](models::CheckpointState& st) {
       calls.push_back("store_settings");
       st.ints["width"] = 4;
     };
@@ -457,14 +457,14 @@ TEST(TrainingRun, CallsThePartsInOrderSavesAndResumes) {
   using Calls = std::vector<std::string>;
   EXPECT_EQ(run_toy("--steps 3 --eval-every 2 --threads 1 --save " + ck),
             (Calls{"load_data 1", "build_model", "describe", "evaluate 2", "evaluate 3", "store_settings"}));
-  apps::Checkpoint saved = apps::load_checkpoint(ck, "toy-app");
+  models::Checkpoint saved = models::load_checkpoint(ck, "toy-app");
   EXPECT_EQ(saved.state.int_at("step"), 3);
   EXPECT_EQ(saved.state.int_at("data_position"), 3);
   EXPECT_EQ(saved.state.int_at("width"), 4);
 
   EXPECT_EQ(run_toy("--steps 5 --eval-every 0 --threads 1 --resume " + ck + " --save " + ck),
             (Calls{"load_data 1", "build_model", "set_data_position 3", "describe", "evaluate 5", "store_settings"}));
-  saved = apps::load_checkpoint(ck, "toy-app");
+  saved = models::load_checkpoint(ck, "toy-app");
   EXPECT_EQ(saved.state.int_at("step"), 5);
   EXPECT_EQ(saved.state.int_at("data_position"), 5);
 

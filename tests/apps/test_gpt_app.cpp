@@ -11,7 +11,7 @@
 
 #include "apps/app_runner.hpp"
 #include "troupe/apps/corpus.hpp"
-#include "troupe/apps/gpt_model.hpp"
+#include "troupe/models/gpt.hpp"
 #include "troupe/graph/safetensors.hpp"
 #include "troupe/kernels/cpu_features.hpp"
 
@@ -148,14 +148,14 @@ TEST(GptApp, GeneratesFromACheckpoint) {
 // with every tensor in its place, in-process and through --load-weights.
 TEST(GptApp, LoadsWeightsWithNanoGptNames) {
   const std::string dir = test::fresh_dir("gpt_weights"), data = corpus_file(dir);
-  apps::GptConfig cfg;
+  models::GptConfig cfg;
   cfg.d_model = 32;
   cfg.layers = 1;
   cfg.heads = 2;
   cfg.d_ff = 64;
   cfg.seq = 16;
   Generator gen(3);
-  apps::Gpt model(cfg, gen);
+  models::Gpt model(cfg, gen);
   std::map<std::string, Tensor> nano;
   const std::map<std::string, std::string> rename = {
       {"wte.weight", "transformer.wte.weight"}, {"wpe.weight", "transformer.wpe.weight"},
@@ -172,7 +172,7 @@ TEST(GptApp, LoadsWeightsWithNanoGptNames) {
   const auto own = model.state_dict();
   ASSERT_EQ(own.size(), rename.size());
   for (const auto& [name, t] : own) nano[rename.at(name)] = t;
-  const auto mapped = apps::from_nanogpt_names(nano);
+  const auto mapped = models::from_nanogpt_names(nano);
   ASSERT_EQ(mapped.size(), own.size());
   for (const auto& [name, t] : own) EXPECT_EQ(mapped.at(name).storage(), t.storage()) << name;
   const std::string file = dir + "/nano.safetensors";

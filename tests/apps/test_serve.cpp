@@ -17,7 +17,7 @@
 
 #include "apps/app_runner.hpp"
 #include "troupe/apps/serve/http_client.hpp"
-#include "troupe/apps/gpt_decoder.hpp"
+#include "troupe/models/gpt_decoder.hpp"
 #include "troupe/apps/image.hpp"
 #include "troupe/apps/serve/service.hpp"
 #include "troupe/graph/trace.hpp"
@@ -28,15 +28,15 @@ namespace http = boost::beast::http;
 
 namespace {
 
-apps::SrConfig small_sr() {
-  apps::SrConfig c;
+models::SrConfig small_sr() {
+  models::SrConfig c;
   c.channels = 8;
   c.blocks = 1;
   return c;
 }
 
-apps::GptConfig small_gpt() {
-  apps::GptConfig c;
+models::GptConfig small_gpt() {
+  models::GptConfig c;
   c.d_model = 32;
   c.heads = 2;
   c.layers = 1;
@@ -50,21 +50,21 @@ struct Models {
   Models() {
     const std::string dir = test::fresh_dir("serve_models");
     Generator gen(3);
-    apps::SrLite(small_sr(), gen).save(sr = dir + "/sr.safetensors");
-    apps::Gpt(small_gpt(), gen).save(gpt = dir + "/gpt.safetensors");
+    models::SrLite(small_sr(), gen).save(sr = dir + "/sr.safetensors");
+    models::Gpt(small_gpt(), gen).save(gpt = dir + "/gpt.safetensors");
   }
   std::string sr, gpt;
 };
-const Models& models() {
+const Models& saved() {
   static const Models m;
   return m;
 }
 
 ServiceOptions options() {
   ServiceOptions o;
-  o.sr_path = models().sr;
+  o.sr_path = saved().sr;
   o.sr = small_sr();
-  o.gpt_path = models().gpt;
+  o.gpt_path = saved().gpt;
   o.gpt = small_gpt();
   o.max_pixels = 64 * 64;
   o.max_prompt_bytes = 32;
@@ -115,8 +115,8 @@ TEST(Serve, UpscalesAsTheModelDoesAndBatchesConcurrentRequests) {
     const std::string png = png_of(12, 20, 1);
     // The model itself, eagerly, on the same image.
     Generator gen(0);
-    apps::SrLite model(small_sr(), gen);
-    model.load(models().sr);
+    models::SrLite model(small_sr(), gen);
+    model.load(saved().sr);
     graph::NoGradGuard no_grad;
     const Tensor image = apps::decode_png(png, "test");
     const Tensor expected = model(graph::Var(image.unsqueeze(0))).tensor().reshape({3, 24, 40});
@@ -145,16 +145,16 @@ namespace {
 // as the JSON string the answer holds.
 std::string greedy_text(const std::string& prompt, int tokens) {
   Generator gen(0);
-  apps::Gpt model(small_gpt(), gen);
-  model.load(models().gpt);
+  models::Gpt model(small_gpt(), gen);
+  model.load(saved().gpt);
   graph::NoGradGuard no_grad;
-  apps::GptDecoder decoder(model, {}, true);
+  models::GptDecoder decoder(model, {}, true);
   std::vector<std::int64_t> context;
   for (unsigned char c : prompt) context.push_back(c);
   std::string text;
   std::uint64_t rng = 1;
   for (int k = 0; k < tokens; ++k) {
-    context.push_back(apps::sample_token(decoder.next(context), 0, 0, rng));
+    context.push_back(models::sample_token(decoder.next(context), 0, 0, rng));
     text.push_back(static_cast<char>(context.back()));
   }
   return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -293,8 +293,8 @@ struct ServeProcess {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, out[1], 1);
     posix_spawn_file_actions_addclose(&actions, out[0]);
-    std::vector<std::string> args{TROUPE_SERVE_BIN, "--port", "0", "--sr", models().sr, "--sr-channels", "8", "--sr-blocks",
-                                  "1", "--gpt", models().gpt, "--gpt-d-model", "32", "--gpt-heads", "2", "--gpt-layers",
+    std::vector<std::string> args{TROUPE_SERVE_BIN, "--port", "0", "--sr", saved().sr, "--sr-channels", "8", "--sr-blocks",
+                                  "1", "--gpt", saved().gpt, "--gpt-d-model", "32", "--gpt-heads", "2", "--gpt-layers",
                                   "1", "--gpt-d-ff", "64", "--gpt-seq", "16"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;

@@ -11,7 +11,7 @@
 #include "kernels/reference.hpp"
 #include "troupe/apps/image.hpp"
 #include "troupe/apps/sr_data.hpp"
-#include "troupe/apps/sr_model.hpp"
+#include "troupe/models/sr_lite.hpp"
 #include "troupe/graph/safetensors.hpp"
 
 using namespace troupe;
@@ -201,11 +201,11 @@ TEST(SrApp, ResumeTakesItsSettingsFromTheCheckpoint) {
 // --load-weights reads a safetensors file with the documented names, strictly; errors name the file.
 TEST(SrApp, LoadsWeightsFromSafetensors) {
   const std::string dir = test::fresh_dir("sr_weights");
-  apps::SrConfig config;
+  models::SrConfig config;
   config.channels = 8;
   config.blocks = 1;
   Generator gen(3);
-  apps::SrLite model(config, gen);
+  models::SrLite model(config, gen);
   std::map<std::string, Tensor> zeros;
   for (const auto& [name, t] : model.state_dict()) zeros[name] = Tensor::zeros(t.shape());
   graph::save_safetensors(dir + "/zeros.safetensors", zeros);

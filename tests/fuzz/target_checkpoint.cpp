@@ -7,10 +7,10 @@
 
 #include "fuzz/files.hpp"
 #include "fuzz/targets.hpp"
-#include "troupe/apps/checkpoint.hpp"
+#include "troupe/models/checkpoint.hpp"
 #include "troupe/apps/cli.hpp"
 #include "troupe/apps/resume.hpp"
-#include "troupe/apps/weights.hpp"
+#include "troupe/models/weights.hpp"
 #include "troupe/graph/nn.hpp"
 #include "troupe/kernels/rng.hpp"
 
@@ -23,7 +23,7 @@ const char* const kFiles[] = {"latest", "step-00000002/state.json", "step-000000
 
 // The resume of a small program: a Linear(3, width) trained by AdamW.
 std::string resume(const std::string& dir) {
-  const apps::Checkpoint c = apps::load_checkpoint(dir, "troupe-fuzz");
+  const models::Checkpoint c = models::load_checkpoint(dir, "troupe-fuzz");
   CLI::App app;
   std::int64_t width = 2;
   std::uint64_t seed = 1;
@@ -42,8 +42,8 @@ std::string resume(const std::string& dir) {
   Generator gen(seed);
   graph::Linear model(3, width, gen);
   graph::AdamW adam(model.parameters(), kernels::AdamWParams{});
-  apps::load_weights_into(model, c.model, c.folder + "/model.safetensors", "the checkpoint is damaged");
-  apps::load_optimizer_state(adam, c.optimizer, c.folder + "/optimizer.safetensors");
+  models::load_weights_into(model, c.model, c.folder + "/model.safetensors", "the checkpoint is damaged");
+  models::load_optimizer_state(adam, c.optimizer, c.folder + "/optimizer.safetensors");
   settings.settle_lr(adam, lr);
   return "resumed";
 }
@@ -58,10 +58,10 @@ FuzzTarget checkpoint_target(const std::string& scratch) {
   graph::AdamW adam(model.parameters(), kernels::AdamWParams{});
   for (graph::Var& p : model.parameters()) p.set_grad(Tensor::full(p.tensor().shape(), 0.1));
   adam.step();
-  apps::CheckpointState st;
+  models::CheckpointState st;
   st.ints = {{"step", 2}, {"width", 2}, {"seed", 1}};
   st.strings = {{"app", "troupe-fuzz"}, {"data", "corpus.txt"}};
-  apps::save_checkpoint(dir, 2, model.state_dict(), adam.state_dict(), st);
+  models::save_checkpoint(dir, 2, model.state_dict(), adam.state_dict(), st);
 
   FuzzTarget t;
   t.name = "checkpoint";

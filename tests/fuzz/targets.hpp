@@ -9,7 +9,7 @@ namespace troupe::fuzz {
 
 /// graph::parse_safetensors on arbitrary bytes.
 FuzzTarget safetensors_target(const std::string& scratch);
-/// apps::load_checkpoint and what a resume does with it (settings, weights, optimizer state); the
+/// models::load_checkpoint and what a resume does with it (settings, weights, optimizer state); the
 /// first byte picks the file replaced (latest, state.json, model or optimizer safetensors).
 FuzzTarget checkpoint_target(const std::string& scratch);
 /// troupe-sr's image path: a PNG file read by SrData next to a good one, then a batch drawn.

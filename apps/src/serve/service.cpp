@@ -2,21 +2,15 @@
 // inference, and the answers.
 #include "troupe/apps/serve/service.hpp"
 
-#include <filesystem>
 #include <limits>
 #include <list>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "troupe/apps/checkpoint.hpp"
-#include "troupe/apps/gpt_decoder.hpp"
 #include "troupe/apps/image.hpp"
 #include "troupe/apps/serve/batch_queue.hpp"
-#include "troupe/apps/weights.hpp"
-#include "troupe/actors/engine.hpp"
-#include "troupe/graph/trace.hpp"
-#include "troupe/kernels/error.hpp"
+#include "troupe/troupe.hpp"
 
 namespace troupe::apps::serve {
 
@@ -144,7 +138,7 @@ struct Service::Impl {
     };
     // Samples the row's next token; false once it has all it asked for (and is answered).
     const auto advance = [&](Row& r) {
-      const std::int64_t token = sample_token(r.logits, r.job.temperature, r.job.top_k, r.rng);
+      const std::int64_t token = models::sample_token(r.logits, r.job.temperature, r.job.top_k, r.rng);
       r.context.push_back(token);
       r.text.push_back(static_cast<char>(token));
       if (static_cast<std::int64_t>(r.text.size()) < r.job.max_tokens) return true;
@@ -214,16 +208,16 @@ struct Service::Impl {
 
   ServiceOptions options;
   Metrics metrics;
-  std::unique_ptr<SrLite> sr;
+  std::unique_ptr<models::SrLite> sr;
   // Upscale batches and decoding steps run as actor programs (an upscale batch split into
   // micro-batches that flow through the op actors concurrently); at JIT level 0, or with no actor
   // threads, the worker calls the traced function itself.
   std::unique_ptr<actors::Engine> engine;
   std::unique_ptr<actors::Program> upscale_program;
   std::unique_ptr<graph::Jit> upscale;
-  std::unique_ptr<Gpt> gpt;
-  std::unique_ptr<GptDecoder> decoder;         // the generate worker's batch, with the key/value cache
-  std::unique_ptr<GptDecoder> window_decoder;  // its rows past the model's positions
+  std::unique_ptr<models::Gpt> gpt;
+  std::unique_ptr<models::GptDecoder> decoder;         // the generate worker's batch, with the key/value cache
+  std::unique_ptr<models::GptDecoder> window_decoder;  // its rows past the model's positions
   // Declared last, destroyed first: their workers finish what is queued while the models exist.
   std::unique_ptr<BatchQueue<UpscaleJob>> upscale_queue;
   std::unique_ptr<BatchQueue<GenerateJob>> generate_queue;
@@ -234,7 +228,7 @@ Service::Service(const ServiceOptions& o) : impl_(std::make_unique<Impl>(o)) {
   if (o.jit_level > 0 && o.actor_threads > 0 && (!o.sr_path.empty() || !o.gpt_path.empty()))
     s.engine = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(o.actor_threads)});
   if (!o.sr_path.empty()) {
-    s.sr = load_sr(o.sr_path, o.sr);
+    s.sr = models::load_sr_lite(o.sr_path, o.sr);
     const graph::SymDim b = graph::SymDim::symbol("batch"), h = graph::SymDim::symbol("height"), w = graph::SymDim::symbol("width");
     const graph::TraceableFn fn = [&s](const std::vector<Var>& in) { return std::vector<Var>{(*s.sr)(in[0])}; };
     const std::vector<graph::InputSpec> signature{{"image", {b, 3, h, w}}};
@@ -250,11 +244,13 @@ Service::Service(const ServiceOptions& o) : impl_(std::make_unique<Impl>(o)) {
                                                                [&s](std::vector<UpscaleJob>& batch, BatchQueue<UpscaleJob>&) { s.upscale_batch(batch); });
   }
   if (!o.gpt_path.empty()) {
-    s.gpt = load_gpt(o.gpt_path, o.gpt);
-    s.decoder = std::make_unique<GptDecoder>(*s.gpt, o.amp, true);
+    s.gpt = models::load_gpt(o.gpt_path, o.gpt);
+    TROUPE_CHECK(s.gpt->config.vocab == 256, invalid_argument, "'", o.gpt_path, "' is a model of ", s.gpt->config.vocab,
+                 " tokens; troupe-serve generates bytes (256)");
+    s.decoder = std::make_unique<models::GptDecoder>(*s.gpt, o.amp, true);
     // A decoding step is a chain of small ops: its rows stay one micro-batch.
     if (s.engine) s.decoder->run_steps_on(*s.engine, 1);
-    s.window_decoder = std::make_unique<GptDecoder>(*s.gpt, o.amp, false);
+    s.window_decoder = std::make_unique<models::GptDecoder>(*s.gpt, o.amp, false);
     s.generate_queue = std::make_unique<BatchQueue<GenerateJob>>(o.queue_capacity, o.max_batch, o.max_wait, 1,
                                                                  [&s](std::vector<GenerateJob>& batch, BatchQueue<GenerateJob>& queue) { s.generate_batch(batch, queue); });
   }
@@ -313,48 +309,6 @@ void Service::handle(const Request& r, Reply reply) {
   } else {
     reply(json_error(404, "no route " + r.target + "; the routes are " + kRoutes));
   }
-}
-
-std::unique_ptr<SrLite> load_sr(const std::string& path, SrConfig config) {
-  std::map<std::string, Tensor> weights;
-  std::string file = path, advice = "pass weights written by troupe-sr (--save) for this model shape";
-  if (std::filesystem::is_directory(path)) {
-    Checkpoint c = load_checkpoint(path, "troupe-sr");
-    config.channels = c.state.int_at("channels");
-    config.blocks = c.state.int_at("blocks");
-    config.activation = parse_activation(c.state.string_at("act"));
-    weights = std::move(c.model);
-    file = c.folder + "/model.safetensors";
-    advice = "the checkpoint is damaged or from another model";
-  } else {
-    weights = read_weights(path, "--sr takes a troupe-sr checkpoint folder or a .safetensors file");
-  }
-  Generator gen(0);
-  auto model = std::make_unique<SrLite>(config, gen);
-  load_weights_into(*model, weights, file, advice);
-  return model;
-}
-
-std::unique_ptr<Gpt> load_gpt(const std::string& path, GptConfig config) {
-  std::map<std::string, Tensor> weights;
-  std::string file = path, advice = "pass weights of this model shape (--gpt-d-model ...), Troupe or nanoGPT names";
-  if (std::filesystem::is_directory(path)) {
-    Checkpoint c = load_checkpoint(path, "troupe-gpt");
-    for (auto [key, field] : {std::pair{"vocab", &config.vocab}, {"d_model", &config.d_model}, {"layers", &config.layers},
-                              {"heads", &config.heads}, {"d_ff", &config.d_ff}, {"seq", &config.seq}})
-      *field = c.state.int_at(key);
-    weights = std::move(c.model);
-    file = c.folder + "/model.safetensors";
-    advice = "the checkpoint is damaged or from another model";
-  } else {
-    weights = from_nanogpt_names(read_weights(path, "--gpt takes a troupe-gpt checkpoint folder or a .safetensors file"));
-  }
-  TROUPE_CHECK(config.vocab == 256, invalid_argument, "'", path, "' is a model of ", config.vocab,
-               " tokens; troupe-serve generates bytes (256)");
-  Generator gen(0);
-  auto model = std::make_unique<Gpt>(config, gen);
-  load_weights_into(*model, weights, file, advice);
-  return model;
 }
 
 }  // namespace troupe::apps::serve

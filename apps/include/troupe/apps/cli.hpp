@@ -18,15 +18,6 @@ int run_guarded(const char* name, const std::function<int()>& body);
 /// CLI11's exit code), then runs `body` under run_guarded.
 int run_cli(CLI::App& app, int argc, char** argv, const char* name, const std::function<int()>& body);
 
-/// Throws naming `path` when it is missing or a folder; `expected` says what to pass instead
-/// (e.g. "--data takes a text file").
-void require_file(const std::string& path, const std::string& expected);
-
-/// Runs `fn`; a troupe::Error it throws comes back as "'<file>' <context>: <its message>; <advice>"
-/// (same kind), so the user learns which file was wrong and what to do.
-void naming_file(const std::string& file, const std::string& context, const std::string& advice,
-                 const std::function<void()>& fn);
-
 /// A check for a numeric flag: the value must be a number from `lo` to `hi` (both included);
 /// `note` (e.g. "0 = a free port") is added to the message.
 CLI::Validator in_range(double lo, double hi, const std::string& note = "");

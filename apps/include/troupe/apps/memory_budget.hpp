@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <string>
 
-#include "troupe/apps/gpt_model.hpp"
+#include "troupe/models/gpt.hpp"
 #include "troupe/apps/sr_data.hpp"
-#include "troupe/apps/sr_model.hpp"
+#include "troupe/models/sr_lite.hpp"
 
 namespace troupe::apps {
 
@@ -17,11 +17,11 @@ double physical_memory_bytes();
 
 /// A lower bound of what one troupe-gpt training step needs: weights, gradients, AdamW moments and
 /// the activations kept for backward (attention scores and logits included).
-double gpt_training_bytes(const GptConfig& config, std::int64_t batch);
+double gpt_training_bytes(const models::GptConfig& config, std::int64_t batch);
 
 /// A lower bound of what troupe-sr training needs: the step's activations, the held-out images,
 /// weights, gradients and Adam moments.
-double sr_training_bytes(const SrConfig& config, const SrDataOptions& data);
+double sr_training_bytes(const models::SrConfig& config, const SrDataOptions& data);
 
 /// Throws when `bytes` exceed this machine's memory: "<what> would need at least N GiB ..., more
 /// than this machine's M GiB; <advice>".

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "troupe/apps/checkpoint.hpp"
+#include "troupe/models/checkpoint.hpp"
 #include "troupe/graph/optim.hpp"
 
 namespace troupe::apps {
@@ -18,7 +18,7 @@ namespace troupe::apps {
 class ResumeSettings {
  public:
   /// `state` is the checkpoint's state (its `source` names the state.json file in errors).
-  ResumeSettings(CLI::App& app, const CheckpointState& state);
+  ResumeSettings(CLI::App& app, const models::CheckpointState& state);
   /// Sets `value` from the checkpoint's `key`; throws when `flag` was given with another value or
   /// the stored value is outside the flag's range.
   void take(const std::string& flag, const std::string& key, std::int64_t& value);
@@ -35,7 +35,7 @@ class ResumeSettings {
   void check_range(const std::string& flag, const std::string& key, const std::string& text);
   void agree(const std::string& flag, const std::string& key, bool same, const std::string& stored);
   CLI::App& app_;
-  const CheckpointState& state_;
+  const models::CheckpointState& state_;
   std::vector<std::string> from_checkpoint_, from_flags_;
 };
 

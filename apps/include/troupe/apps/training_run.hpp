@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "troupe/apps/checkpoint.hpp"
+#include "troupe/models/checkpoint.hpp"
 #include "troupe/apps/data_parallel.hpp"
 #include "troupe/apps/grad_mode.hpp"
 #include "troupe/apps/resume.hpp"
@@ -68,7 +68,7 @@ struct TrainingParts {
   std::function<double(const ForwardLoss& loss)> evaluate;
   /// Writes the settings a resumed run takes back (model shape, batch, seed, data) into a
   /// checkpoint's state; the run adds "app", "step" and "data_position".
-  std::function<void(CheckpointState& state)> store_settings;
+  std::function<void(models::CheckpointState& state)> store_settings;
   /// The final JSON line's fields from "train_loss" to the throughput, with the app's precisions.
   std::function<std::string(const LoopSummary& summary)> summary_fields;
 };
@@ -87,7 +87,7 @@ class TrainingRun {
   GradMode mode() const { return mode_; }
   /// The checkpoint being resumed, or null for a fresh run. Its settings decide the model, the
   /// data and the batch: the app takes them through settings() before train.
-  const Checkpoint* resumed() const { return resumed_ ? &*resumed_ : nullptr; }
+  const models::Checkpoint* resumed() const { return resumed_ ? &*resumed_ : nullptr; }
   /// Reconciles the flags with the resumed checkpoint (only when resumed() is set).
   ResumeSettings& settings() { return *settings_; }
   /// The resumed checkpoint's state.json, for errors about its settings ("" for a fresh run).
@@ -113,7 +113,7 @@ class TrainingRun {
   std::string load_weights_;
   GradMode mode_;
   int jit_;
-  std::optional<Checkpoint> resumed_;
+  std::optional<models::Checkpoint> resumed_;
   std::optional<ResumeSettings> settings_;
 };
 

@@ -15,20 +15,18 @@
 #include <memory>
 #include <string>
 
-#include "troupe/apps/gpt_model.hpp"
 #include "troupe/apps/serve/http_server.hpp"
 #include "troupe/apps/serve/metrics.hpp"
-#include "troupe/apps/sr_model.hpp"
-#include "troupe/graph/amp.hpp"
+#include "troupe/troupe.hpp"
 
 namespace troupe::apps::serve {
 
 /// What to serve and how much a request may ask.
 struct ServiceOptions {
   std::string sr_path;   // sr-lite: a checkpoint folder or a .safetensors file (shaped by `sr`); empty: none
-  SrConfig sr;
+  models::SrConfig sr;
   std::string gpt_path;  // gpt: a checkpoint folder or a .safetensors file (shaped by `gpt`); empty: none
-  GptConfig gpt;
+  models::GptConfig gpt;
   int jit_level = 3;
   graph::AmpOptions amp;
   int actor_threads = 2;                // scheduler threads of the programs, micro-batches of an upscale batch; 0: none
@@ -59,12 +57,6 @@ class Service {
  private:
   std::unique_ptr<Impl> impl_;
 };
-
-/// sr-lite from a checkpoint folder (its shape from state.json) or a .safetensors file shaped by `config`.
-std::unique_ptr<SrLite> load_sr(const std::string& path, SrConfig config);
-/// gpt from a checkpoint folder (its shape from state.json) or a .safetensors file (Troupe or
-/// nanoGPT names) shaped by `config`.
-std::unique_ptr<Gpt> load_gpt(const std::string& path, GptConfig config);
 
 /// The HTML page of GET /.
 const std::string& index_page();

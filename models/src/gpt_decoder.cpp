@@ -1,4 +1,4 @@
-#include "troupe/apps/gpt_decoder.hpp"
+#include "troupe/models/gpt_decoder.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,10 +7,10 @@
 #include <utility>
 
 #include "troupe/actors/engine.hpp"
-#include "troupe/apps/splitmix.hpp"
+#include "troupe/models/splitmix.hpp"
 #include "troupe/kernels/error.hpp"
 
-namespace troupe::apps {
+namespace troupe::models {
 
 using graph::Var;
 
@@ -210,4 +210,4 @@ std::int64_t sample_token(const std::vector<float>& logits, double temperature, 
   return next;
 }
 
-}  // namespace troupe::apps
+}  // namespace troupe::models

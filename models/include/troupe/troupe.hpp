@@ -5,7 +5,7 @@
 // NCCL backends) are not installed.
 //
 //   Tensors        troupe::Tensor, DType, Device, Generator, troupe::Error (kernels/)
-//   Models         graph::Module, Linear, Embedding, LayerNorm, GPTBlock, Sequential, the ops on
+//   Layers         graph::Module, Linear, Embedding, LayerNorm, GPTBlock, Sequential, the ops on
 //                  graph::Var, custom gradients, safetensors files (graph/)
 //   Compiling      graph::trace, TracedFunction (optimized(level), with_gradients, with_amp),
 //                  graph::Jit for inference at a JIT level (graph/trace.hpp)
@@ -13,11 +13,14 @@
 //                  Program::run is one step with its optimizers (graph::SGD, AdamW), clipping, loss
 //                  scaling and data parallelism over a transport::Communicator (actors/, transport/)
 //   Tracing        actors::Tracer writes the message flow as a Chrome trace; trace_summary reads it
+//   Models         models::Gpt (with GptDecoder: key/value-cached decoding, rows batched
+//                  continuously) and models::SrLite, built from a config or loaded as the
+//                  applications save them (load_gpt, load_sr_lite); training checkpoints (models/)
 //
 // Thread safety: a Jit, a TracedFunction and a Program may be called from many threads at once (a
-// Program runs its steps one after another); a Module, an Optimizer and an Engine are used from one
-// thread at a time, and an Engine outlives the programs it compiled. Errors are troupe::Error, whose
-// kind() says what went wrong.
+// Program runs its steps one after another); a Module, an Optimizer, a GptDecoder and an Engine are
+// used from one thread at a time, and an Engine outlives the programs it compiled. Errors are
+// troupe::Error, whose kind() says what went wrong.
 
 #include "troupe/version.hpp"
 
@@ -50,3 +53,9 @@
 #include "troupe/actors/program.hpp"
 #include "troupe/actors/trace_summary.hpp"
 #include "troupe/actors/tracer.hpp"
+
+#include "troupe/models/checkpoint.hpp"
+#include "troupe/models/gpt.hpp"
+#include "troupe/models/gpt_decoder.hpp"
+#include "troupe/models/saved.hpp"
+#include "troupe/models/sr_lite.hpp"

@@ -12,7 +12,7 @@
 
 #include "troupe/graph/nn.hpp"
 
-namespace troupe::apps {
+namespace troupe::models {
 
 /// Shape of the model; the defaults are gpt-mini.
 struct GptConfig {
@@ -56,4 +56,4 @@ class Gpt : public graph::Module {
 /// to this model's names; names already in Troupe's form pass unchanged.
 std::map<std::string, Tensor> from_nanogpt_names(const std::map<std::string, Tensor>& state);
 
-}  // namespace troupe::apps
+}  // namespace troupe::models

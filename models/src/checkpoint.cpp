@@ -1,4 +1,4 @@
-#include "troupe/apps/checkpoint.hpp"
+#include "troupe/models/checkpoint.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -15,11 +15,11 @@
 #include <sstream>
 #include <vector>
 
-#include "troupe/apps/weights.hpp"
+#include "troupe/models/weights.hpp"
 #include "troupe/graph/safetensors.hpp"
 #include "troupe/kernels/error.hpp"
 
-namespace troupe::apps {
+namespace troupe::models {
 
 namespace fs = std::filesystem;
 
@@ -193,4 +193,4 @@ Checkpoint load_checkpoint(const std::string& dir, const std::string& app) {
   return c;
 }
 
-}  // namespace troupe::apps
+}  // namespace troupe::models

@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "troupe/apps/gpt_model.hpp"
+#include "troupe/models/gpt.hpp"
 #include "troupe/graph/amp.hpp"
 #include "troupe/graph/trace.hpp"
 
@@ -21,7 +21,7 @@ class Engine;
 class Program;
 }  // namespace troupe::actors
 
-namespace troupe::apps {
+namespace troupe::models {
 
 /// Logits of the next token, for one context at a time (next()) or for rows decoded together
 /// (add(), step(), keep_rows()): one traced step advances every row by one position, each at its
@@ -78,4 +78,4 @@ class GptDecoder {
 /// softmax(logits / temperature) over the `top_k` largest (0: all), with `rng` (splitmix64 state).
 std::int64_t sample_token(const std::vector<float>& logits, double temperature, std::int64_t top_k, std::uint64_t& rng);
 
-}  // namespace troupe::apps
+}  // namespace troupe::models

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-namespace troupe::apps {
+namespace troupe::models {
 
 /// Advances `state` and returns the next 64-bit value of its stream.
 inline std::uint64_t splitmix64(std::uint64_t& state) {
@@ -20,4 +20,4 @@ inline std::uint64_t mix64(std::uint64_t key) { return splitmix64(key); }
 /// The next value of the stream as a uniform double in [0, 1).
 inline double uniform01(std::uint64_t& state) { return static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53; }
 
-}  // namespace troupe::apps
+}  // namespace troupe::models

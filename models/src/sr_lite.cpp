@@ -1,10 +1,10 @@
-#include "troupe/apps/sr_model.hpp"
+#include "troupe/models/sr_lite.hpp"
 
 #include "troupe/graph/custom_gradient.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/kernels/error.hpp"
 
-namespace troupe::apps {
+namespace troupe::models {
 
 using graph::Var;
 
@@ -40,4 +40,4 @@ Var SrLite::forward(const Var& x) {
   return graph::pixel_shuffle((*tail)((*body)(activate((*head)(x), config.activation))), config.upscale);
 }
 
-}  // namespace troupe::apps
+}  // namespace troupe::models

@@ -5,7 +5,7 @@
 
 #include "kernels/reference.hpp"
 #include "troupe/actors/engine.hpp"
-#include "troupe/apps/gpt_decoder.hpp"
+#include "troupe/models/gpt_decoder.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/graph/var.hpp"
 #include "troupe/kernels/error.hpp"
@@ -14,8 +14,8 @@ using namespace troupe;
 
 namespace {
 
-apps::GptConfig small() {
-  apps::GptConfig c;
+models::GptConfig small() {
+  models::GptConfig c;
   c.d_model = 32;
   c.heads = 2;
   c.layers = 2;
@@ -33,9 +33,9 @@ double worst(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(GptDecoder, RowsDecodedTogetherEqualEachDecodedAlone) {
   Generator gen(2);
-  apps::Gpt model(small(), gen);
+  models::Gpt model(small(), gen);
   graph::NoGradGuard no_grad;
-  apps::GptDecoder together(model, {}, true), alone(model, {}, true);
+  models::GptDecoder together(model, {}, true), alone(model, {}, true);
   std::vector<std::vector<std::int64_t>> contexts{{1, 2, 3}, {7}, {9, 8, 7, 6, 5}};
   std::vector<std::vector<float>> logits = together.add(contexts);
   EXPECT_EQ(together.positions(), (std::vector<std::int64_t>{3, 1, 5}));
@@ -79,11 +79,11 @@ TEST(GptDecoder, RowsDecodedTogetherEqualEachDecodedAlone) {
 TEST(GptDecoder, StepsRunByAnActorProgramEqualTheDirectOnes) {
   if (graph::jit_level() == 0) GTEST_SKIP() << "JIT_LEVEL=0 decodes eagerly, without a program";
   Generator gen(3);
-  apps::Gpt model(small(), gen);
+  models::Gpt model(small(), gen);
   graph::NoGradGuard no_grad;
   actors::Engine engine(actors::EngineOptions{2});
   for (int micro_batches : {1, 2}) {
-    apps::GptDecoder direct(model, {}, true), on_actors(model, {}, true);
+    models::GptDecoder direct(model, {}, true), on_actors(model, {}, true);
     on_actors.run_steps_on(engine, micro_batches);
     const std::vector<std::vector<std::int64_t>> prompts{{1, 2, 3}, {7}, {9, 8, 7, 6, 5}};
     std::vector<std::vector<float>> a = direct.add(prompts), b = on_actors.add(prompts);

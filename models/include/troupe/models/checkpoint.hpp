@@ -10,7 +10,7 @@
 
 #include "troupe/kernels/tensor.hpp"
 
-namespace troupe::apps {
+namespace troupe::models {
 
 /// What a checkpoint holds besides tensors: free-form named integers and strings (step, data
 /// position, config, ...), stored as JSON.
@@ -45,4 +45,4 @@ void prepare_save_folder(const std::string& dir, const std::string& resume);
 /// damaged, or (with `app` given) it was written by another application (its "app" string).
 Checkpoint load_checkpoint(const std::string& dir, const std::string& app = "");
 
-}  // namespace troupe::apps
+}  // namespace troupe::models

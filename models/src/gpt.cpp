@@ -1,4 +1,4 @@
-#include "troupe/apps/gpt_model.hpp"
+#include "troupe/models/gpt.hpp"
 
 #include <numeric>
 #include <regex>
@@ -7,7 +7,7 @@
 #include "troupe/graph/ops.hpp"
 #include "troupe/kernels/error.hpp"
 
-namespace troupe::apps {
+namespace troupe::models {
 
 using graph::Var;
 
@@ -105,4 +105,4 @@ std::map<std::string, Tensor> from_nanogpt_names(const std::map<std::string, Ten
   return out;
 }
 
-}  // namespace troupe::apps
+}  // namespace troupe::models

@@ -10,7 +10,7 @@
 
 #include "troupe/graph/nn.hpp"
 
-namespace troupe::apps {
+namespace troupe::models {
 
 /// The activation between convolutions.
 enum class Activation {
@@ -53,4 +53,4 @@ class SrLite : public graph::Layer {
 /// The activation `a` applied to x.
 graph::Var activate(const graph::Var& x, Activation a);
 
-}  // namespace troupe::apps
+}  // namespace troupe::models
