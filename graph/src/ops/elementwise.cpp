@@ -1,6 +1,7 @@
 // The elementwise family: binary ops with broadcasting, their scalar forms and operators, and the
 // unary functions with their backward ops. Each op: builder, definition, gradient rule.
 #include "op_helpers.hpp"
+#include "shard_rules.hpp"
 #include "troupe/kernels/elementwise_chain.hpp"
 
 namespace troupe::graph {
@@ -23,7 +24,7 @@ std::vector<ValueInfo> infer_same_as_input(const InferContext& c) {
 }  // namespace
 
 Var add(const Var& a, const Var& b) { return apply1("add", {a, b}); }
-TROUPE_DEFINE_OP({.name = "add", .infer = infer_binary, .kernel = "add",
+TROUPE_DEFINE_OP({.name = "add", .infer = infer_binary, .sharding = shard_additive, .kernel = "add",
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     const Var dy = c.grad_output(0);
                     return {c.needs_grad[0] ? unbroadcast(dy, c.inputs[0]) : Var(),
@@ -31,7 +32,7 @@ TROUPE_DEFINE_OP({.name = "add", .infer = infer_binary, .kernel = "add",
                   }, .in_place = true});
 
 Var sub(const Var& a, const Var& b) { return apply1("sub", {a, b}); }
-TROUPE_DEFINE_OP({.name = "sub", .infer = infer_binary, .kernel = "sub",
+TROUPE_DEFINE_OP({.name = "sub", .infer = infer_binary, .sharding = shard_additive, .kernel = "sub",
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     const Var dy = c.grad_output(0);
                     return {c.needs_grad[0] ? unbroadcast(dy, c.inputs[0]) : Var(),
@@ -39,7 +40,7 @@ TROUPE_DEFINE_OP({.name = "sub", .infer = infer_binary, .kernel = "sub",
                   }, .in_place = true});
 
 Var mul(const Var& a, const Var& b) { return apply1("mul", {a, b}); }
-TROUPE_DEFINE_OP({.name = "mul", .infer = infer_binary, .kernel = "mul",
+TROUPE_DEFINE_OP({.name = "mul", .infer = infer_binary, .sharding = shard_product, .kernel = "mul",
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     const Var dy = c.grad_output(0);
                     const Var &a = c.inputs[0], &b = c.inputs[1];
@@ -48,7 +49,7 @@ TROUPE_DEFINE_OP({.name = "mul", .infer = infer_binary, .kernel = "mul",
                   }, .in_place = true});
 
 Var div(const Var& a, const Var& b) { return apply1("div", {a, b}); }
-TROUPE_DEFINE_OP({.name = "div", .infer = infer_binary, .kernel = "div",
+TROUPE_DEFINE_OP({.name = "div", .infer = infer_binary, .sharding = shard_linear_in_first, .kernel = "div",
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     const Var dy = c.grad_output(0);
                     const Var &a = c.inputs[0], &b = c.inputs[1];
@@ -63,10 +64,10 @@ Var operator/(const Var& a, const Var& b) { return div(a, b); }
 
 // x + s and x * s with a scalar s (attribute "value").
 Var operator+(const Var& a, double s) { return apply1("add_scalar", {a}, Attrs().set("value", s)); }
-TROUPE_DEFINE_OP({.name = "add_scalar", .infer = infer_same_as_input, .kernel = "add_scalar",
+TROUPE_DEFINE_OP({.name = "add_scalar", .infer = infer_same_as_input, .sharding = shard_pointwise, .kernel = "add_scalar",
                   .grad = [](const GradContext& c) -> std::vector<Var> { return {c.grad_output(0)}; }, .in_place = true});
 Var operator*(const Var& a, double s) { return apply1("mul_scalar", {a}, Attrs().set("value", s)); }
-TROUPE_DEFINE_OP({.name = "mul_scalar", .infer = infer_same_as_input, .kernel = "mul_scalar",
+TROUPE_DEFINE_OP({.name = "mul_scalar", .infer = infer_same_as_input, .sharding = shard_linear_in_first, .kernel = "mul_scalar",
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     return {c.grad_output(0) * c.attrs.get_double("value")};
                   }, .in_place = true});
@@ -88,39 +89,39 @@ GradFn backward_of_input(const char* backward) {
 }  // namespace
 
 Var neg(const Var& x) { return apply1("neg", {x}); }
-TROUPE_DEFINE_OP({.name = "neg", .infer = infer_same_as_input, .kernel = "neg", .grad = backward_of_input("neg_backward"), .in_place = true});
-TROUPE_DEFINE_OP({.name = "neg_backward", .infer = infer_grad_pair, .kernel = "neg_backward", .in_place = true});
+TROUPE_DEFINE_OP({.name = "neg", .infer = infer_same_as_input, .sharding = shard_linear_in_first, .kernel = "neg", .grad = backward_of_input("neg_backward"), .in_place = true});
+TROUPE_DEFINE_OP({.name = "neg_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first, .kernel = "neg_backward", .in_place = true});
 
 Var exp(const Var& x) { return apply1("exp", {x}); }
-TROUPE_DEFINE_OP({.name = "exp", .infer = infer_same_as_input, .kernel = "exp", .grad = backward_of_input("exp_backward"),
+TROUPE_DEFINE_OP({.name = "exp", .infer = infer_same_as_input, .sharding = shard_pointwise, .kernel = "exp", .grad = backward_of_input("exp_backward"),
                   .in_place = true, .precision = Precision::keeps_f32});
-TROUPE_DEFINE_OP({.name = "exp_backward", .infer = infer_grad_pair, .kernel = "exp_backward", .in_place = true});
+TROUPE_DEFINE_OP({.name = "exp_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first, .kernel = "exp_backward", .in_place = true});
 
 Var log(const Var& x) { return apply1("log", {x}); }
-TROUPE_DEFINE_OP({.name = "log", .infer = infer_same_as_input, .kernel = "log", .grad = backward_of_input("log_backward"),
+TROUPE_DEFINE_OP({.name = "log", .infer = infer_same_as_input, .sharding = shard_pointwise, .kernel = "log", .grad = backward_of_input("log_backward"),
                   .in_place = true, .precision = Precision::keeps_f32});
-TROUPE_DEFINE_OP({.name = "log_backward", .infer = infer_grad_pair, .kernel = "log_backward", .in_place = true});
+TROUPE_DEFINE_OP({.name = "log_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first, .kernel = "log_backward", .in_place = true});
 
 Var tanh(const Var& x) { return apply1("tanh", {x}); }
-TROUPE_DEFINE_OP({.name = "tanh", .infer = infer_same_as_input, .kernel = "tanh", .grad = backward_of_input("tanh_backward"), .in_place = true});
-TROUPE_DEFINE_OP({.name = "tanh_backward", .infer = infer_grad_pair, .kernel = "tanh_backward", .in_place = true});
+TROUPE_DEFINE_OP({.name = "tanh", .infer = infer_same_as_input, .sharding = shard_pointwise, .kernel = "tanh", .grad = backward_of_input("tanh_backward"), .in_place = true});
+TROUPE_DEFINE_OP({.name = "tanh_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first, .kernel = "tanh_backward", .in_place = true});
 
 Var sqrt(const Var& x) { return apply1("sqrt", {x}); }
-TROUPE_DEFINE_OP({.name = "sqrt", .infer = infer_same_as_input, .kernel = "sqrt", .grad = backward_of_input("sqrt_backward"), .in_place = true});
-TROUPE_DEFINE_OP({.name = "sqrt_backward", .infer = infer_grad_pair, .kernel = "sqrt_backward", .in_place = true});
+TROUPE_DEFINE_OP({.name = "sqrt", .infer = infer_same_as_input, .sharding = shard_pointwise, .kernel = "sqrt", .grad = backward_of_input("sqrt_backward"), .in_place = true});
+TROUPE_DEFINE_OP({.name = "sqrt_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first, .kernel = "sqrt_backward", .in_place = true});
 
 Var rsqrt(const Var& x) { return apply1("rsqrt", {x}); }
-TROUPE_DEFINE_OP({.name = "rsqrt", .infer = infer_same_as_input, .kernel = "rsqrt", .grad = backward_of_input("rsqrt_backward"), .in_place = true});
-TROUPE_DEFINE_OP({.name = "rsqrt_backward", .infer = infer_grad_pair, .kernel = "rsqrt_backward", .in_place = true});
+TROUPE_DEFINE_OP({.name = "rsqrt", .infer = infer_same_as_input, .sharding = shard_pointwise, .kernel = "rsqrt", .grad = backward_of_input("rsqrt_backward"), .in_place = true});
+TROUPE_DEFINE_OP({.name = "rsqrt_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first, .kernel = "rsqrt_backward", .in_place = true});
 
 // gelu, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 Var gelu(const Var& x) { return apply1("gelu", {x}); }
-TROUPE_DEFINE_OP({.name = "gelu", .infer = infer_same_as_input, .kernel = "gelu", .grad = backward_of_input("gelu_backward"), .in_place = true});
-TROUPE_DEFINE_OP({.name = "gelu_backward", .infer = infer_grad_pair, .kernel = "gelu_backward", .in_place = true});
+TROUPE_DEFINE_OP({.name = "gelu", .infer = infer_same_as_input, .sharding = shard_pointwise, .kernel = "gelu", .grad = backward_of_input("gelu_backward"), .in_place = true});
+TROUPE_DEFINE_OP({.name = "gelu_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first, .kernel = "gelu_backward", .in_place = true});
 
 Var silu(const Var& x) { return apply1("silu", {x}); }
-TROUPE_DEFINE_OP({.name = "silu", .infer = infer_same_as_input, .kernel = "silu", .grad = backward_of_input("silu_backward"), .in_place = true});
-TROUPE_DEFINE_OP({.name = "silu_backward", .infer = infer_grad_pair, .kernel = "silu_backward", .in_place = true});
+TROUPE_DEFINE_OP({.name = "silu", .infer = infer_same_as_input, .sharding = shard_pointwise, .kernel = "silu", .grad = backward_of_input("silu_backward"), .in_place = true});
+TROUPE_DEFINE_OP({.name = "silu_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first, .kernel = "silu_backward", .in_place = true});
 
 // gelu(h + b) for a bias b over h's last dim, in one pass that never stores the sum (level 3 fuses
 // a Linear layer's bias with its gelu into it); equal to add-then-gelu bit for bit, gradients too.
@@ -146,8 +147,8 @@ std::vector<Var> grad_bias_gelu(const GradContext& c) {
 }
 }  // namespace
 Var bias_gelu(const Var& h, const Var& b) { return apply1("bias_gelu", {h, b}); }
-TROUPE_DEFINE_OP({.name = "bias_gelu", .infer = infer_bias_gelu, .kernel = "bias_gelu", .grad = grad_bias_gelu, .in_place = true});
-TROUPE_DEFINE_OP({.name = "bias_gelu_backward", .infer = infer_bias_gelu_backward, .kernel = "bias_gelu_backward", .in_place = true});
+TROUPE_DEFINE_OP({.name = "bias_gelu", .infer = infer_bias_gelu, .sharding = shard_pointwise, .kernel = "bias_gelu", .grad = grad_bias_gelu, .in_place = true});
+TROUPE_DEFINE_OP({.name = "bias_gelu_backward", .infer = infer_bias_gelu_backward, .sharding = shard_linear_in_first, .kernel = "bias_gelu_backward", .in_place = true});
 
 // elementwise_chain(inputs...) {ops, args, value<j>}: steps of the ops above in one pass (level 3
 // fuses chains of elementwise nodes into it). Its gradient recomputes the chain's intermediate
@@ -214,18 +215,18 @@ std::vector<Var> grad_elementwise_chain(const GradContext& c) {
   return grads;
 }
 }  // namespace
-TROUPE_DEFINE_OP({.name = "elementwise_chain", .infer = infer_elementwise_chain, .kernel = "elementwise_chain",
+TROUPE_DEFINE_OP({.name = "elementwise_chain", .infer = infer_elementwise_chain, .sharding = shard_pointwise, .kernel = "elementwise_chain",
                   .grad = grad_elementwise_chain, .in_place = true, .precision = Precision::f32});
 
 // relu's backward is the leaky form, so custom gradients can reuse it with a slope.
 Var relu(const Var& x) { return apply1("relu", {x}); }
-TROUPE_DEFINE_OP({.name = "relu", .infer = infer_same_as_input, .kernel = "relu",
+TROUPE_DEFINE_OP({.name = "relu", .infer = infer_same_as_input, .sharding = shard_pointwise, .kernel = "relu",
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     return {relu_backward(c.grad_output(0), c.inputs[0], 0.0)};
                   }, .in_place = true});
 Var relu_backward(const Var& grad, const Var& x, double negative_slope) {
   return apply1("relu_backward", {grad, x}, Attrs().set("negative_slope", negative_slope));
 }
-TROUPE_DEFINE_OP({.name = "relu_backward", .infer = infer_grad_pair, .kernel = "relu_backward", .in_place = true});
+TROUPE_DEFINE_OP({.name = "relu_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first, .kernel = "relu_backward", .in_place = true});
 
 }  // namespace troupe::graph

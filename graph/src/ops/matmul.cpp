@@ -1,5 +1,6 @@
 // The matmul op: batched matrix products with broadcasting and optional transposes.
 #include "op_helpers.hpp"
+#include "shard_rules.hpp"
 #include "troupe/kernels/matmul.hpp"
 
 namespace troupe::graph {
@@ -64,6 +65,32 @@ std::vector<Var> grad_matmul(const GradContext& c) {
   return {da, db};
 }
 
+// Sharding (Megatron's splits): rows of a (m) give rows of the product, columns of b (n) its
+// columns, and the inner dim k split in both gives partial sums; batch dims split alike (an operand
+// broadcast along one stays whole); a partial sum passes through either operand, the product being
+// linear in each.
+std::vector<ShardSignature> shard_matmul(const ShardContext& c) {
+  const SymShape &a = c.inputs[0].shape, &b = c.inputs[1].shape;
+  const int ra = static_cast<int>(a.size()), rb = static_cast<int>(b.size()), r = static_cast<int>(c.outputs[0].shape.size());
+  const bool ta = get_flag(c.attrs, "trans_a"), tb = get_flag(c.attrs, "trans_b");
+  const int m = ra - (ta ? 1 : 2), ka = ra - (ta ? 2 : 1), kb = rb - (tb ? 1 : 2), n = rb - (tb ? 2 : 1);
+  const auto S = Placement::split;
+  const Placement B = Placement::broadcast(), P = Placement::partial_sum();
+  std::vector<ShardSignature> out;
+  const auto whole = [](const SymShape& s, int d) { return d < 0 || (s[static_cast<std::size_t>(d)].is_static() && s[static_cast<std::size_t>(d)].size() == 1); };
+  for (int d = 0; d < r - 2; ++d) {
+    const int da = d - (r - ra), db = d - (r - rb);
+    if (whole(a, da) && whole(b, db)) continue;
+    out.push_back({{whole(a, da) ? B : S(da), whole(b, db) ? B : S(db)}, {S(d)}});
+  }
+  out.push_back({{S(m), B}, {S(r - 2)}});
+  out.push_back({{B, S(n)}, {S(r - 1)}});
+  out.push_back({{S(ka), S(kb)}, {P}});
+  out.push_back({{P, B}, {P}});
+  out.push_back({{B, P}, {P}});
+  return out;
+}
+
 }  // namespace
 
 namespace {
@@ -82,7 +109,7 @@ Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b, std::optional
   return apply1("matmul", {a, b}, product_attrs(trans_a, trans_b, out_dtype));
 }
 // compute: kernels::matmul (one GEMM for x[..., k] @ w[k, n] over all rows).
-TROUPE_DEFINE_OP({.name = "matmul", .infer = infer_matmul, .kernel = "matmul", .grad = grad_matmul,
+TROUPE_DEFINE_OP({.name = "matmul", .infer = infer_matmul, .sharding = shard_matmul, .kernel = "matmul", .grad = grad_matmul,
                   .autocast_inputs = {0, 1}});
 
 Var matmul_bias(const Var& a, const Var& b, const Var& bias, bool trans_a, bool trans_b, std::optional<DType> out_dtype) {

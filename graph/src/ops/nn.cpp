@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "op_helpers.hpp"
+#include "shard_rules.hpp"
 #include "troupe/kernels/attention.hpp"
 #include "troupe/kernels/conv.hpp"
 #include "troupe/kernels/embedding.hpp"
@@ -305,18 +306,36 @@ std::vector<Tensor> compute_causal_attention_backward(const std::vector<Tensor>&
   return {g.dq, g.dk, g.dv};
 }
 
+// Sharding: each row along the normalised axis stays whole on a device, so any other dim of the
+// inputs (x, or grad and y) may be split, the outputs alike.
+std::vector<ShardSignature> shard_along_axis(const ShardContext& c) {
+  const auto rank = static_cast<std::int64_t>(c.inputs[0].shape.size());
+  std::int64_t axis = c.attrs.get_int("axis");
+  if (axis < 0) axis += rank;
+  std::vector<ShardSignature> out;
+  for (int d = 0; d < rank; ++d)
+    if (d != axis)
+      out.push_back({std::vector<Placement>(c.inputs.size(), Placement::split(d)),
+                     std::vector<Placement>(c.outputs.size(), Placement::split(d))});
+  return out;
+}
+// Sharding of layer_norm (x, gamma, beta): rows of x, the weights whole.
+std::vector<ShardSignature> shard_layer_norm(const ShardContext& c) { return shard_rows(c, 1, 1); }
+// Sharding of causal_attention (q, k, v): batch and head dims; each head's [T, D] stays whole.
+std::vector<ShardSignature> shard_attention(const ShardContext& c) { return shard_rows(c, 2, 3); }
+
 }  // namespace
 
 // compute: kernels::softmax / log_softmax; the backward ops read (dy, y).
 Var softmax(const Var& x, std::int64_t axis) { return apply1("softmax", {x}, Attrs().set("axis", axis)); }
-TROUPE_DEFINE_OP({.name = "softmax", .infer = infer_softmax, .compute = compute_axis<kernels::softmax>,
+TROUPE_DEFINE_OP({.name = "softmax", .infer = infer_softmax, .sharding = shard_along_axis, .compute = compute_axis<kernels::softmax>,
                   .grad = axis_grad("softmax_backward"), .precision = Precision::keeps_f32});
-TROUPE_DEFINE_OP({.name = "softmax_backward", .infer = infer_grad_pair,
+TROUPE_DEFINE_OP({.name = "softmax_backward", .infer = infer_grad_pair, .sharding = shard_along_axis,
                   .compute = compute_axis_backward<kernels::softmax_backward>});
 Var log_softmax(const Var& x, std::int64_t axis) { return apply1("log_softmax", {x}, Attrs().set("axis", axis)); }
-TROUPE_DEFINE_OP({.name = "log_softmax", .infer = infer_softmax, .compute = compute_axis<kernels::log_softmax>,
+TROUPE_DEFINE_OP({.name = "log_softmax", .infer = infer_softmax, .sharding = shard_along_axis, .compute = compute_axis<kernels::log_softmax>,
                   .grad = axis_grad("log_softmax_backward"), .precision = Precision::keeps_f32});
-TROUPE_DEFINE_OP({.name = "log_softmax_backward", .infer = infer_grad_pair,
+TROUPE_DEFINE_OP({.name = "log_softmax_backward", .infer = infer_grad_pair, .sharding = shard_along_axis,
                   .compute = compute_axis_backward<kernels::log_softmax_backward>});
 
 // layer_norm(x, gamma, beta) -> (y, mean, rstd): compute kernels::layernorm; mean and rstd are
@@ -324,7 +343,7 @@ TROUPE_DEFINE_OP({.name = "log_softmax_backward", .infer = infer_grad_pair,
 Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
   return apply("layer_norm", {x, gamma, beta}, Attrs().set("eps", eps))[0];
 }
-TROUPE_DEFINE_OP({.name = "layer_norm", .infer = infer_layer_norm, .compute = compute_layer_norm, .grad = grad_layer_norm,
+TROUPE_DEFINE_OP({.name = "layer_norm", .infer = infer_layer_norm, .sharding = shard_layer_norm, .compute = compute_layer_norm, .grad = grad_layer_norm,
                   .precision = Precision::keeps_f32});
 TROUPE_DEFINE_OP({.name = "layer_norm_backward", .infer = infer_layer_norm_backward,
                   .compute = compute_layer_norm_backward});
@@ -382,7 +401,7 @@ TROUPE_DEFINE_OP({.name = "conv2d_backward_bias", .infer = infer_conv2d_backward
 Var causal_attention(const Var& q, const Var& k, const Var& v, double scale) {
   return apply("causal_attention", {q, k, v}, Attrs().set("scale", scale))[0];
 }
-TROUPE_DEFINE_OP({.name = "causal_attention", .infer = infer_causal_attention, .compute = compute_causal_attention,
+TROUPE_DEFINE_OP({.name = "causal_attention", .infer = infer_causal_attention, .sharding = shard_attention, .compute = compute_causal_attention,
                   .grad = grad_causal_attention, .precision = Precision::keeps_f32});
 TROUPE_DEFINE_OP({.name = "causal_attention_backward", .infer = infer_causal_attention_backward,
                   .compute = compute_causal_attention_backward});

@@ -1,6 +1,7 @@
 // Reductions (sum, mean, max) and the two broadcasting ops their gradients need (sum_to and
 // broadcast_to, each the other's gradient).
 #include "op_helpers.hpp"
+#include "shard_rules.hpp"
 #include "troupe/kernels/elementwise.hpp"
 #include "troupe/kernels/optim.hpp"
 #include "troupe/kernels/reduce.hpp"
@@ -115,19 +116,57 @@ std::vector<ValueInfo> infer_max_backward(const InferContext& c) {
   expect_same_dtype(c, 2, 1);
   return one(c.inputs[1].dtype, c.inputs[1].shape);
 }
+// Sharding of sum (`sum` true) and mean: a dim the reduction keeps may be split, the output split
+// along the dim it becomes; a dim reduced over gives partial sums for a sum (each device sums its
+// slice), not for a mean (each would divide by its slice's length); partial sums pass through both.
+std::vector<ShardSignature> shard_reduction(const ShardContext& c, bool sum) {
+  const std::size_t rank = c.inputs[0].shape.size();
+  const auto& axes = c.attrs.get_ints("axes");
+  const bool keepdim = get_flag(c.attrs, "keepdim");
+  std::vector<bool> reduced(rank, axes.empty());
+  for (std::int64_t a : axes) reduced[static_cast<std::size_t>(a < 0 ? a + static_cast<std::int64_t>(rank) : a)] = true;
+  std::vector<ShardSignature> out;
+  int kept = 0;  // the output dim input dim d becomes
+  for (std::size_t d = 0; d < rank; ++d) {
+    const Placement in = Placement::split(static_cast<int>(d));
+    if (!reduced[d]) out.push_back({{in}, {Placement::split(keepdim ? static_cast<int>(d) : kept)}});
+    else if (sum) out.push_back({{in}, {Placement::partial_sum()}});
+    if (!reduced[d] || keepdim) ++kept;
+  }
+  out.push_back({{Placement::partial_sum()}, {Placement::partial_sum()}});
+  return out;
+}
+std::vector<ShardSignature> shard_sum(const ShardContext& c) { return shard_reduction(c, true); }
+// Sharding of sum_to(x, like): a dim of x that `like` keeps splits both and the result; a dim
+// summed away gives partial sums (`like` whole); partial sums pass through x.
+std::vector<ShardSignature> shard_sum_to(const ShardContext& c) {
+  const SymShape &x = c.inputs[0].shape, &like = c.inputs[1].shape;
+  const std::size_t rank = x.size(), r = like.size();
+  std::vector<ShardSignature> out;
+  for (std::size_t d = 0; d < rank; ++d) {
+    const bool kept = d + r >= rank && !(like[d + r - rank].is_static() && like[d + r - rank].size() == 1);
+    const Placement in = Placement::split(static_cast<int>(d));
+    if (kept) out.push_back({{in, Placement::split(static_cast<int>(d + r - rank))}, {Placement::split(static_cast<int>(d + r - rank))}});
+    else out.push_back({{in, Placement::broadcast()}, {Placement::partial_sum()}});
+  }
+  out.push_back({{Placement::partial_sum(), Placement::broadcast()}, {Placement::partial_sum()}});
+  return out;
+}
+std::vector<ShardSignature> shard_mean(const ShardContext& c) { return shard_reduction(c, false); }
+
 }  // namespace
 
 Var sum(const Var& x, const std::vector<std::int64_t>& axes, bool keepdim) {
   return apply1("sum", {x}, axes_attrs(axes, keepdim));
 }
 // compute: kernels::sum (the "reduce" kernel); likewise mean and max.
-TROUPE_DEFINE_OP({.name = "sum", .infer = infer_reduce, .compute = compute_reduce<kernels::sum>, .grad = grad_sum,
+TROUPE_DEFINE_OP({.name = "sum", .infer = infer_reduce, .sharding = shard_sum, .compute = compute_reduce<kernels::sum>, .grad = grad_sum,
                   .precision = Precision::keeps_f32});
 
 Var mean(const Var& x, const std::vector<std::int64_t>& axes, bool keepdim) {
   return apply1("mean", {x}, axes_attrs(axes, keepdim));
 }
-TROUPE_DEFINE_OP({.name = "mean", .infer = infer_reduce, .compute = compute_reduce<kernels::mean>, .grad = grad_mean,
+TROUPE_DEFINE_OP({.name = "mean", .infer = infer_reduce, .sharding = shard_mean, .compute = compute_reduce<kernels::mean>, .grad = grad_mean,
                   .precision = Precision::keeps_f32});
 // mean's gradient: dy broadcast to x's shape, divided by the number of elements averaged.
 TROUPE_DEFINE_OP({.name = "mean_backward", .infer = infer_mean_backward, .compute = compute_mean_backward,
@@ -148,13 +187,13 @@ TROUPE_DEFINE_OP({.name = "squared_norm", .infer = infer_squared_norm, .compute 
 
 // sum_to and broadcast_to are each other's gradient; `like` (input 1) gives only its shape.
 Var sum_to(const Var& x, const Var& like) { return apply1("sum_to", {x, like}); }
-TROUPE_DEFINE_OP({.name = "sum_to", .infer = infer_sum_to, .compute = compute_sum_to,
+TROUPE_DEFINE_OP({.name = "sum_to", .infer = infer_sum_to, .sharding = shard_sum_to, .compute = compute_sum_to,
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     return {broadcast_to(c.grad_output(0), c.inputs[0]), Var()};
                   },
                   .no_grad_inputs = {1}});
 Var broadcast_to(const Var& x, const Var& like) { return apply1("broadcast_to", {x, like}); }
-TROUPE_DEFINE_OP({.name = "broadcast_to", .infer = infer_broadcast_to, .compute = compute_broadcast_to,
+TROUPE_DEFINE_OP({.name = "broadcast_to", .infer = infer_broadcast_to, .sharding = shard_linear_in_first, .compute = compute_broadcast_to,
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     return {sum_to(c.grad_output(0), c.inputs[0]), Var()};
                   },

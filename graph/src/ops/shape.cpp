@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "op_helpers.hpp"
+#include "shard_rules.hpp"
 #include "troupe/kernels/layout.hpp"
 
 namespace troupe::graph {
@@ -173,11 +174,49 @@ std::vector<Tensor> compute_zeros_like(const std::vector<Tensor>& in, const Comp
   return {Tensor::zeros(in[0].shape(), in[0].dtype(), in[0].device())};
 }
 
+// Sharding of reshape: a split of input dim d is the split of output dim e when the dims before
+// them hold as many elements (so are their suffixes): n equal slices of either are then the same
+// contiguous runs of the flat data. Partial sums pass through.
+std::vector<ShardSignature> shard_reshape(const ShardContext& c) {
+  const SymShape &x = c.inputs[0].shape, &y = c.outputs[0].shape;
+  std::vector<ShardSignature> out;
+  SymDim before_x(1);
+  for (std::size_t d = 0; d < x.size(); before_x = before_x * x[d], ++d) {
+    if (x[d].is_static() && x[d].size() == 1) continue;
+    SymDim before_y(1);
+    for (std::size_t e = 0; e < y.size(); before_y = before_y * y[e], ++e)
+      if (before_y == before_x && !(y[e].is_static() && y[e].size() == 1)) {
+        out.push_back({{Placement::split(static_cast<int>(d))}, {Placement::split(static_cast<int>(e))}});
+        break;
+      }
+  }
+  out.push_back({{Placement::partial_sum()}, {Placement::partial_sum()}});
+  return out;
+}
+// Sharding of zeros_like: split like its input; zeros of a partial sum's full shape are zeros everywhere.
+std::vector<ShardSignature> shard_zeros_like(const ShardContext& c) {
+  std::vector<ShardSignature> out = shard_pointwise(c);
+  out.push_back({{Placement::partial_sum()}, {Placement::broadcast()}});
+  return out;
+}
+// Sharding of permute: output dim j is input dim dims[j]; partial sums pass through.
+std::vector<ShardSignature> shard_permute(const ShardContext& c) {
+  const auto& dims = c.attrs.get_ints("dims");
+  const auto rank = static_cast<std::int64_t>(dims.size());
+  std::vector<ShardSignature> out;
+  for (std::int64_t j = 0; j < rank; ++j) {
+    const std::int64_t d = dims[static_cast<std::size_t>(j)] < 0 ? dims[static_cast<std::size_t>(j)] + rank : dims[static_cast<std::size_t>(j)];
+    out.push_back({{Placement::split(static_cast<int>(d))}, {Placement::split(static_cast<int>(j))}});
+  }
+  out.push_back({{Placement::partial_sum()}, {Placement::partial_sum()}});
+  return out;
+}
+
 }  // namespace
 
 // reshape, transpose and permute are views when the layout allows.
 Var reshape(const Var& x, const SymShape& shape) { return apply1("reshape", {x}, {}, shape); }
-TROUPE_DEFINE_OP({.name = "reshape", .infer = infer_reshape, .compute = compute_reshape,
+TROUPE_DEFINE_OP({.name = "reshape", .infer = infer_reshape, .sharding = shard_reshape, .compute = compute_reshape,
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     return {reshape(c.grad_output(0), c.inputs[0].shape())};
                   }});
@@ -185,7 +224,7 @@ TROUPE_DEFINE_OP({.name = "reshape", .infer = infer_reshape, .compute = compute_
 Var permute(const Var& x, const std::vector<std::int64_t>& dims) {
   return apply1("permute", {x}, Attrs().set("dims", dims));
 }
-TROUPE_DEFINE_OP({.name = "permute", .infer = infer_permute, .compute = compute_permute,
+TROUPE_DEFINE_OP({.name = "permute", .infer = infer_permute, .sharding = shard_permute, .compute = compute_permute,
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     return {permute(c.grad_output(0), inverse_permutation(c.attrs.get_ints("dims")))};
                   }});
@@ -225,14 +264,14 @@ Var cast(const Var& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   return apply1("cast", {x}, Attrs().set("dtype", static_cast<std::int64_t>(dtype)));
 }
-TROUPE_DEFINE_OP({.name = "cast", .infer = infer_cast, .compute = compute_cast,
+TROUPE_DEFINE_OP({.name = "cast", .infer = infer_cast, .sharding = shard_linear_in_first, .compute = compute_cast,
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     if (!is_floating(c.inputs[0].dtype())) return {Var()};
                     return {cast(c.grad_output(0), c.inputs[0].dtype())};
                   }});
 
 // identity has no builder of its own: the runtime's benchmarks and tests use it as an empty op.
-TROUPE_DEFINE_OP({.name = "identity", .infer = infer_identity, .compute = compute_identity,
+TROUPE_DEFINE_OP({.name = "identity", .infer = infer_identity, .sharding = shard_linear_in_first, .compute = compute_identity,
                   .grad = [](const GradContext& c) -> std::vector<Var> { return {c.grad_output(0)}; }});
 // after(x, token) is x, once token exists: an order among nodes that data alone does not give. The
 // recomputation pass makes a recomputed value wait, through it, for the backward to reach its
@@ -249,6 +288,6 @@ TROUPE_DEFINE_OP({.name = "after", .infer = infer_after, .compute = compute_iden
 Var stop_gradient(const Var& x) { return apply1("stop_gradient", {x}); }
 TROUPE_DEFINE_OP({.name = "stop_gradient", .infer = infer_identity, .compute = compute_identity, .no_grad_inputs = {0}});
 Var zeros_like(const Var& x) { return apply1("zeros_like", {x}); }
-TROUPE_DEFINE_OP({.name = "zeros_like", .infer = infer_identity, .compute = compute_zeros_like, .no_grad_inputs = {0}});
+TROUPE_DEFINE_OP({.name = "zeros_like", .infer = infer_identity, .sharding = shard_zeros_like, .compute = compute_zeros_like, .no_grad_inputs = {0}});
 
 }  // namespace troupe::graph

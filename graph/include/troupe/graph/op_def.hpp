@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "troupe/graph/graph.hpp"
+#include "troupe/graph/sharding.hpp"
 #include "troupe/graph/var.hpp"
 
 namespace troupe::graph {
@@ -58,6 +59,8 @@ enum class Precision {
 struct OpDef {
   const char* name = nullptr;        // the op's one name, as builders and graphs spell it
   InferFn infer = nullptr;           // shape and dtype rule, run when a node is built
+  ShardFn sharding = nullptr;        // the signatures it runs under on a mesh axis besides all-broadcast
+                                     // (graph/sharding.hpp); null: replicated only
   const char* kernel = nullptr;      // the registry kernel this op dispatches, or null when `compute` is set
   ComputeFn compute = nullptr;       // hand-written computation, or null when `kernel` is set
   GradFn grad;                       // empty: not differentiable (autodiff says so if a gradient must pass)

@@ -1,0 +1,124 @@
+#pragma once
+// Sharding a graph over a mesh of devices, in OneFlow's SBP terms. Along each axis of the mesh a
+// value is split along one of its dims (each device holds a slice), broadcast (each holds all of it)
+// or a partial sum (the devices' tensors add up to it). Each op declares, next to its shape rule,
+// the signatures it can run under along one axis (OpDef::sharding): matmul's row, column and
+// inner-dim splits, elementwise ops following their inputs, sums producing partial sums. Every op
+// can also run replicated, all broadcast. propagate_sharding() gives every value of a graph its
+// placement from those of the parameters and inputs, choosing for each node the signature whose
+// input transitions move the fewest bytes, and lists the collectives those transitions are:
+// P->B all-reduce, P->S reduce-scatter, S->B all-gather, S->S all-to-all, B->S and B->P local.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "troupe/graph/graph.hpp"
+#include "troupe/graph/sym_shape.hpp"
+
+namespace troupe::graph {
+
+/// A value's layout along one mesh axis.
+struct Placement {
+  enum class Kind { broadcast, split, partial_sum };
+  Kind kind = Kind::broadcast;
+  int dim = 0;  // split: the value's dim divided among the axis's devices
+
+  /// Every device holds the whole value.
+  static Placement broadcast() { return {}; }
+  /// Each device holds a contiguous slice of the value along `dim`.
+  static Placement split(int dim) { return {Kind::split, dim}; }
+  /// The devices' values add up to the value.
+  static Placement partial_sum() { return {Kind::partial_sum, 0}; }
+  bool operator==(const Placement& o) const { return kind == o.kind && (kind != Kind::split || dim == o.dim); }
+  bool operator!=(const Placement& o) const { return !(*this == o); }
+  /// "B", "S(1)" or "P".
+  std::string str() const;
+};
+
+/// A value's placement along each mesh axis, in the mesh's order.
+using NdPlacement = std::vector<Placement>;
+/// "(S(0), B)".
+std::string placement_str(const NdPlacement& p);
+
+/// A mesh of devices: its named axes and their sizes, e.g. {{"dp", 2}, {"tp", 2}}; device d has
+/// coordinates in row-major order (the last axis varies fastest).
+struct Mesh {
+  std::vector<std::pair<std::string, int>> axes;
+  /// Devices in the mesh (the product of the axes' sizes).
+  int devices() const;
+  /// "dp=2 x tp=2".
+  std::string str() const;
+};
+
+/// One way an op can run along a mesh axis: the placement of each input and of each output.
+struct ShardSignature {
+  std::vector<Placement> inputs, outputs;
+};
+
+/// What an op's sharding rule sees of a node.
+struct ShardContext {
+  const std::string& op;
+  const std::vector<ValueInfo>& inputs;
+  const std::vector<ValueInfo>& outputs;
+  const Attrs& attrs;
+};
+
+/// An op's sharding rule: the signatures it can run under besides all-broadcast (which every op
+/// has), in order of preference.
+using ShardFn = std::vector<ShardSignature> (*)(const ShardContext& ctx);
+
+/// The communication a change of placement needs along one mesh axis.
+enum class Collective {
+  none,            // the placements agree
+  all_reduce,      // P -> B
+  reduce_scatter,  // P -> S
+  all_gather,      // S -> B
+  all_to_all,      // S(i) -> S(j)
+  local,           // B -> S (keep a slice), B -> P (keep it on one device), S -> P (zeros elsewhere)
+};
+/// "all-reduce", "reduce-scatter", ...
+const char* to_string(Collective c);
+/// The collective that takes a value from `from` to `to` along one axis; an error for P -> P of
+/// another kind (none exists).
+Collective collective_between(const Placement& from, const Placement& to);
+/// The bytes each device sends for `c` on a value of `bytes` bytes over `devices` devices (ring
+/// algorithms): all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n, all-to-all (n-1)/n^2 of
+/// the value, local 0.
+double collective_bytes(Collective c, double bytes, int devices);
+
+/// A change of placement the plan inserts: where a value meets a consumer that needs it placed
+/// otherwise, along one mesh axis (a graph output's required placement has consumer -1).
+struct Transition {
+  ValueId value = -1;
+  NodeId consumer = -1;
+  int input = 0;      // which input of the consumer
+  int mesh_axis = 0;
+  Placement from, to;
+  Collective collective = Collective::none;
+  double bytes = 0;   // sent per device
+};
+
+/// Every value's placement, each node's chosen signature per mesh axis, and the transitions.
+struct ShardingPlan {
+  Mesh mesh;
+  std::map<ValueId, NdPlacement> placements;
+  std::map<NodeId, std::vector<ShardSignature>> signatures;  // one per mesh axis
+  std::vector<Transition> transitions;
+  /// Bytes each device sends over all transitions.
+  double total_bytes() const;
+};
+
+/// Places every value of `g` on `mesh`. `given` holds the placements of the graph's inputs and
+/// parameters (those absent are broadcast); `required` the placements its outputs must have (those
+/// absent keep what propagation gives them). `bindings` sizes the symbolic dims, for the bytes.
+/// Nodes are placed in order, each taking, per mesh axis, the signature whose input transitions send
+/// the fewest bytes, then change the fewest placements (the op's own order breaks ties). A split that does not divide its dim evenly
+/// among the axis's devices is not taken; a given placement that does not fit its value is an
+/// error naming the value, its shape, the placement and the mesh.
+ShardingPlan propagate_sharding(const Graph& g, const Mesh& mesh, const std::map<ValueId, NdPlacement>& given,
+                                const std::map<ValueId, NdPlacement>& required, const SymBindings& bindings);
+
+}  // namespace troupe::graph

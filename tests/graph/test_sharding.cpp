@@ -1,0 +1,323 @@
+// Sharding a graph over a device mesh (graph/sharding.hpp): the collectives between placements and
+// their bytes; Megatron's MLP on a tensor-parallel axis needs one all-reduce, where Megatron has it;
+// a data-parallel training graph needs exactly its gradients' all-reduce; heads split through
+// reshape, permute and softmax stay local; a 2-D mesh places each axis; bad placements are refused.
+// Every 1-D plan is also run: each device runs each node on its own slices under the chosen
+// signature, transitions move the slices, and the result equals the unsharded run.
+#include <gtest/gtest.h>
+
+#include "kernels/reference.hpp"
+#include "troupe/graph/nn.hpp"
+#include "troupe/graph/op_def.hpp"
+#include "troupe/graph/ops.hpp"
+#include "troupe/graph/sharding.hpp"
+#include "troupe/graph/trace.hpp"
+#include "troupe/kernels/error.hpp"
+#include "troupe/kernels/layout.hpp"
+
+using namespace troupe;
+using namespace troupe::graph;
+
+namespace {
+
+using Kind = Placement::Kind;
+const Placement B = Placement::broadcast(), P = Placement::partial_sum();
+Placement S(int d) { return Placement::split(d); }
+
+// One value as each of the devices holds it.
+using Shards = std::vector<Tensor>;
+
+// `full` as n devices hold it under `p` (a partial sum: all of it on device 0, zeros elsewhere).
+Shards place(const Tensor& full, const Placement& p, int n) {
+  Shards s;
+  for (int r = 0; r < n; ++r) {
+    if (p.kind == Kind::split) {
+      const std::int64_t len = full.size(p.dim) / n;
+      s.push_back(full.slice(p.dim, r * len, (r + 1) * len).contiguous());
+    } else {
+      s.push_back(p.kind == Kind::broadcast || r == 0 ? full : Tensor::zeros(full.shape(), full.dtype()));
+    }
+  }
+  return s;
+}
+
+// The value the devices' shards make up under `p`.
+Tensor whole(const Shards& s, const Placement& p) {
+  if (p.kind == Kind::broadcast) return s[0];
+  if (p.kind == Kind::split) return kernels::concat(s, p.dim);
+  Var sum = s[0];
+  for (std::size_t r = 1; r < s.size(); ++r) sum = sum + s[r];
+  return sum.tensor();
+}
+
+// Runs `g` as `plan` places it on a 1-D mesh: every node on every device on its own shards, under
+// the node's chosen signature; a transition takes the whole value and places it anew, which is what
+// its collective computes. `values` holds the inputs and parameters. Returns the outputs, whole.
+std::vector<Tensor> run_sharded(const Graph& g, const ShardingPlan& plan, const std::map<ValueId, Tensor>& values) {
+  const int n = plan.mesh.axes.at(0).second;
+  std::map<ValueId, Shards> held;
+  for (const Value& v : g.values()) {
+    if (v.kind == ValueKind::op_output) continue;
+    held[v.id] = place(v.kind == ValueKind::constant ? v.constant : values.at(v.id), plan.placements.at(v.id)[0], n);
+  }
+  for (const Node& node : g.nodes()) {
+    const OpDef& def = OpRegistry::instance().get(node.op);
+    const ShardSignature& sig = plan.signatures.at(node.id).at(0);
+    std::vector<Shards> in;
+    for (std::size_t i = 0; i < node.inputs.size(); ++i)
+      in.push_back(place(whole(held.at(node.inputs[i]), plan.placements.at(node.inputs[i])[0]), sig.inputs[i], n));
+    SymShape target = node.target;  // a reshape's target, as each device's slice has it (-1 is inferred)
+    if (!target.empty() && sig.outputs[0].kind == Kind::split) {
+      SymDim& split = target[static_cast<std::size_t>(sig.outputs[0].dim)];
+      if (split.size() > 0) split = split.size() / n;
+    }
+    for (int r = 0; r < n; ++r) {
+      std::vector<Tensor> local;
+      std::vector<ValueInfo> infos;
+      for (const Shards& s : in) {
+        local.push_back(s[static_cast<std::size_t>(r)]);
+        infos.push_back({local.back().dtype(), to_sym(local.back().shape())});
+      }
+      const std::vector<ValueInfo> out_infos = def.infer(InferContext{node.op, infos, node.attrs, target});
+      std::vector<Shape> shapes;
+      std::vector<DType> dtypes;
+      for (const ValueInfo& o : out_infos) {
+        shapes.push_back(to_static(o.shape, node.op));
+        dtypes.push_back(o.dtype);
+      }
+      const std::vector<Tensor> out = def.run(local, ComputeContext{node.attrs, shapes, dtypes, node.label});
+      for (std::size_t o = 0; o < out.size(); ++o) {
+        Shards& s = held[node.outputs[o]];
+        s.resize(static_cast<std::size_t>(n));
+        s[static_cast<std::size_t>(r)] = out[o];
+      }
+    }
+  }
+  std::vector<Tensor> outputs;
+  for (ValueId v : g.outputs()) outputs.push_back(whole(held.at(v), plan.placements.at(v)[0]));
+  return outputs;
+}
+
+// The graph's value called `name` (a parameter or an input).
+ValueId named(const Graph& g, const std::string& name) {
+  for (const Value& v : g.values())
+    if (v.name == name) return v.id;
+  ADD_FAILURE() << "no value " << name;
+  return -1;
+}
+
+// The transitions that communicate (not local), by collective.
+std::vector<Transition> communicating(const ShardingPlan& plan) {
+  std::vector<Transition> out;
+  for (const Transition& t : plan.transitions)
+    if (t.collective != Collective::local) out.push_back(t);
+  return out;
+}
+
+// `fn` throws a troupe::Error whose message holds every part.
+template <class Fn>
+void expect_error(Fn fn, std::vector<std::string> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+}
+
+// Megatron's MLP: fc (column-parallel) -> gelu -> proj (row-parallel).
+struct Mlp : Module {
+  explicit Mlp(Generator& gen)
+      : fc(register_module("fc", std::make_shared<Linear>(8, 16, gen))),
+        proj(register_module("proj", std::make_shared<Linear>(16, 8, gen))) {}
+  Var operator()(const Var& x) { return (*proj)(gelu((*fc)(x))); }
+  std::shared_ptr<Linear> fc, proj;
+};
+
+// The values of a traced function's inputs (in order) and parameters.
+std::map<ValueId, Tensor> values_of(const TracedFunction& f, const std::vector<Tensor>& inputs) {
+  std::map<ValueId, Tensor> v;
+  for (std::size_t i = 0; i < inputs.size(); ++i) v[f.graph().inputs()[i]] = inputs[i];
+  for (std::size_t p = 0; p < f.parameters().size(); ++p) v[f.graph().parameters()[p]] = f.parameters()[p].tensor();
+  return v;
+}
+
+}  // namespace
+
+TEST(Sharding, CollectivesBetweenPlacementsAndTheirBytes) {
+  EXPECT_EQ(collective_between(P, B), Collective::all_reduce);
+  EXPECT_EQ(collective_between(P, S(1)), Collective::reduce_scatter);
+  EXPECT_EQ(collective_between(S(0), B), Collective::all_gather);
+  EXPECT_EQ(collective_between(S(0), S(1)), Collective::all_to_all);
+  EXPECT_EQ(collective_between(B, S(0)), Collective::local);
+  EXPECT_EQ(collective_between(B, P), Collective::local);
+  EXPECT_EQ(collective_between(S(1), S(1)), Collective::none);
+  EXPECT_DOUBLE_EQ(collective_bytes(Collective::all_reduce, 1000, 4), 1500);
+  EXPECT_DOUBLE_EQ(collective_bytes(Collective::all_gather, 1000, 4), 750);
+  EXPECT_DOUBLE_EQ(collective_bytes(Collective::all_to_all, 1000, 4), 187.5);
+  EXPECT_DOUBLE_EQ(collective_bytes(Collective::local, 1000, 4), 0);
+  EXPECT_EQ(placement_str({S(0), B, P}), "(S(0), B, P)");
+  EXPECT_EQ((Mesh{{{"dp", 2}, {"tp", 4}}}).str(), "dp=2 x tp=4");
+}
+
+TEST(Sharding, MegatronMlpNeedsOneAllReduceAndComputesTheSame) {
+  Generator gen(1);
+  Mlp mlp(gen);
+  NoGradGuard no_grad;
+  const TracedFunction f = trace([&](const std::vector<Var>& in) { return std::vector<Var>{mlp(in[0])}; }, {{"x", {4, 8}}});
+  const Graph& g = f.graph();
+  const Mesh tp{{{"tp", 2}}};
+  const ShardingPlan plan = propagate_sharding(
+      g, tp, {{named(g, "fc.weight"), {S(0)}}, {named(g, "fc.bias"), {S(0)}}, {named(g, "proj.weight"), {S(1)}}},
+      {{g.outputs()[0], {B}}}, {});
+  // The hidden activations stay split by columns; the row-parallel product's partial sums meet one all-reduce.
+  for (const Node& node : g.nodes())
+    if (node.op == "gelu") {
+      EXPECT_EQ(plan.placements.at(node.outputs[0])[0], S(1));
+    }
+  const std::vector<Transition> comm = communicating(plan);
+  ASSERT_EQ(comm.size(), 1u);
+  EXPECT_EQ(comm[0].collective, Collective::all_reduce);
+  EXPECT_DOUBLE_EQ(comm[0].bytes, 4 * 8 * 4);  // 2 (n-1)/n of [4, 8] f32
+  EXPECT_DOUBLE_EQ(plan.total_bytes(), 4 * 8 * 4);
+
+  const Tensor x = test::random_tensor({4, 8}, 2);
+  const Tensor expected = f({x})[0];
+  EXPECT_LE(test::scaled_max_error(run_sharded(g, plan, values_of(f, {x}))[0], expected), 1e-6);
+  // Any placement is exact, not only the cheap one: fc split by rows makes partial sums before gelu.
+  const ShardingPlan rows = propagate_sharding(g, tp, {{named(g, "fc.weight"), {S(1)}}, {named(g, "x"), {S(1)}}},
+                                               {{g.outputs()[0], {B}}}, {});
+  EXPECT_EQ(communicating(rows).at(0).collective, Collective::reduce_scatter);  // the partial sums, for gelu
+  EXPECT_LE(test::scaled_max_error(run_sharded(g, rows, values_of(f, {x}))[0], expected), 1e-6);
+}
+
+TEST(Sharding, DataParallelTrainingAllReducesTheGradientsOnly) {
+  Generator gen(3);
+  Linear layer(8, 6, gen, false);
+  const TracedFunction f = trace(
+                               [&](const std::vector<Var>& in) {
+                                 const Var y = layer(in[0]);
+                                 return std::vector<Var>{sum(y * y, {}, false)};
+                               },
+                               {{"x", {4, 8}}})
+                               .with_gradients();
+  const Graph& g = f.graph();
+  ASSERT_EQ(g.outputs().size(), 2u);  // the loss, then the weight's gradient
+  const ShardingPlan plan = propagate_sharding(g, Mesh{{{"dp", 2}}}, {{named(g, "x"), {S(0)}}},
+                                               {{g.outputs()[0], {B}}, {g.outputs()[1], {B}}}, {});
+  const std::vector<Transition> comm = communicating(plan);
+  ASSERT_EQ(comm.size(), 2u) << "the loss and the gradient, nothing else";
+  for (const Transition& t : comm) {
+    EXPECT_EQ(t.collective, Collective::all_reduce);
+    EXPECT_EQ(t.consumer, -1);  // at the outputs: the rest of the step stays local
+  }
+  EXPECT_DOUBLE_EQ(plan.total_bytes(), 4 + 6 * 8 * 4);
+  const Tensor x = test::random_tensor({4, 8}, 4);
+  const Tensor loss = f({x})[0], gradient = layer.weight.grad().clone();  // one call: grad() holds its gradient
+  const std::vector<Tensor> got = run_sharded(g, plan, values_of(f, {x}));
+  EXPECT_LE(test::scaled_max_error(got[0], loss), 1e-6);
+  EXPECT_LE(test::scaled_max_error(got[1], gradient), 1e-6);
+}
+
+TEST(Sharding, HeadsSplitThroughReshapePermuteAndSoftmaxStayLocal) {
+  NoGradGuard no_grad;
+  // [batch 2, time 4, 4 heads x 3] -> per-head softmax over time -> back, summed over time.
+  const TracedFunction f = trace(
+      [](const std::vector<Var>& in) {
+        const Var h = permute(reshape(in[0], {2, 4, 4, 3}), {0, 2, 1, 3});  // [2, heads, 4, 3]
+        const Var p = softmax(permute(h, {0, 1, 3, 2}), -1);                // over time
+        return std::vector<Var>{sum(reshape(permute(p, {0, 3, 1, 2}), {2, 4, 12}), {1}, false)};
+      },
+      {{"x", {2, 4, 12}}});
+  const Graph& g = f.graph();
+  const ShardingPlan plan = propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(2)}}}, {{g.outputs()[0], {S(1)}}}, {});
+  EXPECT_TRUE(communicating(plan).empty());
+  const Tensor x = test::random_tensor({2, 4, 12}, 5);
+  EXPECT_LE(test::scaled_max_error(run_sharded(g, plan, values_of(f, {x}))[0], f({x})[0]), 1e-6);
+  // Split by time instead, softmax over time needs the whole rows: an all-to-all or gather first.
+  const ShardingPlan by_time = propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(1)}}}, {}, {});
+  EXPECT_FALSE(communicating(by_time).empty());
+  EXPECT_LE(test::scaled_max_error(run_sharded(g, by_time, values_of(f, {x}))[0], f({x})[0]), 1e-6);
+}
+
+TEST(Sharding, ATwoDimensionalMeshPlacesEachAxis) {
+  Generator gen(6);
+  Mlp mlp(gen);
+  NoGradGuard no_grad;
+  const TracedFunction f = trace([&](const std::vector<Var>& in) { return std::vector<Var>{mlp(in[0])}; },
+                                 {{"x", {SymDim::symbol("batch"), 8}}});
+  const Graph& g = f.graph();
+  const ShardingPlan plan = propagate_sharding(
+      g, Mesh{{{"dp", 2}, {"tp", 2}}},
+      {{named(g, "x"), {S(0), B}}, {named(g, "fc.weight"), {B, S(0)}}, {named(g, "fc.bias"), {B, S(0)}},
+       {named(g, "proj.weight"), {B, S(1)}}},
+      {{g.outputs()[0], {S(0), B}}}, {{"batch", 8}});
+  for (const Node& node : g.nodes())
+    if (node.op == "gelu") {
+      EXPECT_EQ(placement_str(plan.placements.at(node.outputs[0])), "(S(0), S(1))");
+    }
+  const std::vector<Transition> comm = communicating(plan);
+  ASSERT_EQ(comm.size(), 1u);
+  EXPECT_EQ(comm[0].mesh_axis, 1);  // the tensor-parallel all-reduce, of each data-parallel half
+  EXPECT_DOUBLE_EQ(comm[0].bytes, 8 * 8 * 4 / 2);  // 2 (n-1)/n of each dp half of [8, 8] f32
+}
+
+TEST(Sharding, PlacementsThatDoNotFitAreRefused) {
+  NoGradGuard no_grad;
+  const TracedFunction f = trace([](const std::vector<Var>& in) { return std::vector<Var>{gelu(in[0])}; }, {{"x", {3, 8}}});
+  const Graph& g = f.graph();
+  expect_error([&] { propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(0)}}}, {}, {}); },
+               {"'x'", "[3, 8]", "(S(0))", "tp=2"});
+  expect_error([&] { propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(2)}}}, {}, {}); }, {"'x'", "(S(2))"});
+  expect_error([&] { propagate_sharding(g, Mesh{{{"dp", 2}, {"tp", 2}}}, {{named(g, "x"), {S(1)}}}, {}, {}); },
+               {"one placement per mesh axis"});
+  expect_error([&] { propagate_sharding(g, Mesh{}, {}, {}, {}); }, {"no axes"});
+  // An uneven split is never chosen: the 3 rows stay whole on both devices.
+  const ShardingPlan plan = propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(1)}}}, {{g.outputs()[0], {B}}}, {});
+  EXPECT_EQ(plan.placements.at(g.nodes()[0].outputs[0])[0], S(1));
+}
+
+// Whatever the inputs' and parameters' placements, the plan computes what the unsharded graph
+// does: a Transformer block's forward and training graph (attention, layer norms, the MLP, and
+// every gradient), with the batch, time or feature dim split and the weights split by rows or columns.
+TEST(Sharding, AnyPlacementOfAGptBlockComputesTheSame) {
+  Generator gen(7);
+  GPTBlock block(16, 2, gen);
+  const Tensor x = test::random_tensor({2, 4, 16}, 8);
+  const TracedFunction f = trace(
+                               [&](const std::vector<Var>& in) {
+                                 const Var y = block(in[0]);
+                                 return std::vector<Var>{sum(y * y, {}, false)};
+                               },
+                               {{"x", {2, 4, 16}}})
+                               .with_gradients();
+  const Graph& g = f.graph();
+  block.zero_grad();
+  const Tensor loss = f({x})[0];
+  std::vector<Tensor> gradients;
+  for (std::size_t k = 0; k < f.gradient_parameters().size(); ++k)
+    gradients.push_back(f.parameters()[f.gradient_parameters()[k]].grad().clone());
+  const std::vector<std::map<std::string, Placement>> layouts{
+      {{"x", S(0)}},
+      {{"x", S(1)}, {"attn.qkv.weight", S(0)}, {"mlp.fc.weight", S(1)}},
+      {{"x", S(2)}, {"attn.proj.weight", S(1)}, {"mlp.fc.weight", S(0)}, {"mlp.fc.bias", S(0)}, {"mlp.proj.weight", S(1)}},
+      {{"mlp.fc.weight", S(0)}, {"mlp.fc.bias", S(0)}, {"mlp.proj.weight", S(1)}, {"ln1.weight", S(0)}},
+  };
+  for (const auto& layout : layouts) {
+    std::map<ValueId, NdPlacement> given;
+    std::string what;
+    for (const auto& [name, p] : layout) {
+      given[named(g, name)] = {p};
+      what += name + "=" + p.str() + " ";
+    }
+    const ShardingPlan plan = propagate_sharding(g, Mesh{{{"tp", 2}}}, given, {}, {});
+    int sharded = 0;  // nodes that run on slices or partial sums, not replicated
+    for (const auto& [node, sigs] : plan.signatures)
+      for (const Placement& p : sigs[0].outputs) sharded += p.kind != Kind::broadcast;
+    EXPECT_GE(sharded, 30) << what << "(of " << g.nodes().size() << " nodes)";
+    const std::vector<Tensor> got = run_sharded(g, plan, values_of(f, {x}));
+    EXPECT_LE(test::scaled_max_error(got[0], loss), 1e-5) << what;
+    for (std::size_t k = 0; k < gradients.size(); ++k)
+      EXPECT_LE(test::scaled_max_error(got[1 + k], gradients[k]), 1e-5) << what << "gradient " << k;
+  }
+}
