@@ -277,31 +277,45 @@ TEST(Sharding, PlacementsThatDoNotFitAreRefused) {
   EXPECT_EQ(plan.placements.at(g.nodes()[0].outputs[0])[0], S(1));
 }
 
+// Token embeddings into a Transformer block.
+struct TinyGpt : Module {
+  explicit TinyGpt(Generator& gen)
+      : emb(register_module("emb", std::make_shared<Embedding>(32, 16, gen))),
+        block(register_module("block", std::make_shared<GPTBlock>(16, 2, gen))) {}
+  Var operator()(const Var& ids) { return (*block)((*emb)(ids)); }
+  std::shared_ptr<Embedding> emb;
+  std::shared_ptr<GPTBlock> block;
+};
+
 // Whatever the inputs' and parameters' placements, the plan computes what the unsharded graph
-// does: a Transformer block's forward and training graph (attention, layer norms, the MLP, and
-// every gradient), with the batch, time or feature dim split and the weights split by rows or columns.
+// does: the training graph of token embeddings and a Transformer block (attention with its qkv
+// split, layer norms, the MLP, and every gradient), with the batch, time or feature dim split and
+// the weights split by rows or columns.
 TEST(Sharding, AnyPlacementOfAGptBlockComputesTheSame) {
   Generator gen(7);
-  GPTBlock block(16, 2, gen);
-  const Tensor x = test::random_tensor({2, 4, 16}, 8);
+  TinyGpt model(gen);
+  Tensor ids = Tensor::empty({2, 4}, DType::i64);
+  for (std::int64_t i = 0; i < ids.numel(); ++i) ids.data<std::int64_t>()[i] = (i * 7 + 3) % 32;
   const TracedFunction f = trace(
                                [&](const std::vector<Var>& in) {
-                                 const Var y = block(in[0]);
+                                 const Var y = model(in[0]);
                                  return std::vector<Var>{sum(y * y, {}, false)};
                                },
-                               {{"x", {2, 4, 16}}})
+                               {{"ids", {2, 4}, DType::i64}})
                                .with_gradients();
   const Graph& g = f.graph();
-  block.zero_grad();
-  const Tensor loss = f({x})[0];
+  model.zero_grad();
+  const Tensor loss = f({ids})[0];
   std::vector<Tensor> gradients;
   for (std::size_t k = 0; k < f.gradient_parameters().size(); ++k)
     gradients.push_back(f.parameters()[f.gradient_parameters()[k]].grad().clone());
   const std::vector<std::map<std::string, Placement>> layouts{
-      {{"x", S(0)}},
-      {{"x", S(1)}, {"attn.qkv.weight", S(0)}, {"mlp.fc.weight", S(1)}},
-      {{"x", S(2)}, {"attn.proj.weight", S(1)}, {"mlp.fc.weight", S(0)}, {"mlp.fc.bias", S(0)}, {"mlp.proj.weight", S(1)}},
-      {{"mlp.fc.weight", S(0)}, {"mlp.fc.bias", S(0)}, {"mlp.proj.weight", S(1)}, {"ln1.weight", S(0)}},
+      {{"ids", S(0)}},
+      {{"ids", S(1)}, {"block.attn.qkv.weight", S(0)}, {"block.mlp.fc.weight", S(1)}},
+      {{"emb.weight", S(1)}, {"block.attn.proj.weight", S(1)}, {"block.mlp.fc.weight", S(0)},
+       {"block.mlp.fc.bias", S(0)}, {"block.mlp.proj.weight", S(1)}},
+      {{"block.mlp.fc.weight", S(0)}, {"block.mlp.fc.bias", S(0)}, {"block.mlp.proj.weight", S(1)},
+       {"block.ln1.weight", S(0)}},
   };
   for (const auto& layout : layouts) {
     std::map<ValueId, NdPlacement> given;
@@ -315,7 +329,7 @@ TEST(Sharding, AnyPlacementOfAGptBlockComputesTheSame) {
     for (const auto& [node, sigs] : plan.signatures)
       for (const Placement& p : sigs[0].outputs) sharded += p.kind != Kind::broadcast;
     EXPECT_GE(sharded, 30) << what << "(of " << g.nodes().size() << " nodes)";
-    const std::vector<Tensor> got = run_sharded(g, plan, values_of(f, {x}));
+    const std::vector<Tensor> got = run_sharded(g, plan, values_of(f, {ids}));
     EXPECT_LE(test::scaled_max_error(got[0], loss), 1e-5) << what;
     for (std::size_t k = 0; k < gradients.size(); ++k)
       EXPECT_LE(test::scaled_max_error(got[1 + k], gradients[k]), 1e-5) << what << "gradient " << k;

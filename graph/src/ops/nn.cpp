@@ -319,6 +319,30 @@ std::vector<ShardSignature> shard_along_axis(const ShardContext& c) {
                      std::vector<Placement>(c.outputs.size(), Placement::split(d))});
   return out;
 }
+// Sharding of embedding (weight [num, dim], ids): ids split give rows split alike; the table split
+// by columns gives the looked-up rows split by columns; lookups are linear in the table, so a
+// partial-sum table gives partial sums. (A table split by rows needs lookups that know their
+// shard's first row: not an option here.)
+std::vector<ShardSignature> shard_embedding(const ShardContext& c) {
+  const int ids_rank = static_cast<int>(c.inputs[1].shape.size());
+  const Placement B = Placement::broadcast(), P = Placement::partial_sum();
+  std::vector<ShardSignature> out;
+  for (int d = 0; d < ids_rank; ++d) out.push_back({{B, Placement::split(d)}, {Placement::split(d)}});
+  out.push_back({{Placement::split(1), B}, {Placement::split(ids_rank)}});
+  out.push_back({{P, B}, {P}});
+  return out;
+}
+// Sharding of embedding_backward (grad [..., dim], ids): rows split alike scatter into the whole
+// table as partial sums; columns split give the table's columns; partial sums pass through grad.
+std::vector<ShardSignature> shard_embedding_backward(const ShardContext& c) {
+  const int ids_rank = static_cast<int>(c.inputs[1].shape.size());
+  const Placement B = Placement::broadcast(), P = Placement::partial_sum();
+  std::vector<ShardSignature> out;
+  for (int d = 0; d < ids_rank; ++d) out.push_back({{Placement::split(d), Placement::split(d)}, {P}});
+  out.push_back({{Placement::split(ids_rank), B}, {Placement::split(1)}});
+  out.push_back({{P, B}, {P}});
+  return out;
+}
 // Sharding of layer_norm (x, gamma, beta): rows of x, the weights whole.
 std::vector<ShardSignature> shard_layer_norm(const ShardContext& c) { return shard_rows(c, 1, 1); }
 // Sharding of causal_attention (q, k, v): batch and head dims; each head's [T, D] stays whole.
@@ -356,9 +380,9 @@ TROUPE_DEFINE_OP({.name = "add_layer_norm", .infer = infer_add_layer_norm, .comp
 
 // compute: kernels::embedding; the ids (input 1) take no gradient.
 Var embedding(const Var& weight, const Var& ids) { return apply1("embedding", {weight, ids}); }
-TROUPE_DEFINE_OP({.name = "embedding", .infer = infer_embedding, .compute = compute_embedding, .grad = grad_embedding,
+TROUPE_DEFINE_OP({.name = "embedding", .infer = infer_embedding, .sharding = shard_embedding, .compute = compute_embedding, .grad = grad_embedding,
                   .no_grad_inputs = {1}, .precision = Precision::keeps_f32});
-TROUPE_DEFINE_OP({.name = "embedding_backward", .infer = infer_embedding_backward, .compute = compute_embedding_backward,
+TROUPE_DEFINE_OP({.name = "embedding_backward", .infer = infer_embedding_backward, .sharding = shard_embedding_backward, .compute = compute_embedding_backward,
                   .no_grad_inputs = {1}});
 
 // compute: kernels::cross_entropy over the rows of the flattened logits; targets take no gradient.

@@ -193,6 +193,21 @@ std::vector<ShardSignature> shard_reshape(const ShardContext& c) {
   out.push_back({{Placement::partial_sum()}, {Placement::partial_sum()}});
   return out;
 }
+// Sharding of split and concat: any dim but the one they cut or join, every piece split alike;
+// partial sums pass through.
+std::vector<ShardSignature> shard_pieces(const ShardContext& c) {
+  const auto rank = static_cast<std::int64_t>(c.inputs[0].shape.size());
+  std::int64_t axis = c.attrs.get_int("axis");
+  if (axis < 0) axis += rank;
+  std::vector<ShardSignature> out;
+  for (int d = 0; d < rank; ++d)
+    if (d != axis)
+      out.push_back({std::vector<Placement>(c.inputs.size(), Placement::split(d)),
+                     std::vector<Placement>(c.outputs.size(), Placement::split(d))});
+  out.push_back({std::vector<Placement>(c.inputs.size(), Placement::partial_sum()),
+                 std::vector<Placement>(c.outputs.size(), Placement::partial_sum())});
+  return out;
+}
 // Sharding of zeros_like: split like its input; zeros of a partial sum's full shape are zeros everywhere.
 std::vector<ShardSignature> shard_zeros_like(const ShardContext& c) {
   std::vector<ShardSignature> out = shard_pointwise(c);
@@ -239,13 +254,13 @@ Var transpose(const Var& x, std::int64_t a, std::int64_t b) {
 
 // compute: kernels::concat (a copy); its gradient is a split.
 Var concat(const std::vector<Var>& xs, std::int64_t axis) { return apply1("concat", xs, Attrs().set("axis", axis)); }
-TROUPE_DEFINE_OP({.name = "concat", .infer = infer_concat, .compute = compute_concat, .grad = grad_concat});
+TROUPE_DEFINE_OP({.name = "concat", .infer = infer_concat, .sharding = shard_pieces, .compute = compute_concat, .grad = grad_concat});
 
 // compute: kernels::split (views); its gradient is a concat.
 std::vector<Var> split(const Var& x, const std::vector<std::int64_t>& sizes, std::int64_t axis) {
   return apply("split", {x}, Attrs().set("sizes", sizes).set("axis", axis));
 }
-TROUPE_DEFINE_OP({.name = "split", .infer = infer_split, .compute = compute_split, .grad = grad_split});
+TROUPE_DEFINE_OP({.name = "split", .infer = infer_split, .sharding = shard_pieces, .compute = compute_split, .grad = grad_split});
 
 // compute: kernels::pixel_shuffle / pixel_unshuffle (copies); each is the other's gradient.
 Var pixel_shuffle(const Var& x, std::int64_t r) { return apply1("pixel_shuffle", {x}, Attrs().set("r", r)); }
