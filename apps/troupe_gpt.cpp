@@ -13,19 +13,19 @@
 #include <utility>
 #include <vector>
 
-#include "troupe/models/checkpoint.hpp"
 #include "troupe/apps/cli.hpp"
 #include "troupe/apps/corpus.hpp"
-#include "troupe/models/gpt_decoder.hpp"
-#include "troupe/models/gpt.hpp"
 #include "troupe/apps/memory_budget.hpp"
 #include "troupe/apps/resume.hpp"
-#include "troupe/models/splitmix.hpp"
 #include "troupe/apps/training_run.hpp"
-#include "troupe/models/weights.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/kernels/threading.hpp"
+#include "troupe/models/checkpoint.hpp"
+#include "troupe/models/gpt.hpp"
+#include "troupe/models/gpt_decoder.hpp"
+#include "troupe/models/splitmix.hpp"
+#include "troupe/models/weights.hpp"
 
 using namespace troupe;
 using graph::Var;
@@ -67,21 +67,20 @@ void add_model_flags(CLI::App& app, models::GptConfig& m) {
 
 // The run's settings as checkpoint fields, so --resume and generate rebuild the same model.
 void store_config(const models::GptConfig& m, models::CheckpointState& s) {
-  s.ints["vocab"] = m.vocab;
-  s.ints["d_model"] = m.d_model;
-  s.ints["layers"] = m.layers;
-  s.ints["heads"] = m.heads;
-  s.ints["d_ff"] = m.d_ff;
-  s.ints["seq"] = m.seq;
+  for (const auto& [key, field] : models::GptConfig::fields()) s.ints[key] = m.*field;
 }
-// The model of a checkpoint: its settings replace the model flags, which may only repeat them.
+// The model of a checkpoint: its settings replace the model flags (--d-model for d_model, ...),
+// which may only repeat them; vocab has no flag.
 void take_config(apps::ResumeSettings& settings, const models::CheckpointState& state, models::GptConfig& m) {
-  m.vocab = state.int_at("vocab");
-  settings.take("--d-model", "d_model", m.d_model);
-  settings.take("--layers", "layers", m.layers);
-  settings.take("--heads", "heads", m.heads);
-  settings.take("--d-ff", "d_ff", m.d_ff);
-  settings.take("--seq", "seq", m.seq);
+  for (const auto& [key, field] : models::GptConfig::fields()) {
+    if (std::string(key) == "vocab") {
+      m.vocab = state.int_at(key);
+      continue;
+    }
+    std::string flag = std::string("--") + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    settings.take(flag, key, m.*field);
+  }
 }
 
 // Checks the model settings; those of a checkpoint name its state.json when they make no sense.

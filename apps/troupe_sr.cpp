@@ -10,17 +10,17 @@
 #include <string>
 #include <vector>
 
-#include "troupe/models/checkpoint.hpp"
 #include "troupe/apps/cli.hpp"
 #include "troupe/apps/image.hpp"
 #include "troupe/apps/memory_budget.hpp"
 #include "troupe/apps/resume.hpp"
 #include "troupe/apps/sr_data.hpp"
-#include "troupe/models/sr_lite.hpp"
 #include "troupe/apps/training_run.hpp"
-#include "troupe/models/weights.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/trace.hpp"
+#include "troupe/models/checkpoint.hpp"
+#include "troupe/models/sr_lite.hpp"
+#include "troupe/models/weights.hpp"
 
 using namespace troupe;
 using graph::Var;

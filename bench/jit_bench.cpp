@@ -29,14 +29,14 @@
 #include <vector>
 
 #include "troupe/actors/engine.hpp"
-#include "troupe/models/gpt_decoder.hpp"
-#include "troupe/models/gpt.hpp"
-#include "troupe/models/sr_lite.hpp"
 #include "troupe/apps/train_step.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/kernels/threading.hpp"
+#include "troupe/models/gpt.hpp"
+#include "troupe/models/gpt_decoder.hpp"
+#include "troupe/models/sr_lite.hpp"
 
 using namespace troupe;
 using graph::Var;

@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "troupe/apps/image.hpp"
-#include "troupe/models/splitmix.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/models/splitmix.hpp"
 
 namespace troupe::apps {
 namespace {

@@ -3,9 +3,9 @@
 #include <algorithm>
 
 #include "troupe/apps/image.hpp"
-#include "troupe/models/splitmix.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/kernels/layout.hpp"
+#include "troupe/models/splitmix.hpp"
 
 namespace troupe::apps {
 

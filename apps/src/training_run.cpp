@@ -5,12 +5,12 @@
 #include <memory>
 #include <utility>
 
-#include "troupe/models/weights.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/kernels/allocator.hpp"
 #include "troupe/kernels/cpu_features.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/kernels/threading.hpp"
+#include "troupe/models/weights.hpp"
 
 namespace troupe::apps {
 

@@ -15,9 +15,9 @@
 #include <sstream>
 #include <vector>
 
-#include "troupe/models/weights.hpp"
 #include "troupe/graph/safetensors.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/models/weights.hpp"
 
 namespace troupe::models {
 

@@ -25,6 +25,13 @@ void GptConfig::validate() const {
                "; pick heads that divide it (head dim = d_model / heads)");
 }
 
+const std::vector<std::pair<const char*, std::int64_t GptConfig::*>>& GptConfig::fields() {
+  static const std::vector<std::pair<const char*, std::int64_t GptConfig::*>> all{
+      {"vocab", &GptConfig::vocab}, {"d_model", &GptConfig::d_model}, {"layers", &GptConfig::layers},
+      {"heads", &GptConfig::heads}, {"d_ff", &GptConfig::d_ff},         {"seq", &GptConfig::seq}};
+  return all;
+}
+
 Gpt::Gpt(const GptConfig& cfg, Generator& gen) : config(cfg) {
   config.validate();
   // GPT-2's embedding scale: N(0, 0.02^2) rather than the N(0, 1) of a bare nn.Embedding.

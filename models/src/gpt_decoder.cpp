@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "troupe/actors/engine.hpp"
-#include "troupe/models/splitmix.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/models/splitmix.hpp"
 
 namespace troupe::models {
 

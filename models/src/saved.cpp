@@ -35,9 +35,7 @@ std::unique_ptr<Gpt> load_gpt(const std::string& path, GptConfig config) {
   std::string file = path, advice = "pass weights of this model shape (d_model, layers, heads, d_ff, seq), with Troupe or nanoGPT names";
   if (std::filesystem::is_directory(path)) {
     Checkpoint c = load_checkpoint(path, "troupe-gpt");
-    for (auto [key, field] : {std::pair{"vocab", &config.vocab}, {"d_model", &config.d_model}, {"layers", &config.layers},
-                              {"heads", &config.heads}, {"d_ff", &config.d_ff}, {"seq", &config.seq}})
-      *field = c.state.int_at(key);
+    for (const auto& [key, field] : GptConfig::fields()) config.*field = c.state.int_at(key);
     weights = std::move(c.model);
     file = c.folder + "/model.safetensors";
     advice = "the checkpoint is damaged or from another model";

@@ -16,20 +16,20 @@
 #include <vector>
 
 #include "apps/app_runner.hpp"
-#include "troupe/models/checkpoint.hpp"
 #include "troupe/apps/cli.hpp"
 #include "troupe/apps/corpus.hpp"
-#include "troupe/models/gpt.hpp"
 #include "troupe/apps/grad_mode.hpp"
 #include "troupe/apps/metrics.hpp"
 #include "troupe/apps/progress.hpp"
 #include "troupe/apps/sr_data.hpp"
-#include "troupe/models/sr_lite.hpp"
 #include "troupe/apps/train_step.hpp"
 #include "troupe/apps/training_run.hpp"
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/models/checkpoint.hpp"
+#include "troupe/models/gpt.hpp"
+#include "troupe/models/sr_lite.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;

@@ -11,9 +11,9 @@
 
 #include "apps/app_runner.hpp"
 #include "troupe/apps/corpus.hpp"
-#include "troupe/models/gpt.hpp"
 #include "troupe/graph/safetensors.hpp"
 #include "troupe/kernels/cpu_features.hpp"
+#include "troupe/models/gpt.hpp"
 
 using namespace troupe;
 using test::run_app;

@@ -16,11 +16,11 @@
 #include <thread>
 
 #include "apps/app_runner.hpp"
-#include "troupe/apps/serve/http_client.hpp"
-#include "troupe/models/gpt_decoder.hpp"
 #include "troupe/apps/image.hpp"
+#include "troupe/apps/serve/http_client.hpp"
 #include "troupe/apps/serve/service.hpp"
 #include "troupe/graph/trace.hpp"
+#include "troupe/models/gpt_decoder.hpp"
 
 using namespace troupe;
 using namespace troupe::apps::serve;

@@ -11,8 +11,8 @@
 #include "kernels/reference.hpp"
 #include "troupe/apps/image.hpp"
 #include "troupe/apps/sr_data.hpp"
-#include "troupe/models/sr_lite.hpp"
 #include "troupe/graph/safetensors.hpp"
+#include "troupe/models/sr_lite.hpp"
 
 using namespace troupe;
 using test::run_app;

@@ -7,12 +7,12 @@
 
 #include "fuzz/files.hpp"
 #include "fuzz/targets.hpp"
-#include "troupe/models/checkpoint.hpp"
 #include "troupe/apps/cli.hpp"
 #include "troupe/apps/resume.hpp"
-#include "troupe/models/weights.hpp"
 #include "troupe/graph/nn.hpp"
 #include "troupe/kernels/rng.hpp"
+#include "troupe/models/checkpoint.hpp"
+#include "troupe/models/weights.hpp"
 
 namespace troupe::fuzz {
 

@@ -5,10 +5,10 @@
 
 #include "kernels/reference.hpp"
 #include "troupe/actors/engine.hpp"
-#include "troupe/models/gpt_decoder.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/graph/var.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/models/gpt_decoder.hpp"
 
 using namespace troupe;
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "troupe/models/gpt.hpp"
 #include "troupe/apps/sr_data.hpp"
+#include "troupe/models/gpt.hpp"
 #include "troupe/models/sr_lite.hpp"
 
 namespace troupe::apps {

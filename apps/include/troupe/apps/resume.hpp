@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "troupe/models/checkpoint.hpp"
 #include "troupe/graph/optim.hpp"
+#include "troupe/models/checkpoint.hpp"
 
 namespace troupe::apps {
 

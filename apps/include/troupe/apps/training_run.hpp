@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "troupe/models/checkpoint.hpp"
 #include "troupe/apps/data_parallel.hpp"
 #include "troupe/apps/grad_mode.hpp"
 #include "troupe/apps/resume.hpp"
@@ -23,6 +22,7 @@
 #include "troupe/apps/train_step.hpp"
 #include "troupe/graph/module.hpp"
 #include "troupe/graph/trace.hpp"
+#include "troupe/models/checkpoint.hpp"
 
 namespace troupe::apps {
 

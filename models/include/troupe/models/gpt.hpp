@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "troupe/graph/nn.hpp"
@@ -24,6 +25,9 @@ struct GptConfig {
   std::int64_t seq = 128;      // context length (rows of the positional table)
   /// Throws naming the first setting that makes no sense (d_model not divisible by heads, ...).
   void validate() const;
+  /// Each field with the name checkpoints store it under ("vocab", "d_model", "layers", "heads",
+  /// "d_ff", "seq", in that order), so saving and loading a model's shape list the fields once.
+  static const std::vector<std::pair<const char*, std::int64_t GptConfig::*>>& fields();
 };
 
 /// The model as a Module: wte, wpe, blocks.<i>.{ln1,attn.qkv,attn.proj,ln2,mlp.fc,mlp.proj}, ln_f, lm_head.

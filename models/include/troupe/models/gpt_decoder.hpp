@@ -12,9 +12,9 @@
 #include <memory>
 #include <vector>
 
-#include "troupe/models/gpt.hpp"
 #include "troupe/graph/amp.hpp"
 #include "troupe/graph/trace.hpp"
+#include "troupe/models/gpt.hpp"
 
 namespace troupe::actors {
 class Engine;
