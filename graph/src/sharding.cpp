@@ -10,7 +10,7 @@ namespace troupe::graph {
 std::string Placement::str() const {
   switch (kind) {
     case Kind::broadcast: return "B";
-    case Kind::split: return "S(" + std::to_string(dim) + ")";
+    case Kind::split: return "S(" + std::to_string(dim) + ")" + (blocks > 1 ? "x" + std::to_string(blocks) : "");
     case Kind::partial_sum: return "P";
   }
   return "?";
@@ -85,7 +85,7 @@ namespace {
 bool fits(const Placement& p, std::size_t axis, const NdPlacement& others, const Shape& shape, const Mesh& mesh) {
   if (p.kind != Placement::Kind::split) return true;
   if (p.dim < 0 || p.dim >= static_cast<int>(shape.size())) return false;
-  std::int64_t parts = mesh.axes[axis].second;
+  std::int64_t parts = static_cast<std::int64_t>(mesh.axes[axis].second) * p.blocks;
   for (std::size_t b = 0; b < others.size(); ++b)
     if (b != axis && others[b].kind == Placement::Kind::split && others[b].dim == p.dim) parts *= mesh.axes[b].second;
   return shape[static_cast<std::size_t>(p.dim)] % parts == 0;
@@ -131,20 +131,57 @@ ShardingPlan propagate_sharding(const Graph& g, const Mesh& mesh, const std::map
     plan.placements[v] = p;
   }
 
+  // The placements each value has been brought to along each axis: a consumer that needs one of
+  // them again reuses it, and one that needs another starts from the cheapest of them.
+  std::map<std::pair<ValueId, std::size_t>, std::vector<Placement>> versions;
+  struct Move {
+    Placement from;
+    Collective collective = Collective::none;
+    double bytes = 0;
+  };
+  const auto cheapest = [&](ValueId v, std::size_t a, const Placement& to) {
+    const NdPlacement& have = plan.placements.at(v);
+    std::vector<Placement> from{have[a]};
+    const auto it = versions.find({v, a});
+    if (it != versions.end()) from.insert(from.end(), it->second.begin(), it->second.end());
+    Move best{have[a], Collective::none, std::numeric_limits<double>::infinity()};
+    for (const Placement& p : from) {
+      if (p == to) return Move{p, Collective::none, 0};
+      const Collective c = collective_between(p, to);
+      const double bytes = collective_bytes(c, local_bytes(shape_of(v), g.value(v).info.dtype, have, a, mesh), mesh.axes[a].second);
+      if (bytes < best.bytes) best = Move{p, c, bytes};
+    }
+    return best;
+  };
+
+  // Brings `v` to `want` along every axis where it is placed otherwise (`how`: "pinned" or "required").
+  const auto require = [&](ValueId v, const NdPlacement& want, const char* how) {
+    TROUPE_CHECK(want.size() == axes, invalid_argument, "sharding: ", name_of(v), " is ", how, " ", placement_str(want),
+                 " on the mesh ", mesh.str(), "; give one placement per mesh axis");
+    for (std::size_t a = 0; a < axes; ++a) {
+      TROUPE_CHECK(fits(want[a], a, want, shape_of(v), mesh), invalid_argument, "sharding: ", name_of(v), " of shape ",
+                   shape_str(shape_of(v)), " cannot be ", how, " ", placement_str(want), " on the mesh ", mesh.str());
+      const Move m = cheapest(v, a, want[a]);
+      if (m.collective == Collective::none) continue;
+      plan.transitions.push_back({v, -1, 0, static_cast<int>(a), m.from, want[a], m.collective, m.bytes});
+      versions[{v, a}].push_back(want[a]);
+    }
+  };
+
   for (const Node& node : g.nodes()) {
     const OpDef& def = OpRegistry::instance().get(node.op);
     std::vector<ValueInfo> in_infos, out_infos;
     for (ValueId v : node.inputs) in_infos.push_back(g.value(v).info);
     for (ValueId v : node.outputs) out_infos.push_back(g.value(v).info);
-    std::vector<ShardSignature> candidates;
-    if (def.sharding) candidates = def.sharding(ShardContext{node.op, in_infos, out_infos, node.attrs});
-    candidates.push_back({std::vector<Placement>(node.inputs.size()), std::vector<Placement>(node.outputs.size())});
-
     std::vector<NdPlacement> wanted(node.inputs.size(), NdPlacement(axes)), made(node.outputs.size(), NdPlacement(axes));
     std::vector<ShardSignature> chosen;
     for (std::size_t a = 0; a < axes; ++a) {
-      const int devices = mesh.axes[a].second;
-      // The cost of a signature: the bytes its input transitions send, then how many placements
+      std::vector<Placement> current;
+      for (ValueId v : node.inputs) current.push_back(plan.placements.at(v)[a]);
+      std::vector<ShardSignature> candidates;
+      if (def.sharding) candidates = def.sharding(ShardContext{node.op, in_infos, out_infos, node.attrs, current});
+      candidates.push_back({std::vector<Placement>(node.inputs.size()), std::vector<Placement>(node.outputs.size())});
+          // The cost of a signature: the bytes its input transitions send, then how many placements
       // it changes (so a free B -> P is not taken when keeping B costs nothing either).
       const ShardSignature* best = nullptr;
       std::pair<double, int> best_cost{std::numeric_limits<double>::infinity(), 0};
@@ -157,11 +194,9 @@ ShardingPlan propagate_sharding(const Graph& g, const Mesh& mesh, const std::map
         if (!legal) continue;
         std::pair<double, int> cost{0, 0};
         for (std::size_t i = 0; i < sig.inputs.size(); ++i) {
-          const ValueId v = node.inputs[i];
-          const NdPlacement& have = plan.placements.at(v);
-          const Collective c = collective_between(have[a], sig.inputs[i]);
-          cost.first += collective_bytes(c, local_bytes(shape_of(v), g.value(v).info.dtype, have, a, mesh), devices);
-          cost.second += c != Collective::none;
+          const Move m = cheapest(node.inputs[i], a, sig.inputs[i]);
+          cost.first += m.bytes;
+          cost.second += m.collective != Collective::none;
         }
         if (cost < best_cost) {
           best_cost = cost;
@@ -170,36 +205,31 @@ ShardingPlan propagate_sharding(const Graph& g, const Mesh& mesh, const std::map
       }
       // The all-broadcast signature always fits, so some signature was taken.
       chosen.push_back(*best);
-      for (std::size_t i = 0; i < node.inputs.size(); ++i) wanted[i][a] = best->inputs[i];
-      for (std::size_t o = 0; o < node.outputs.size(); ++o) made[o][a] = best->outputs[o];
+      const ShardSignature taken = *best;
+      for (std::size_t i = 0; i < node.inputs.size(); ++i) wanted[i][a] = taken.inputs[i];
+      for (std::size_t o = 0; o < node.outputs.size(); ++o) made[o][a] = taken.outputs[o];
     }
-    for (std::size_t i = 0; i < node.inputs.size(); ++i) {
-      const ValueId v = node.inputs[i];
-      const NdPlacement& have = plan.placements.at(v);
+    for (std::size_t i = 0; i < node.inputs.size(); ++i)
       for (std::size_t a = 0; a < axes; ++a) {
-        const Collective c = collective_between(have[a], wanted[i][a]);
-        if (c == Collective::none) continue;
-        const double bytes = collective_bytes(c, local_bytes(shape_of(v), g.value(v).info.dtype, have, a, mesh), mesh.axes[a].second);
-        plan.transitions.push_back({v, node.id, static_cast<int>(i), static_cast<int>(a), have[a], wanted[i][a], c, bytes});
+        const ValueId v = node.inputs[i];
+        const Move m = cheapest(v, a, wanted[i][a]);
+        if (m.collective == Collective::none) continue;
+        plan.transitions.push_back({v, node.id, static_cast<int>(i), static_cast<int>(a), m.from, wanted[i][a], m.collective, m.bytes});
+        versions[{v, a}].push_back(wanted[i][a]);
       }
-    }
     for (std::size_t o = 0; o < node.outputs.size(); ++o) plan.placements[node.outputs[o]] = made[o];
     plan.signatures[node.id] = chosen;
-  }
-
-  for (const auto& [v, want] : required) {
-    TROUPE_CHECK(want.size() == axes, invalid_argument, "sharding: output ", name_of(v), " is required ", placement_str(want),
-                 " on the mesh ", mesh.str(), "; give one placement per mesh axis");
-    const NdPlacement& have = plan.placements.at(v);
-    for (std::size_t a = 0; a < axes; ++a) {
-      TROUPE_CHECK(fits(want[a], a, want, shape_of(v), mesh), invalid_argument, "sharding: output ", name_of(v), " of shape ",
-                   shape_str(shape_of(v)), " cannot be placed ", placement_str(want), " on the mesh ", mesh.str());
-      const Collective c = collective_between(have[a], want[a]);
-      if (c == Collective::none) continue;
-      const double bytes = collective_bytes(c, local_bytes(shape_of(v), g.value(v).info.dtype, have, a, mesh), mesh.axes[a].second);
-      plan.transitions.push_back({v, -1, 0, static_cast<int>(a), have[a], want[a], c, bytes});
+    // An output the caller pins is brought to its placement right here, for every consumer.
+    for (std::size_t o = 0; o < node.outputs.size(); ++o) {
+      const ValueId v = node.outputs[o];
+      const auto pin = given.find(v);
+      if (pin == given.end()) continue;
+      require(v, pin->second, "pinned");
+      plan.placements[v] = pin->second;
     }
   }
+
+  for (const auto& [v, want] : required) require(v, want, "required");
   return plan;
 }
 

@@ -1,5 +1,6 @@
 // Sharding a graph over a device mesh (graph/sharding.hpp): the collectives between placements and
-// their bytes; Megatron's MLP on a tensor-parallel axis needs one all-reduce, where Megatron has it;
+// their bytes; Megatron's MLP on a tensor-parallel axis needs one all-reduce, where Megatron has it,
+// and Megatron's Transformer block (qkv rows grouped by head) two each way, nothing else;
 // a data-parallel training graph needs exactly its gradients' all-reduce; heads split through
 // reshape, permute and softmax stay local; a 2-D mesh places each axis; bad placements are refused.
 // Every 1-D plan is also run: each device runs each node on its own slices under the chosen
@@ -22,18 +23,21 @@ namespace {
 
 using Kind = Placement::Kind;
 const Placement B = Placement::broadcast(), P = Placement::partial_sum();
-Placement S(int d) { return Placement::split(d); }
+Placement S(int d, int blocks = 1) { return Placement::split(d, blocks); }
 
 // One value as each of the devices holds it.
 using Shards = std::vector<Tensor>;
 
-// `full` as n devices hold it under `p` (a partial sum: all of it on device 0, zeros elsewhere).
+// `full` as n devices hold it under `p` (a partial sum: all of it on device 0, zeros elsewhere; a
+// split in blocks: slice r of every block on device r).
 Shards place(const Tensor& full, const Placement& p, int n) {
   Shards s;
   for (int r = 0; r < n; ++r) {
     if (p.kind == Kind::split) {
-      const std::int64_t len = full.size(p.dim) / n;
-      s.push_back(full.slice(p.dim, r * len, (r + 1) * len).contiguous());
+      const std::int64_t block = full.size(p.dim) / p.blocks, len = block / n;
+      std::vector<Tensor> parts;
+      for (int b = 0; b < p.blocks; ++b) parts.push_back(full.slice(p.dim, b * block + r * len, b * block + (r + 1) * len));
+      s.push_back(kernels::concat(parts, p.dim));
     } else {
       s.push_back(p.kind == Kind::broadcast || r == 0 ? full : Tensor::zeros(full.shape(), full.dtype()));
     }
@@ -44,7 +48,13 @@ Shards place(const Tensor& full, const Placement& p, int n) {
 // The value the devices' shards make up under `p`.
 Tensor whole(const Shards& s, const Placement& p) {
   if (p.kind == Kind::broadcast) return s[0];
-  if (p.kind == Kind::split) return kernels::concat(s, p.dim);
+  if (p.kind == Kind::split) {
+    const std::int64_t len = s[0].size(p.dim) / p.blocks;
+    std::vector<Tensor> parts;
+    for (int b = 0; b < p.blocks; ++b)
+      for (const Tensor& shard : s) parts.push_back(shard.slice(p.dim, b * len, (b + 1) * len));
+    return kernels::concat(parts, p.dim);
+  }
   Var sum = s[0];
   for (std::size_t r = 1; r < s.size(); ++r) sum = sum + s[r];
   return sum.tensor();
@@ -67,9 +77,18 @@ std::vector<Tensor> run_sharded(const Graph& g, const ShardingPlan& plan, const 
     for (std::size_t i = 0; i < node.inputs.size(); ++i)
       in.push_back(place(whole(held.at(node.inputs[i]), plan.placements.at(node.inputs[i])[0]), sig.inputs[i], n));
     SymShape target = node.target;  // a reshape's target, as each device's slice has it (-1 is inferred)
-    if (!target.empty() && sig.outputs[0].kind == Kind::split) {
+    if (!target.empty() && sig.outputs[0].kind == Kind::split) {  // (a reshape's output is never blocked)
       SymDim& split = target[static_cast<std::size_t>(sig.outputs[0].dim)];
       if (split.size() > 0) split = split.size() / n;
+    }
+    Attrs attrs = node.attrs;  // a split's sizes, as each device's slice has them
+    if (node.op == "split" && sig.inputs[0].kind == Kind::split) {
+      const auto rank = static_cast<std::int64_t>(g.value(node.inputs[0]).info.shape.size());
+      if ((attrs.get_int("axis") + rank) % rank == sig.inputs[0].dim) {
+        std::vector<std::int64_t> sizes = attrs.get_ints("sizes");
+        for (std::int64_t& size : sizes) size /= n;
+        attrs.set("sizes", sizes);
+      }
     }
     for (int r = 0; r < n; ++r) {
       std::vector<Tensor> local;
@@ -78,19 +97,23 @@ std::vector<Tensor> run_sharded(const Graph& g, const ShardingPlan& plan, const 
         local.push_back(s[static_cast<std::size_t>(r)]);
         infos.push_back({local.back().dtype(), to_sym(local.back().shape())});
       }
-      const std::vector<ValueInfo> out_infos = def.infer(InferContext{node.op, infos, node.attrs, target});
+      const std::vector<ValueInfo> out_infos = def.infer(InferContext{node.op, infos, attrs, target});
       std::vector<Shape> shapes;
       std::vector<DType> dtypes;
       for (const ValueInfo& o : out_infos) {
         shapes.push_back(to_static(o.shape, node.op));
         dtypes.push_back(o.dtype);
       }
-      const std::vector<Tensor> out = def.run(local, ComputeContext{node.attrs, shapes, dtypes, node.label});
+      const std::vector<Tensor> out = def.run(local, ComputeContext{attrs, shapes, dtypes, node.label});
       for (std::size_t o = 0; o < out.size(); ++o) {
         Shards& s = held[node.outputs[o]];
         s.resize(static_cast<std::size_t>(n));
         s[static_cast<std::size_t>(r)] = out[o];
       }
+    }
+    for (std::size_t o = 0; o < node.outputs.size(); ++o) {  // a pinned output moves where it is made
+      const Placement& pinned = plan.placements.at(node.outputs[o])[0];
+      if (pinned != sig.outputs[o]) held[node.outputs[o]] = place(whole(held[node.outputs[o]], sig.outputs[o]), pinned, n);
     }
   }
   std::vector<Tensor> outputs;
@@ -156,7 +179,8 @@ TEST(Sharding, CollectivesBetweenPlacementsAndTheirBytes) {
   EXPECT_DOUBLE_EQ(collective_bytes(Collective::all_gather, 1000, 4), 750);
   EXPECT_DOUBLE_EQ(collective_bytes(Collective::all_to_all, 1000, 4), 187.5);
   EXPECT_DOUBLE_EQ(collective_bytes(Collective::local, 1000, 4), 0);
-  EXPECT_EQ(placement_str({S(0), B, P}), "(S(0), B, P)");
+  EXPECT_EQ(placement_str({S(0), B, P, S(1, 3)}), "(S(0), B, P, S(1)x3)");
+  EXPECT_EQ(collective_between(S(0, 3), S(0)), Collective::all_to_all);  // the same dim, another layout
   EXPECT_EQ((Mesh{{{"dp", 2}, {"tp", 4}}}).str(), "dp=2 x tp=4");
 }
 
@@ -275,6 +299,58 @@ TEST(Sharding, PlacementsThatDoNotFitAreRefused) {
   // An uneven split is never chosen: the 3 rows stay whole on both devices.
   const ShardingPlan plan = propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(1)}}}, {{g.outputs()[0], {B}}}, {});
   EXPECT_EQ(plan.placements.at(g.nodes()[0].outputs[0])[0], S(1));
+}
+
+// Megatron's Transformer block on tp=2: qkv column-parallel with its rows grouped by head (so a
+// device holds whole heads' q, k and v), the attention's output projection row-parallel, the MLP
+// column- then row-parallel; LayerNorms and the biases after row-parallel products replicated.
+// Forward needs one all-reduce per sublayer, and so does backward (Megatron's f and g); every
+// gradient comes out placed like its parameter.
+TEST(Sharding, MegatronGptBlockNeedsTwoAllReducesEachWay) {
+  Generator gen(9);
+  GPTBlock block(16, 2, gen);
+  const std::map<std::string, Placement> megatron{
+      {"attn.qkv.weight", S(0, 3)}, {"attn.qkv.bias", S(0, 3)}, {"attn.proj.weight", S(1)},
+      {"mlp.fc.weight", S(0)},      {"mlp.fc.bias", S(0)},      {"mlp.proj.weight", S(1)}};
+  const Tensor x = test::random_tensor({2, 4, 16}, 10);
+  const TracedFunction f = trace(
+                               [&](const std::vector<Var>& in) {
+                                 const Var y = block(in[0]);
+                                 return std::vector<Var>{sum(y * y, {}, false)};
+                               },
+                               {{"x", {2, 4, 16}}})
+                               .with_gradients();
+  const Graph& g = f.graph();
+  std::map<ValueId, NdPlacement> given, required{{g.outputs()[0], {B}}};
+  for (const auto& [name, p] : megatron) given[named(g, name)] = {p};
+  // Megatron's g and f: the row-parallel products' outputs, and the gradients of the column-parallel
+  // products' inputs, are all-reduced where they are made.
+  for (const Node& node : g.nodes())
+    if (node.op == "matmul" && !node.backward &&
+        (node.inputs[1] == named(g, "attn.proj.weight") || node.inputs[1] == named(g, "mlp.proj.weight")))
+      given[node.outputs[0]] = {B};
+    else if (node.op == "matmul" && node.backward &&
+             (node.inputs[1] == named(g, "attn.qkv.weight") || node.inputs[1] == named(g, "mlp.fc.weight")))
+      given[node.outputs[0]] = {B};
+  for (std::size_t k = 0; k < f.gradient_parameters().size(); ++k) {
+    const ValueId param = g.parameters()[f.gradient_parameters()[k]];
+    required[g.outputs()[1 + k]] = given.count(param) ? given[param] : NdPlacement{B};
+  }
+  const ShardingPlan plan = propagate_sharding(g, Mesh{{{"tp", 2}}}, given, required, {});
+  int forward = 0, backward = 0;
+  for (const Transition& t : communicating(plan)) {
+    EXPECT_EQ(t.collective, Collective::all_reduce) << "value " << t.value << " at node " << t.consumer;
+    EXPECT_DOUBLE_EQ(t.bytes, 2 * 4 * 16 * 4) << "2 (n-1)/n of an activation [2, 4, 16] f32";
+    (g.nodes()[static_cast<std::size_t>(g.value(t.value).producer)].backward ? backward : forward) += 1;
+  }
+  EXPECT_EQ(forward, 2);
+  EXPECT_EQ(backward, 2);
+  block.zero_grad();
+  const Tensor loss = f({x})[0];
+  const std::vector<Tensor> got = run_sharded(g, plan, values_of(f, {x}));
+  EXPECT_LE(test::scaled_max_error(got[0], loss), 1e-5);
+  for (std::size_t k = 0; k < f.gradient_parameters().size(); ++k)
+    EXPECT_LE(test::scaled_max_error(got[1 + k], f.parameters()[f.gradient_parameters()[k]].grad()), 1e-5) << "gradient " << k;
 }
 
 // Token embeddings into a Transformer block.

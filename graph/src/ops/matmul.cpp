@@ -74,7 +74,7 @@ std::vector<ShardSignature> shard_matmul(const ShardContext& c) {
   const int ra = static_cast<int>(a.size()), rb = static_cast<int>(b.size()), r = static_cast<int>(c.outputs[0].shape.size());
   const bool ta = get_flag(c.attrs, "trans_a"), tb = get_flag(c.attrs, "trans_b");
   const int m = ra - (ta ? 1 : 2), ka = ra - (ta ? 2 : 1), kb = rb - (tb ? 1 : 2), n = rb - (tb ? 2 : 1);
-  const auto S = Placement::split;
+  const auto S = [](int d, int blocks = 1) { return Placement::split(d, blocks); };
   const Placement B = Placement::broadcast(), P = Placement::partial_sum();
   std::vector<ShardSignature> out;
   const auto whole = [](const SymShape& s, int d) { return d < 0 || (s[static_cast<std::size_t>(d)].is_static() && s[static_cast<std::size_t>(d)].size() == 1); };
@@ -88,6 +88,15 @@ std::vector<ShardSignature> shard_matmul(const ShardContext& c) {
   out.push_back({{S(ka), S(kb)}, {P}});
   out.push_back({{P, B}, {P}});
   out.push_back({{B, P}, {P}});
+  // Blocked splits (Placement::blocks: qkv rows grouped by head) pass through m, n and k alike.
+  const Placement &ca = c.current[0], &cb = c.current[1];
+  const auto blocked = [](const Placement& p, int d) { return p.kind == Placement::Kind::split && p.dim == d && p.blocks > 1; };
+  if (blocked(ca, m)) out.push_back({{ca, B}, {S(r - 2, ca.blocks)}});
+  if (blocked(cb, n)) out.push_back({{B, cb}, {S(r - 1, cb.blocks)}});
+  if (blocked(ca, ka) || blocked(cb, kb)) {
+    const int k = blocked(ca, ka) ? ca.blocks : cb.blocks;
+    out.push_back({{S(ka, k), S(kb, k)}, {P}});
+  }
   return out;
 }
 

@@ -345,6 +345,21 @@ std::vector<ShardSignature> shard_embedding_backward(const ShardContext& c) {
 }
 // Sharding of layer_norm (x, gamma, beta): rows of x, the weights whole.
 std::vector<ShardSignature> shard_layer_norm(const ShardContext& c) { return shard_rows(c, 1, 1); }
+// Sharding of layer_norm_backward (dy, x, gamma, mean, rstd[, more]): rows split alike give dx
+// (and `more`) split alike and partial sums of dgamma and dbeta (each device sums its rows).
+std::vector<ShardSignature> shard_layer_norm_backward(const ShardContext& c) {
+  const std::size_t leading = c.inputs[1].shape.size() - 1;
+  std::vector<ShardSignature> out;
+  for (std::size_t d = 0; d < leading; ++d) {
+    const Placement split = Placement::split(static_cast<int>(d));
+    ShardSignature s{std::vector<Placement>(c.inputs.size(), split), {split, Placement::partial_sum(), Placement::partial_sum()}};
+    s.inputs[2] = Placement::broadcast();  // gamma
+    out.push_back(s);
+  }
+  return out;
+}
+// Sharding of causal_mask: each [queries, keys] square stays whole; batch and head dims split.
+std::vector<ShardSignature> shard_causal_mask(const ShardContext& c) { return shard_rows(c, 2, 1); }
 // Sharding of causal_attention (q, k, v): batch and head dims; each head's [T, D] stays whole.
 std::vector<ShardSignature> shard_attention(const ShardContext& c) { return shard_rows(c, 2, 3); }
 
@@ -369,7 +384,7 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
 }
 TROUPE_DEFINE_OP({.name = "layer_norm", .infer = infer_layer_norm, .sharding = shard_layer_norm, .compute = compute_layer_norm, .grad = grad_layer_norm,
                   .precision = Precision::keeps_f32});
-TROUPE_DEFINE_OP({.name = "layer_norm_backward", .infer = infer_layer_norm_backward,
+TROUPE_DEFINE_OP({.name = "layer_norm_backward", .infer = infer_layer_norm_backward, .sharding = shard_layer_norm_backward,
                   .compute = compute_layer_norm_backward});
 AddLayerNorm add_layer_norm(const Var& a, const Var& b, const Var& gamma, const Var& beta, double eps) {
   auto out = apply("add_layer_norm", {a, b, gamma, beta}, Attrs().set("eps", eps));
@@ -436,7 +451,7 @@ Var causal_mask(const Var& x) {
   return apply1("causal_mask", {x}, Attrs().set("fill", -std::numeric_limits<double>::infinity()));
 }
 // compute: kernels::causal_mask, which makes the input dense for the kernel.
-TROUPE_DEFINE_OP({.name = "causal_mask", .infer = infer_causal_mask, .compute = compute_causal_mask,
+TROUPE_DEFINE_OP({.name = "causal_mask", .infer = infer_causal_mask, .sharding = shard_causal_mask, .compute = compute_causal_mask,
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     return {apply1("causal_mask", {c.grad_output(0)}, Attrs().set("fill", 0.0))};
                   }, .precision = Precision::keeps_f32});

@@ -137,6 +137,15 @@ std::vector<ShardSignature> shard_reduction(const ShardContext& c, bool sum) {
   return out;
 }
 std::vector<ShardSignature> shard_sum(const ShardContext& c) { return shard_reduction(c, true); }
+// Sharding of broadcast_to(x, like): as elementwise ops, linear in x; `like` only gives the shape,
+// so a partial sum's (whole) serves as a broadcast's.
+std::vector<ShardSignature> shard_broadcast_to(const ShardContext& c) {
+  std::vector<ShardSignature> out = shard_linear_in_first(c);
+  const Placement B = Placement::broadcast(), P = Placement::partial_sum();
+  out.push_back({{B, P}, {B}});
+  out.push_back({{P, P}, {P}});
+  return out;
+}
 // Sharding of sum_to(x, like): a dim of x that `like` keeps splits both and the result; a dim
 // summed away gives partial sums (`like` whole); partial sums pass through x.
 std::vector<ShardSignature> shard_sum_to(const ShardContext& c) {
@@ -149,7 +158,15 @@ std::vector<ShardSignature> shard_sum_to(const ShardContext& c) {
     if (kept) out.push_back({{in, Placement::split(static_cast<int>(d + r - rank))}, {Placement::split(static_cast<int>(d + r - rank))}});
     else out.push_back({{in, Placement::broadcast()}, {Placement::partial_sum()}});
   }
+  // `like` only gives the shape: a partial sum's is whole, as a broadcast's.
   out.push_back({{Placement::partial_sum(), Placement::broadcast()}, {Placement::partial_sum()}});
+  out.push_back({{Placement::partial_sum(), Placement::partial_sum()}, {Placement::partial_sum()}});
+  // A blocked split (Placement::blocks) of a kept dim stays blocked.
+  const Placement& now = c.current[0];
+  if (now.kind == Placement::Kind::split && now.blocks > 1 && now.dim + r >= rank) {
+    const Placement kept = Placement::split(static_cast<int>(now.dim + r - rank), now.blocks);
+    out.push_back({{now, kept}, {kept}});
+  }
   return out;
 }
 std::vector<ShardSignature> shard_mean(const ShardContext& c) { return shard_reduction(c, false); }
@@ -193,7 +210,7 @@ TROUPE_DEFINE_OP({.name = "sum_to", .infer = infer_sum_to, .sharding = shard_sum
                   },
                   .no_grad_inputs = {1}});
 Var broadcast_to(const Var& x, const Var& like) { return apply1("broadcast_to", {x, like}); }
-TROUPE_DEFINE_OP({.name = "broadcast_to", .infer = infer_broadcast_to, .sharding = shard_linear_in_first, .compute = compute_broadcast_to,
+TROUPE_DEFINE_OP({.name = "broadcast_to", .infer = infer_broadcast_to, .sharding = shard_broadcast_to, .compute = compute_broadcast_to,
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     return {sum_to(c.grad_output(0), c.inputs[0]), Var()};
                   },

@@ -191,6 +191,18 @@ std::vector<ShardSignature> shard_reshape(const ShardContext& c) {
       }
   }
   out.push_back({{Placement::partial_sum()}, {Placement::partial_sum()}});
+  // A split in blocks (Placement::blocks) keeps them where its dim itself is unchanged.
+  const Placement& now = c.current[0];
+  if (now.kind == Placement::Kind::split && now.blocks > 1) {
+    SymDim before(1);
+    for (int d = 0; d < now.dim; ++d) before = before * x[static_cast<std::size_t>(d)];
+    SymDim before_y(1);
+    for (std::size_t e = 0; e < y.size(); before_y = before_y * y[e], ++e)
+      if (before_y == before && y[e] == x[static_cast<std::size_t>(now.dim)]) {
+        out.push_back({{now}, {Placement::split(static_cast<int>(e), now.blocks)}});
+        break;
+      }
+  }
   return out;
 }
 // Sharding of split and concat: any dim but the one they cut or join, every piece split alike;
@@ -206,6 +218,19 @@ std::vector<ShardSignature> shard_pieces(const ShardContext& c) {
                      std::vector<Placement>(c.outputs.size(), Placement::split(d))});
   out.push_back({std::vector<Placement>(c.inputs.size(), Placement::partial_sum()),
                  std::vector<Placement>(c.outputs.size(), Placement::partial_sum())});
+  // Equal pieces along the axis: each device's slices of the pieces, in order, are its slice of
+  // the whole split in as many blocks (Placement::blocks), so splitting such a value, or joining
+  // split pieces into one, is local.
+  const auto equal = [&](const std::vector<ValueInfo>& pieces) {
+    for (const ValueInfo& p : pieces)
+      if (p.shape[static_cast<std::size_t>(axis)] != pieces[0].shape[static_cast<std::size_t>(axis)]) return false;
+    return pieces.size() > 1;
+  };
+  const int ax = static_cast<int>(axis), k = static_cast<int>(c.op == "split" ? c.outputs.size() : c.inputs.size());
+  if (c.op == "split" && equal(c.outputs))
+    out.push_back({{Placement::split(ax, k)}, std::vector<Placement>(c.outputs.size(), Placement::split(ax))});
+  if (c.op == "concat" && equal(c.inputs))
+    out.push_back({std::vector<Placement>(c.inputs.size(), Placement::split(ax)), {Placement::split(ax, k)}});
   return out;
 }
 // Sharding of zeros_like: split like its input; zeros of a partial sum's full shape are zeros everywhere.

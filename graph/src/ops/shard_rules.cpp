@@ -31,6 +31,20 @@ std::vector<ShardSignature> shard_pointwise(const ShardContext& c) {
       else s.inputs.push_back(Placement::split(static_cast<int>(d + r - rank)));
     }
     out.push_back(s);
+    // A blocked split of an input (Placement::blocks) passes through when every input that has the
+    // dim is split alike.
+    for (std::size_t i = 0; i < c.inputs.size() && i < c.current.size(); ++i) {
+      const Placement& now = c.current[i];
+      if (now.kind != Placement::Kind::split || now.blocks == 1 || s.inputs[i].kind != Placement::Kind::split ||
+          s.inputs[i].dim != now.dim)
+        continue;
+      ShardSignature blocked = s;
+      for (Placement& p : blocked.inputs)
+        if (p.kind == Placement::Kind::split) p.blocks = now.blocks;
+      for (Placement& p : blocked.outputs) p.blocks = now.blocks;
+      out.push_back(blocked);
+      break;
+    }
   }
   return out;
 }

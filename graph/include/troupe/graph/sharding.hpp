@@ -24,17 +24,22 @@ namespace troupe::graph {
 struct Placement {
   enum class Kind { broadcast, split, partial_sum };
   Kind kind = Kind::broadcast;
-  int dim = 0;  // split: the value's dim divided among the axis's devices
+  int dim = 0;     // split: the value's dim divided among the axis's devices
+  int blocks = 1;  // split: the dim is `blocks` equal blocks, each split among the devices (device r
+                   // holds slice r of every block, in block order): Megatron's fused qkv rows
+                   // grouped by head, so that a device holds its heads' q, k and v
 
   /// Every device holds the whole value.
   static Placement broadcast() { return {}; }
-  /// Each device holds a contiguous slice of the value along `dim`.
-  static Placement split(int dim) { return {Kind::split, dim}; }
+  /// Each device holds a contiguous slice of the value along `dim`, or of each of its `blocks`.
+  static Placement split(int dim, int blocks = 1) { return {Kind::split, dim, blocks}; }
   /// The devices' values add up to the value.
-  static Placement partial_sum() { return {Kind::partial_sum, 0}; }
-  bool operator==(const Placement& o) const { return kind == o.kind && (kind != Kind::split || dim == o.dim); }
+  static Placement partial_sum() { return {Kind::partial_sum, 0, 1}; }
+  bool operator==(const Placement& o) const {
+    return kind == o.kind && (kind != Kind::split || (dim == o.dim && blocks == o.blocks));
+  }
   bool operator!=(const Placement& o) const { return !(*this == o); }
-  /// "B", "S(1)" or "P".
+  /// "B", "S(1)", "S(0)x3" (3 blocks) or "P".
   std::string str() const;
 };
 
@@ -64,6 +69,8 @@ struct ShardContext {
   const std::vector<ValueInfo>& inputs;
   const std::vector<ValueInfo>& outputs;
   const Attrs& attrs;
+  const std::vector<Placement>& current;  // each input's placement along the axis so far, for rules that
+                                          // let a blocked split through (Placement::blocks)
 };
 
 /// An op's sharding rule: the signatures it can run under besides all-broadcast (which every op
@@ -90,7 +97,8 @@ Collective collective_between(const Placement& from, const Placement& to);
 double collective_bytes(Collective c, double bytes, int devices);
 
 /// A change of placement the plan inserts: where a value meets a consumer that needs it placed
-/// otherwise, along one mesh axis (a graph output's required placement has consumer -1).
+/// otherwise, along one mesh axis (consumer -1: the value itself, pinned or a required output).
+/// A value brought to a placement once serves every later consumer that needs it so.
 struct Transition {
   ValueId value = -1;
   NodeId consumer = -1;
@@ -112,8 +120,9 @@ struct ShardingPlan {
 };
 
 /// Places every value of `g` on `mesh`. `given` holds the placements of the graph's inputs and
-/// parameters (those absent are broadcast); `required` the placements its outputs must have (those
-/// absent keep what propagation gives them). `bindings` sizes the symbolic dims, for the bytes.
+/// parameters (those absent are broadcast) and of any op output the caller pins (brought there
+/// right after its producer, as Megatron all-reduces a row-parallel product's output); `required`
+/// the placements its outputs must have (those absent keep what propagation gives them). `bindings` sizes the symbolic dims, for the bytes.
 /// Nodes are placed in order, each taking, per mesh axis, the signature whose input transitions send
 /// the fewest bytes, then change the fewest placements (the op's own order breaks ties). A split that does not divide its dim evenly
 /// among the axis's devices is not taken; a given placement that does not fit its value is an
