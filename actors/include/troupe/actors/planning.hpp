@@ -1,0 +1,53 @@
+#pragma once
+// Planning a hybrid-parallel training step: the device mesh of a job (dp data-parallel replicas of
+// tp tensor-parallel shards), the Megatron-style placement of a GPT step on it, and the memory
+// each device then holds. The logic is CAF-free (src/planning/); the planner actor that searches
+// meshes with it builds on this.
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "troupe/graph/sharding.hpp"
+#include "troupe/graph/trace.hpp"
+
+namespace troupe::actors {
+
+/// The mesh {"dp", dp} x {"tp", tp} of a job of `world` processes; every device is used
+/// (fully_use_devices): dp x tp must equal the world size, or a clear error says so.
+graph::Mesh job_mesh(int dp, int tp, int world);
+
+/// The placements to hand propagate_sharding() (graph/sharding.hpp) for a training step.
+struct PlacementRequest {
+  std::map<graph::ValueId, graph::NdPlacement> given;     // inputs, parameters and pinned values
+  std::map<graph::ValueId, graph::NdPlacement> required;  // the step's outputs: loss and gradients
+};
+
+/// Megatron's placement of a traced GPT training step (a TracedFunction with gradients whose inputs
+/// are [batch, ...] and whose blocks are graph::GPTBlock, named "<...>attn.qkv", "attn.proj",
+/// "mlp.fc", "mlp.proj") on a mesh of a "dp" and a "tp" axis: along tp, qkv column-parallel with its
+/// rows grouped by head (S(0)x3, weight and bias), the attention's output projection row-parallel,
+/// fc column-parallel, the MLP's projection row-parallel, everything else (LayerNorms, embeddings,
+/// the head, the biases after row-parallel products) replicated; the row-parallel products'
+/// outputs and the column-parallel products' input gradients all-reduced where they are made
+/// (Megatron's g and f). Along dp, the inputs split by batch and the parameters replicated. The
+/// loss and every gradient are required replicated along dp (the gradients' all-reduce) and placed
+/// like their parameter along tp. Throws when `heads` does not divide among the tp devices.
+PlacementRequest megatron_gpt_placement(const graph::TracedFunction& step, const graph::Mesh& mesh, std::int64_t heads);
+
+/// What one device holds of a planned step, in bytes.
+struct PlanMemory {
+  double parameters = 0;
+  double gradients = 0;
+  double optimizer_state = 0;  // `optimizer_bytes_per_parameter` times the parameters' element count
+  double activations = 0;      // forward values the backward reads (kept between them)
+  /// The sum of the above.
+  double total() const { return parameters + gradients + optimizer_state + activations; }
+};
+
+/// The memory of device 0 of `plan` for `step` (a TracedFunction with gradients), with the symbolic
+/// dims sized by `bindings`; `optimizer_bytes_per_parameter` is 8 for AdamW's two f32 moments.
+PlanMemory plan_memory(const graph::TracedFunction& step, const graph::ShardingPlan& plan, const graph::SymBindings& bindings,
+                       double optimizer_bytes_per_parameter);
+
+}  // namespace troupe::actors

@@ -1,0 +1,127 @@
+// The CAF-free planning logic of hybrid parallelism (troupe/actors/planning.hpp).
+#include "troupe/actors/planning.hpp"
+
+#include <set>
+#include <vector>
+
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::actors {
+
+using graph::NdPlacement;
+using graph::Placement;
+using graph::ValueId;
+
+graph::Mesh job_mesh(int dp, int tp, int world) {
+  TROUPE_CHECK(dp >= 1 && tp >= 1, invalid_argument, "hybrid parallel: --dp ", dp, " and --tp ", tp,
+               " must be at least 1");
+  TROUPE_CHECK(dp * tp == world, invalid_argument, "hybrid parallel: --dp ", dp, " x --tp ", tp, " = ", dp * tp,
+               " devices, but the job has ", world, " processes; every process must be used, so make dp x tp equal ",
+               world);
+  return graph::Mesh{{{"dp", dp}, {"tp", tp}}};
+}
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The index of the mesh axis called `name`, or -1.
+int axis_named(const graph::Mesh& mesh, const std::string& name) {
+  for (std::size_t a = 0; a < mesh.axes.size(); ++a)
+    if (mesh.axes[a].first == name) return static_cast<int>(a);
+  return -1;
+}
+
+}  // namespace
+
+PlacementRequest megatron_gpt_placement(const graph::TracedFunction& step, const graph::Mesh& mesh, std::int64_t heads) {
+  const graph::Graph& g = step.graph();
+  const int dp = axis_named(mesh, "dp"), tp = axis_named(mesh, "tp");
+  TROUPE_CHECK(dp >= 0 || tp >= 0, invalid_argument, "megatron placement: the mesh ", mesh.str(),
+               " has neither a \"dp\" nor a \"tp\" axis");
+  const int tp_size = tp >= 0 ? mesh.axes[static_cast<std::size_t>(tp)].second : 1;
+  TROUPE_CHECK(heads % tp_size == 0, invalid_argument, "megatron placement: ", heads, " attention heads do not split among tp=",
+               tp_size, " devices, and a device must own whole heads; pick a tp that divides ", heads);
+  TROUPE_CHECK(step.output_count() < g.outputs().size(), invalid_argument,
+               "megatron placement: the step has no gradients; trace it with_gradients()");
+  // One placement per axis: `on_dp` along dp, `on_tp` along tp.
+  const auto nd = [&](const Placement& on_dp, const Placement& on_tp) {
+    NdPlacement p(mesh.axes.size());
+    if (dp >= 0) p[static_cast<std::size_t>(dp)] = on_dp;
+    if (tp >= 0) p[static_cast<std::size_t>(tp)] = on_tp;
+    return p;
+  };
+  const Placement B = Placement::broadcast(), batch = Placement::split(0);
+  const std::vector<std::pair<std::string, Placement>> tensor_parallel{
+      {"attn.qkv.weight", Placement::split(0, 3)}, {"attn.qkv.bias", Placement::split(0, 3)},
+      {"attn.proj.weight", Placement::split(1)},   {"mlp.fc.weight", Placement::split(0)},
+      {"mlp.fc.bias", Placement::split(0)},        {"mlp.proj.weight", Placement::split(1)}};
+  PlacementRequest r;
+  std::set<ValueId> row_parallel, column_parallel;  // weights
+  for (ValueId v : g.inputs()) r.given[v] = nd(batch, B);
+  for (ValueId v : g.parameters()) {
+    Placement on_tp = B;
+    for (const auto& [suffix, p] : tensor_parallel)
+      if (ends_with(g.value(v).name, suffix)) on_tp = p;
+    if (ends_with(g.value(v).name, "attn.proj.weight") || ends_with(g.value(v).name, "mlp.proj.weight")) row_parallel.insert(v);
+    if (ends_with(g.value(v).name, "attn.qkv.weight") || ends_with(g.value(v).name, "mlp.fc.weight")) column_parallel.insert(v);
+    r.given[v] = nd(B, on_tp);
+  }
+  // Megatron's g (forward) and f (backward): all-reduced where made.
+  for (const graph::Node& node : g.nodes()) {
+    if (node.op != "matmul" || node.inputs.size() < 2) continue;
+    if ((!node.backward && row_parallel.count(node.inputs[1])) || (node.backward && column_parallel.count(node.inputs[1])))
+      r.given[node.outputs[0]] = nd(batch, B);
+  }
+  for (std::size_t o = 0; o < step.output_count(); ++o) r.required[g.outputs()[o]] = nd(B, B);
+  for (std::size_t k = 0; k < step.gradient_parameters().size(); ++k) {
+    const ValueId param = g.parameters()[step.gradient_parameters()[k]];
+    const NdPlacement& p = r.given.at(param);
+    r.required[g.outputs()[step.output_count() + k]] = nd(B, tp >= 0 ? p[static_cast<std::size_t>(tp)] : B);
+  }
+  return r;
+}
+
+namespace {
+
+// The bytes device 0 holds of `v` placed `p`: a split divides the value among its axis's devices.
+double held_bytes(const graph::Graph& g, ValueId v, const NdPlacement& p, const graph::Mesh& mesh,
+                  const graph::SymBindings& bindings) {
+  double bytes = static_cast<double>(shape_numel(bind(g.value(v).info.shape, bindings))) * dtype_size(g.value(v).info.dtype);
+  for (std::size_t a = 0; a < p.size(); ++a)
+    if (p[a].kind == Placement::Kind::split) bytes /= mesh.axes[a].second;
+  return bytes;
+}
+
+}  // namespace
+
+PlanMemory plan_memory(const graph::TracedFunction& step, const graph::ShardingPlan& plan, const graph::SymBindings& bindings,
+                       double optimizer_bytes_per_parameter) {
+  const graph::Graph& g = step.graph();
+  // Where each value ends up: its own placement, then what a pin or a required output made of it.
+  std::map<ValueId, NdPlacement> final = plan.placements;
+  for (const graph::Transition& t : plan.transitions)
+    if (t.consumer < 0) final[t.value][static_cast<std::size_t>(t.mesh_axis)] = t.to;
+  PlanMemory m;
+  for (std::size_t p = 0; p < g.parameters().size(); ++p) {
+    if (static_cast<int>(p) == step.loss_scale_parameter()) continue;
+    const ValueId v = g.parameters()[p];
+    const double bytes = held_bytes(g, v, final.at(v), plan.mesh, bindings);
+    m.parameters += bytes;
+    m.optimizer_state += bytes / dtype_size(g.value(v).info.dtype) * optimizer_bytes_per_parameter;
+  }
+  for (std::size_t k = step.output_count(); k < g.outputs().size(); ++k)
+    m.gradients += held_bytes(g, g.outputs()[k], final.at(g.outputs()[k]), plan.mesh, bindings);
+  std::set<ValueId> kept;  // forward values a backward node reads
+  for (const graph::Node& node : g.nodes())
+    if (node.backward)
+      for (ValueId v : node.inputs)
+        if (g.value(v).kind == graph::ValueKind::op_output && !g.nodes()[static_cast<std::size_t>(g.value(v).producer)].backward)
+          kept.insert(v);
+  for (ValueId v : kept) m.activations += held_bytes(g, v, final.at(v), plan.mesh, bindings);
+  return m;
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,140 @@
+// Planning a hybrid-parallel step (troupe/actors/planning.hpp): the job's mesh uses every device;
+// Megatron's placement of a GPT training step needs four all-reduces per block on a tensor-parallel
+// axis and the gradients' once on a data-parallel one; heads that do not split are refused; and
+// tensor parallelism divides the split weights' bytes per device.
+#include <gtest/gtest.h>
+
+#include "troupe/actors/planning.hpp"
+#include "troupe/graph/nn.hpp"
+#include "troupe/graph/ops.hpp"
+#include "troupe/kernels/error.hpp"
+
+using namespace troupe;
+using namespace troupe::graph;
+
+namespace {
+
+// A small GPT: token embeddings, two Transformer blocks, a final LayerNorm and a head.
+struct TinyGpt : Module {
+  explicit TinyGpt(Generator& gen) {
+    wte = register_module("wte", std::make_shared<Embedding>(32, 16, gen));
+    blocks = register_module("blocks", std::make_shared<Sequential>());
+    for (int i = 0; i < 2; ++i) blocks->add(std::make_shared<GPTBlock>(16, 4, gen));
+    ln_f = register_module("ln_f", std::make_shared<LayerNorm>(16));
+    head = register_module("head", std::make_shared<Linear>(16, 32, gen, false));
+  }
+  Var loss(const Var& ids, const Var& targets) {
+    return cross_entropy((*head)((*ln_f)((*blocks)((*wte)(ids)))).reshape({SymDim::symbol("batch") * 8, 32}),
+                         targets.reshape({SymDim::symbol("batch") * 8}));
+  }
+  std::shared_ptr<Embedding> wte;
+  std::shared_ptr<Sequential> blocks;
+  std::shared_ptr<LayerNorm> ln_f;
+  std::shared_ptr<Linear> head;
+};
+
+TracedFunction step_of(TinyGpt& model) {
+  const SymDim b = SymDim::symbol("batch");
+  return trace([&](const std::vector<Var>& in) { return std::vector<Var>{model.loss(in[0], in[1])}; },
+               {{"ids", {b, 8}, DType::i64}, {"targets", {b, 8}, DType::i64}})
+      .with_gradients();
+}
+
+std::vector<Transition> communicating(const ShardingPlan& plan) {
+  std::vector<Transition> out;
+  for (const Transition& t : plan.transitions)
+    if (t.collective != Collective::local) out.push_back(t);
+  return out;
+}
+
+}  // namespace
+
+TEST(Planning, TheJobMeshUsesEveryDevice) {
+  EXPECT_EQ(actors::job_mesh(2, 2, 4).str(), "dp=2 x tp=2");
+  try {
+    actors::job_mesh(2, 3, 4);
+    ADD_FAILURE() << "dp x tp != world was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--dp 2 x --tp 3 = 6 devices, but the job has 4 processes"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(actors::job_mesh(0, 4, 4), Error);
+}
+
+TEST(Planning, MegatronGptNeedsFourAllReducesPerBlockOnTheTensorAxis) {
+  Generator gen(1);
+  TinyGpt model(gen);
+  const TracedFunction step = step_of(model);
+  const Mesh mesh = actors::job_mesh(1, 2, 2);
+  const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
+  const ShardingPlan plan = propagate_sharding(step.graph(), mesh, request.given, request.required, {{"batch", 2}});
+  int tensor_axis = 0;
+  for (const Transition& t : communicating(plan)) {
+    if (t.mesh_axis != 1) continue;
+    EXPECT_EQ(t.collective, Collective::all_reduce);
+    EXPECT_DOUBLE_EQ(t.bytes, 2 * 8 * 16 * 4) << "2 (n-1)/n of an activation [2, 8, 16] f32";
+    ++tensor_axis;
+  }
+  EXPECT_EQ(tensor_axis, 4 * 2);
+  // Every gradient is placed like its parameter.
+  const Graph& g = step.graph();
+  for (std::size_t k = 0; k < step.gradient_parameters().size(); ++k)
+    EXPECT_EQ(placement_str(request.required.at(g.outputs()[1 + k])),
+              placement_str(request.given.at(g.parameters()[step.gradient_parameters()[k]])));
+}
+
+TEST(Planning, DataParallelAllReducesTheGradientsOnce) {
+  Generator gen(2);
+  TinyGpt model(gen);
+  const TracedFunction step = step_of(model);
+  const Mesh mesh = actors::job_mesh(2, 1, 2);
+  const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
+  const ShardingPlan plan = propagate_sharding(step.graph(), mesh, request.given, request.required, {{"batch", 4}});
+  double gradient_bytes = 0;
+  for (const Transition& t : communicating(plan)) {
+    if (t.consumer >= 0) continue;  // inside the step (the loss' cross-entropy runs replicated: not yet split)
+    EXPECT_EQ(t.collective, Collective::all_reduce);
+    gradient_bytes += t.bytes;
+  }
+  double parameter_bytes = 0;
+  for (const Var& p : step.parameters()) parameter_bytes += static_cast<double>(p.tensor().nbytes());
+  // Every gradient all-reduced once (the loss is whole already: its cross-entropy ran replicated).
+  EXPECT_DOUBLE_EQ(gradient_bytes, parameter_bytes);
+}
+
+TEST(Planning, HeadsThatDoNotSplitAreRefused) {
+  Generator gen(3);
+  TinyGpt model(gen);
+  const TracedFunction step = step_of(model);
+  try {
+    actors::megatron_gpt_placement(step, actors::job_mesh(1, 3, 3), 4);
+    ADD_FAILURE() << "4 heads on tp=3 were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("4 attention heads do not split among tp=3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Planning, TensorParallelismDividesTheSplitWeightsPerDevice) {
+  Generator gen(4);
+  TinyGpt model(gen);
+  const TracedFunction step = step_of(model);
+  double all = 0, split = 0;  // parameter bytes, and those of the weights Megatron splits
+  for (const auto& [name, t] : model.state_dict()) {
+    all += static_cast<double>(t.nbytes());
+    for (const char* s : {"qkv.weight", "qkv.bias", "attn.proj.weight", "fc.weight", "fc.bias", "mlp.proj.weight"})
+      if (name.find(s) != std::string::npos) split += static_cast<double>(t.nbytes());
+  }
+  const auto memory = [&](int tp) {
+    const Mesh mesh = actors::job_mesh(1, tp, tp);
+    const actors::PlacementRequest r = actors::megatron_gpt_placement(step, mesh, 4);
+    return actors::plan_memory(step, propagate_sharding(step.graph(), mesh, r.given, r.required, {{"batch", 2}}),
+                               {{"batch", 2}}, 8);
+  };
+  const actors::PlanMemory one = memory(1), two = memory(2), four = memory(4);
+  EXPECT_DOUBLE_EQ(one.parameters, all);
+  EXPECT_DOUBLE_EQ(two.parameters, all - split / 2);
+  EXPECT_DOUBLE_EQ(four.parameters, all - split * 3 / 4);
+  EXPECT_DOUBLE_EQ(two.gradients, two.parameters);
+  EXPECT_DOUBLE_EQ(two.optimizer_state, 2 * two.parameters);  // AdamW: two f32 moments per f32 parameter
+  EXPECT_LT(two.activations, one.activations);                 // the heads' and the MLP's activations split
+}
