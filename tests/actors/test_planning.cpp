@@ -1,6 +1,6 @@
 // Planning a hybrid-parallel step (troupe/actors/planning.hpp): the job's mesh uses every device;
 // Megatron's placement of a GPT training step needs four all-reduces per block on a tensor-parallel
-// axis and the gradients' once on a data-parallel one; heads that do not split are refused; and
+// axis and, on a data-parallel one, the loss' and the gradients' once and nothing inside the step; heads that do not split are refused; and
 // tensor parallelism divides the split weights' bytes per device.
 #include <gtest/gtest.h>
 
@@ -83,23 +83,22 @@ TEST(Planning, MegatronGptNeedsFourAllReducesPerBlockOnTheTensorAxis) {
               placement_str(request.given.at(g.parameters()[step.gradient_parameters()[k]])));
 }
 
-TEST(Planning, DataParallelAllReducesTheGradientsOnce) {
+TEST(Planning, DataParallelAllReducesTheLossAndTheGradientsOnce) {
   Generator gen(2);
   TinyGpt model(gen);
   const TracedFunction step = step_of(model);
   const Mesh mesh = actors::job_mesh(2, 1, 2);
   const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
   const ShardingPlan plan = propagate_sharding(step.graph(), mesh, request.given, request.required, {{"batch", 4}});
-  double gradient_bytes = 0;
+  double bytes = 0;
   for (const Transition& t : communicating(plan)) {
-    if (t.consumer >= 0) continue;  // inside the step (the loss' cross-entropy runs replicated: not yet split)
+    EXPECT_EQ(t.consumer, -1) << "value " << t.value << ": the step itself stays local";
     EXPECT_EQ(t.collective, Collective::all_reduce);
-    gradient_bytes += t.bytes;
+    bytes += t.bytes;
   }
   double parameter_bytes = 0;
   for (const Var& p : step.parameters()) parameter_bytes += static_cast<double>(p.tensor().nbytes());
-  // Every gradient all-reduced once (the loss is whole already: its cross-entropy ran replicated).
-  EXPECT_DOUBLE_EQ(gradient_bytes, parameter_bytes);
+  EXPECT_DOUBLE_EQ(bytes, parameter_bytes + 4) << "every gradient and the loss all-reduced once";
 }
 
 TEST(Planning, HeadsThatDoNotSplitAreRefused) {

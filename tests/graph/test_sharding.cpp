@@ -104,7 +104,9 @@ std::vector<Tensor> run_sharded(const Graph& g, const ShardingPlan& plan, const 
         shapes.push_back(to_static(o.shape, node.op));
         dtypes.push_back(o.dtype);
       }
-      const std::vector<Tensor> out = def.run(local, ComputeContext{attrs, shapes, dtypes, node.label});
+      std::vector<Tensor> out = def.run(local, ComputeContext{attrs, shapes, dtypes, node.label});
+      if (sig.mean_of_split)
+        for (Tensor& t : out) t = (Var(t) * (1.0 / n)).tensor();
       for (std::size_t o = 0; o < out.size(); ++o) {
         Shards& s = held[node.outputs[o]];
         s.resize(static_cast<std::size_t>(n));
@@ -410,4 +412,33 @@ TEST(Sharding, AnyPlacementOfAGptBlockComputesTheSame) {
     for (std::size_t k = 0; k < gradients.size(); ++k)
       EXPECT_LE(test::scaled_max_error(got[1 + k], gradients[k]), 1e-5) << what << "gradient " << k;
   }
+}
+
+// Means over split rows: a cross-entropy and a mean, and their gradients, on rows split over a
+// data-parallel axis: each device's mean counts its own rows, scaled to its share (mean_of_split),
+// so the step stays local and computes the unsharded loss and gradient.
+TEST(Sharding, MeansOverSplitRowsComputeTheSame) {
+  Generator gen(11);
+  Linear layer(8, 5, gen);
+  const TracedFunction f = trace(
+                               [&](const std::vector<Var>& in) {
+                                 const Var y = layer(in[0]);
+                                 return std::vector<Var>{cross_entropy(y, in[1]) + mean(y * y, {}, false)};
+                               },
+                               {{"x", {6, 8}}, {"targets", {6}, DType::i64}})
+                               .with_gradients();
+  const Graph& g = f.graph();
+  std::map<ValueId, NdPlacement> required;
+  for (ValueId v : g.outputs()) required[v] = {B};
+  const ShardingPlan plan =
+      propagate_sharding(g, Mesh{{{"dp", 2}}}, {{named(g, "x"), {S(0)}}, {named(g, "targets"), {S(0)}}}, required, {});
+  for (const Transition& t : communicating(plan)) EXPECT_EQ(t.consumer, -1) << "value " << t.value << " inside the step";
+  const Tensor x = test::random_tensor({6, 8}, 12);
+  const Tensor targets = Tensor::from_vector(std::vector<std::int64_t>{0, 4, 2, 1, 3, 4}, {6});
+  layer.zero_grad();
+  const Tensor loss = f({x, targets})[0];
+  const std::vector<Tensor> got = run_sharded(g, plan, values_of(f, {x, targets}));
+  EXPECT_LE(test::scaled_max_error(got[0], loss), 1e-6);
+  for (std::size_t k = 0; k < f.gradient_parameters().size(); ++k)
+    EXPECT_LE(test::scaled_max_error(got[1 + k], f.parameters()[f.gradient_parameters()[k]].grad()), 1e-6) << "gradient " << k;
 }

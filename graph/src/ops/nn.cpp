@@ -358,6 +358,28 @@ std::vector<ShardSignature> shard_layer_norm_backward(const ShardContext& c) {
   }
   return out;
 }
+// Sharding of cross_entropy (logits [..., classes], targets [...]): rows split alike give each
+// device the mean over its rows, scaled to its share of the mean over all (mean_of_split).
+std::vector<ShardSignature> shard_cross_entropy(const ShardContext& c) {
+  std::vector<ShardSignature> out;
+  for (std::size_t d = 0; d + 1 < c.inputs[0].shape.size(); ++d) {
+    const Placement split = Placement::split(static_cast<int>(d));
+    out.push_back({{split, split}, {Placement::partial_sum()}, true});
+  }
+  return out;
+}
+// Sharding of cross_entropy_backward (dloss, logits, targets): rows split alike, each device's
+// gradient divided by its own row count, so scaled to its share (mean_of_split); linear in dloss.
+std::vector<ShardSignature> shard_cross_entropy_backward(const ShardContext& c) {
+  const Placement B = Placement::broadcast(), P = Placement::partial_sum();
+  std::vector<ShardSignature> out;
+  for (std::size_t d = 0; d + 1 < c.inputs[1].shape.size(); ++d) {
+    const Placement split = Placement::split(static_cast<int>(d));
+    out.push_back({{B, split, split}, {split}, true});
+  }
+  out.push_back({{P, B, B}, {P}});
+  return out;
+}
 // Sharding of causal_mask: each [queries, keys] square stays whole; batch and head dims split.
 std::vector<ShardSignature> shard_causal_mask(const ShardContext& c) { return shard_rows(c, 2, 1); }
 // Sharding of causal_attention (q, k, v): batch and head dims; each head's [T, D] stays whole.
@@ -402,9 +424,9 @@ TROUPE_DEFINE_OP({.name = "embedding_backward", .infer = infer_embedding_backwar
 
 // compute: kernels::cross_entropy over the rows of the flattened logits; targets take no gradient.
 Var cross_entropy(const Var& logits, const Var& targets) { return apply1("cross_entropy", {logits, targets}); }
-TROUPE_DEFINE_OP({.name = "cross_entropy", .infer = infer_cross_entropy, .compute = compute_cross_entropy,
+TROUPE_DEFINE_OP({.name = "cross_entropy", .infer = infer_cross_entropy, .sharding = shard_cross_entropy, .compute = compute_cross_entropy,
                   .grad = grad_cross_entropy, .no_grad_inputs = {1}, .precision = Precision::keeps_f32});
-TROUPE_DEFINE_OP({.name = "cross_entropy_backward", .infer = infer_cross_entropy_backward,
+TROUPE_DEFINE_OP({.name = "cross_entropy_backward", .infer = infer_cross_entropy_backward, .sharding = shard_cross_entropy_backward,
                   .compute = compute_cross_entropy_backward, .no_grad_inputs = {2}});
 
 // Built from other ops: mean((y - target)^2).

@@ -117,8 +117,9 @@ std::vector<ValueInfo> infer_max_backward(const InferContext& c) {
   return one(c.inputs[1].dtype, c.inputs[1].shape);
 }
 // Sharding of sum (`sum` true) and mean: a dim the reduction keeps may be split, the output split
-// along the dim it becomes; a dim reduced over gives partial sums for a sum (each device sums its
-// slice), not for a mean (each would divide by its slice's length); partial sums pass through both.
+// along the dim it becomes; a dim reduced over gives partial sums (each device sums its slice; a
+// mean's, divided by its slice's length, is scaled to its share: mean_of_split); partial sums pass
+// through both.
 std::vector<ShardSignature> shard_reduction(const ShardContext& c, bool sum) {
   const std::size_t rank = c.inputs[0].shape.size();
   const auto& axes = c.attrs.get_ints("axes");
@@ -130,13 +131,21 @@ std::vector<ShardSignature> shard_reduction(const ShardContext& c, bool sum) {
   for (std::size_t d = 0; d < rank; ++d) {
     const Placement in = Placement::split(static_cast<int>(d));
     if (!reduced[d]) out.push_back({{in}, {Placement::split(keepdim ? static_cast<int>(d) : kept)}});
-    else if (sum) out.push_back({{in}, {Placement::partial_sum()}});
+    else out.push_back({{in}, {Placement::partial_sum()}, !sum});
     if (!reduced[d] || keepdim) ++kept;
   }
   out.push_back({{Placement::partial_sum()}, {Placement::partial_sum()}});
   return out;
 }
 std::vector<ShardSignature> shard_sum(const ShardContext& c) { return shard_reduction(c, true); }
+// Sharding of mean_backward(dy, x): as elementwise ops; where x's split dim was averaged over (dy
+// has size 1 there), each device divides by its own slice's length: mean_of_split.
+std::vector<ShardSignature> shard_mean_backward(const ShardContext& c) {
+  std::vector<ShardSignature> out = shard_linear_in_first(c);
+  for (ShardSignature& s : out)
+    s.mean_of_split = s.inputs[1].kind == Placement::Kind::split && s.inputs[0].kind == Placement::Kind::broadcast;
+  return out;
+}
 // Sharding of broadcast_to(x, like): as elementwise ops, linear in x; `like` only gives the shape,
 // so a partial sum's (whole) serves as a broadcast's.
 std::vector<ShardSignature> shard_broadcast_to(const ShardContext& c) {
@@ -186,7 +195,7 @@ Var mean(const Var& x, const std::vector<std::int64_t>& axes, bool keepdim) {
 TROUPE_DEFINE_OP({.name = "mean", .infer = infer_reduce, .sharding = shard_mean, .compute = compute_reduce<kernels::mean>, .grad = grad_mean,
                   .precision = Precision::keeps_f32});
 // mean's gradient: dy broadcast to x's shape, divided by the number of elements averaged.
-TROUPE_DEFINE_OP({.name = "mean_backward", .infer = infer_mean_backward, .compute = compute_mean_backward,
+TROUPE_DEFINE_OP({.name = "mean_backward", .infer = infer_mean_backward, .sharding = shard_mean_backward, .compute = compute_mean_backward,
                   .no_grad_inputs = {1}});
 
 Var max(const Var& x, const std::vector<std::int64_t>& axes, bool keepdim) {

@@ -61,6 +61,10 @@ struct Mesh {
 /// One way an op can run along a mesh axis: the placement of each input and of each output.
 struct ShardSignature {
   std::vector<Placement> inputs, outputs;
+  /// The op averages over the dim that is split (a mean, a cross-entropy over rows, their
+  /// gradients): each device's result counts only its own rows, so the runtime divides it by the
+  /// axis's device count (the split being even) to make it its share.
+  bool mean_of_split = false;
 };
 
 /// What an op's sharding rule sees of a node.
