@@ -1,10 +1,19 @@
-// Planning a hybrid-parallel step (troupe/actors/planning.hpp): the job's mesh uses every device;
-// Megatron's placement of a GPT training step needs four all-reduces per block on a tensor-parallel
-// axis and, on a data-parallel one, the loss' and the gradients' once and nothing inside the step; heads that do not split are refused; and
-// tensor parallelism divides the split weights' bytes per device.
+// Planning a hybrid-parallel step (troupe/actors/planning.hpp, strategy.hpp): the job's mesh uses
+// every device; Megatron's placement of a GPT training step needs four all-reduces per block on a
+// tensor-parallel axis and, on a data-parallel one, the loss' and the gradients' once and nothing
+// inside the step; heads that do not split are refused; tensor parallelism divides the split
+// weights' bytes per device; a strategy file saved and loaded gives the identical plan, and one
+// made for another mesh or model, or damaged, is refused clearly.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
 #include "troupe/actors/planning.hpp"
+#include "troupe/actors/strategy.hpp"
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/kernels/error.hpp"
@@ -16,10 +25,10 @@ namespace {
 
 // A small GPT: token embeddings, two Transformer blocks, a final LayerNorm and a head.
 struct TinyGpt : Module {
-  explicit TinyGpt(Generator& gen) {
+  explicit TinyGpt(Generator& gen, std::int64_t d_ff = 0) {
     wte = register_module("wte", std::make_shared<Embedding>(32, 16, gen));
     blocks = register_module("blocks", std::make_shared<Sequential>());
-    for (int i = 0; i < 2; ++i) blocks->add(std::make_shared<GPTBlock>(16, 4, gen));
+    for (int i = 0; i < 2; ++i) blocks->add(std::make_shared<GPTBlock>(16, 4, gen, d_ff));
     ln_f = register_module("ln_f", std::make_shared<LayerNorm>(16));
     head = register_module("head", std::make_shared<Linear>(16, 32, gen, false));
   }
@@ -136,4 +145,95 @@ TEST(Planning, TensorParallelismDividesTheSplitWeightsPerDevice) {
   EXPECT_DOUBLE_EQ(two.gradients, two.parameters);
   EXPECT_DOUBLE_EQ(two.optimizer_state, 2 * two.parameters);  // AdamW: two f32 moments per f32 parameter
   EXPECT_LT(two.activations, one.activations);                 // the heads' and the MLP's activations split
+}
+
+namespace {
+
+// A fresh file name in the temporary folder.
+std::string temp_file(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("troupe_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+// `fn` throws a troupe::Error whose message holds every part.
+template <class Fn>
+void expect_error(Fn fn, std::vector<std::string> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(Strategy, SavedThenLoadedGivesTheIdenticalPlan) {
+  Generator gen(5);
+  TinyGpt model(gen);
+  const TracedFunction step = step_of(model);
+  const Mesh mesh = actors::job_mesh(2, 2, 4);
+  const SymBindings batch{{"batch", 4}};
+  const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
+  const ShardingPlan plan = propagate_sharding(step.graph(), mesh, request.given, request.required, batch);
+  const std::string file = temp_file("strategy.json");
+  actors::save_strategy(file, actors::make_strategy(step, mesh, request, plan));
+  const actors::Strategy loaded = actors::load_strategy(file);
+  // The qkv weight [48, 16], (B, S(0)x3) on dp=2 x tp=2: each device holds 8 rows of q, k and v.
+  for (const actors::Strategy::Layout& l : loaded.parameters)
+    if (l.name == "blocks.0.attn.qkv.weight") {
+      EXPECT_EQ(placement_str(l.placement), "(B, S(0)x3)");
+      EXPECT_EQ(l.shard_shape, (Shape{24, 16}));
+    }
+  const actors::PlacementRequest again = actors::strategy_request(loaded, step, mesh, file);
+  const ShardingPlan replanned = propagate_sharding(step.graph(), mesh, again.given, again.required, batch);
+  ASSERT_EQ(replanned.placements.size(), plan.placements.size());
+  for (const auto& [v, p] : plan.placements) EXPECT_EQ(placement_str(replanned.placements.at(v)), placement_str(p)) << v;
+  ASSERT_EQ(replanned.transitions.size(), plan.transitions.size());
+  for (std::size_t t = 0; t < plan.transitions.size(); ++t) {
+    EXPECT_EQ(replanned.transitions[t].value, plan.transitions[t].value);
+    EXPECT_EQ(replanned.transitions[t].collective, plan.transitions[t].collective);
+    EXPECT_DOUBLE_EQ(replanned.transitions[t].bytes, plan.transitions[t].bytes);
+  }
+  std::filesystem::remove(file);
+}
+
+TEST(Strategy, AFileForAnotherMeshOrModelOrDamagedIsRefused) {
+  Generator gen(6);
+  TinyGpt model(gen);
+  const TracedFunction step = step_of(model);
+  const Mesh mesh = actors::job_mesh(2, 2, 4);
+  const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
+  const std::string file = temp_file("strategy_mismatch.json");
+  actors::save_strategy(file, actors::make_strategy(step, mesh, request,
+                                                    propagate_sharding(step.graph(), mesh, request.given, request.required,
+                                                                       {{"batch", 4}})));
+  const actors::Strategy s = actors::load_strategy(file);
+  expect_error([&] { actors::strategy_request(s, step, actors::job_mesh(1, 4, 4), file); },
+               {file, "made for the mesh dp=2 x tp=2, and this job's is dp=1 x tp=4"});
+  TinyGpt wider(gen, 32);
+  const TracedFunction other = step_of(wider);
+  expect_error([&] { actors::strategy_request(s, other, mesh, file); },
+               {file, "'blocks.0.mlp.fc.weight' [64, 16] in the file and 'blocks.0.mlp.fc.weight' [32, 16] in this model"});
+  const auto write = [&](const std::string& text) {
+    std::ofstream(file) << text;
+    return file;
+  };
+  expect_error([&] { actors::load_strategy(write("{\"format\": \"troupe-strategy\", \"version\": 1,")); },
+               {file, "not valid JSON"});
+  expect_error([&] { actors::load_strategy(write("{\"format\": \"other\"}")); }, {file, "not a troupe strategy"});
+  std::string good;
+  actors::save_strategy(file, s);
+  {
+    std::ifstream saved(file);
+    good.assign(std::istreambuf_iterator<char>(saved), {});
+  }
+  const std::size_t at = good.find("\"S(0)x3\"");
+  ASSERT_NE(at, std::string::npos);
+  expect_error([&] { actors::load_strategy(write(good.substr(0, at) + "\"S(0)y3\"" + good.substr(at + 8))); },
+               {file, "placement 'S(0)y3' is none of B, P, S(<dim>) or S(<dim>)x<blocks>"});
+  expect_error([&] { actors::load_strategy(temp_file("no_such_strategy.json")); }, {"cannot be read"});
+  EXPECT_EQ(actors::parse_placement("S(2)x3"), Placement::split(2, 3));
+  for (const char* bad : {"S()", "S(1", "S(1)x", "S(1)x0", "s(1)", "S(1) ", "BB", ""})
+    EXPECT_THROW(actors::parse_placement(bad), Error) << bad;
+  std::filesystem::remove(file);
 }

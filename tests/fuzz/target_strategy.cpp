@@ -1,0 +1,53 @@
+// Strategy files (troupe/actors/strategy.hpp) on arbitrary bytes: read, checked against the step
+// they were saved for, and planned; every refusal must be a one-line troupe::Error.
+#include <memory>
+
+#include "fuzz/files.hpp"
+#include "fuzz/targets.hpp"
+#include "troupe/actors/strategy.hpp"
+#include "troupe/graph/nn.hpp"
+#include "troupe/graph/ops.hpp"
+
+namespace troupe::fuzz {
+
+namespace {
+
+// A Transformer block's training step, which the seed's strategy places on tp=2, Megatron style.
+struct Step {
+  Generator gen{1};
+  graph::GPTBlock block{8, 2, gen};
+  graph::TracedFunction step = graph::trace(
+                                   [this](const std::vector<graph::Var>& in) {
+                                     const graph::Var y = block(in[0]);
+                                     return std::vector<graph::Var>{graph::sum(y * y, {}, false)};
+                                   },
+                                   {{"x", {2, 4, 8}}})
+                                   .with_gradients();
+  graph::Mesh mesh = actors::job_mesh(1, 2, 2);
+};
+
+}  // namespace
+
+FuzzTarget strategy_target(const std::string& scratch) {
+  auto s = std::make_shared<Step>();
+  const std::string path = scratch + "/strategy.json";
+  const actors::PlacementRequest request = actors::megatron_gpt_placement(s->step, s->mesh, 2);
+  const graph::ShardingPlan plan = graph::propagate_sharding(s->step.graph(), s->mesh, request.given, request.required, {});
+  actors::save_strategy(path, actors::make_strategy(s->step, s->mesh, request, plan));
+  FuzzTarget t;
+  t.name = "strategy";
+  t.seeds = {read_bytes(path)};
+  t.dictionary = {"\"format\"", "\"troupe-strategy\"", "\"version\"", "\"fingerprint\"", "\"mesh\"", "\"tp\"",
+                  "\"parameters\"", "\"placement\"", "\"shape\"", "\"shard_shape\"", "\"pins\"", "\"node\"",
+                  "\"output\"", "\"outputs\"", "\"ops\"", "\"S(0)\"", "\"S(1)x3\"", "\"P\"", "\"B\"", "\"S(7)\""};
+  t.run = [s, path](const std::string& bytes) {
+    write_bytes(path, bytes);
+    const actors::Strategy loaded = actors::load_strategy(path);
+    const actors::PlacementRequest r = actors::strategy_request(loaded, s->step, s->mesh, path);
+    (void)graph::propagate_sharding(s->step.graph(), s->mesh, r.given, r.required, {});
+    return std::string(r.given.empty() ? "accepted, nothing placed" : "accepted");
+  };
+  return t;
+}
+
+}  // namespace troupe::fuzz
