@@ -141,6 +141,7 @@ ShardingPlan propagate_sharding(const Graph& g, const Mesh& mesh, const std::map
   };
   const auto cheapest = [&](ValueId v, std::size_t a, const Placement& to) {
     const NdPlacement& have = plan.placements.at(v);
+    if (mesh.axes[a].second == 1) return Move{to, Collective::none, 0};  // one device: every placement is the whole value
     std::vector<Placement> from{have[a]};
     const auto it = versions.find({v, a});
     if (it != versions.end()) from.insert(from.end(), it->second.begin(), it->second.end());

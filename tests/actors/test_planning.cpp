@@ -237,3 +237,66 @@ TEST(Strategy, AFileForAnotherMeshOrModelOrDamagedIsRefused) {
     EXPECT_THROW(actors::parse_placement(bad), Error) << bad;
   std::filesystem::remove(file);
 }
+
+TEST(CostModel, FlopsOfProductsAndAttention) {
+  const TracedFunction f = trace(
+      [](const std::vector<Var>& in) {
+        return std::vector<Var>{matmul(in[0], in[1], false, true), causal_attention(in[2], in[2], in[2], 0.5)};
+      },
+      {{"a", {4, 8}}, {"b", {6, 8}}, {"q", {2, 3, 5, 4}}});
+  const Graph& g = f.graph();
+  EXPECT_DOUBLE_EQ(actors::node_flops(g, g.nodes()[0], {}), 2 * 4 * 6 * 8);
+  EXPECT_DOUBLE_EQ(actors::node_flops(g, g.nodes()[1], {}), 4 * (2 * 3 * 5 * 4) * 5);
+}
+
+TEST(CostModel, TensorParallelismTradesComputeForAllReduces) {
+  Generator gen(7);
+  TinyGpt model(gen);
+  const TracedFunction step = step_of(model);
+  const SymBindings batch{{"batch", 2}};
+  actors::CostModel cost;
+  cost.gflops = 10;
+  cost.default_link = {10, 20};
+  const auto time = [&](int tp) {
+    const Mesh mesh = actors::job_mesh(1, tp, tp);
+    const actors::PlacementRequest r = actors::megatron_gpt_placement(step, mesh, 4);
+    return actors::plan_time(step.graph(), propagate_sharding(step.graph(), mesh, r.given, r.required, batch), batch, cost);
+  };
+  const actors::PlanTime one = time(1), two = time(2);
+  EXPECT_DOUBLE_EQ(one.communication, 0);
+  EXPECT_LT(two.compute, one.compute);
+  EXPECT_GT(two.compute, one.compute / 2);  // embeddings, LayerNorms and the head stay whole
+  // 8 all-reduces of an activation [2, 8, 16] f32 (1024 bytes, sent once each way on 2 devices).
+  EXPECT_NEAR(two.communication, 8 * (20e-6 + 1024 / 10e9), 1e-12);
+}
+
+TEST(CostModel, TheSearchPicksTheFastestMeshThatFits) {
+  Generator gen(8);
+  TinyGpt model(gen);
+  const TracedFunction step = step_of(model);
+  const SymBindings batch{{"batch", 4}};
+  actors::CostModel slow_compute;  // compute dominates: the data-parallel mesh splits the most of it
+  slow_compute.gflops = 0.001;
+  std::vector<actors::MeshCandidate> c = actors::search_gpt_meshes(step, 4, 4, batch, slow_compute, 0, 8);
+  ASSERT_EQ(c.size(), 3u);  // dp4, dp2 x tp2, tp4
+  EXPECT_EQ(c[0].dp, 4);
+  actors::CostModel slow_links;  // communication dominates: activations are smaller than gradients here
+  slow_links.gflops = 1e6;
+  slow_links.default_link = {1e-3, 0};
+  c = actors::search_gpt_meshes(step, 4, 4, batch, slow_links, 0, 8);
+  EXPECT_EQ(c[0].tp, 4);
+  for (std::size_t i = 1; i < c.size(); ++i) EXPECT_LE(c[i - 1].time.total(), c[i].time.total());
+  // A budget only tensor parallelism fits: it comes first, whatever its time.
+  const double tp4 = c[0].memory.total();
+  c = actors::search_gpt_meshes(step, 4, 4, batch, slow_compute, tp4, 8);
+  EXPECT_EQ(c[0].tp, 4);
+  EXPECT_TRUE(c[0].fits);
+  EXPECT_FALSE(c[1].fits);
+  try {
+    actors::search_gpt_meshes(step, 4, 4, batch, slow_compute, tp4 / 4, 8);
+    ADD_FAILURE() << "a budget nothing fits was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no mesh of 4 devices fits"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(dp=1 x tp=4)"), std::string::npos) << e.what();
+  }
+}

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "troupe/graph/sharding.hpp"
 #include "troupe/graph/trace.hpp"
@@ -49,5 +50,51 @@ struct PlanMemory {
 /// dims sized by `bindings`; `optimizer_bytes_per_parameter` is 8 for AdamW's two f32 moments.
 PlanMemory plan_memory(const graph::TracedFunction& step, const graph::ShardingPlan& plan, const graph::SymBindings& bindings,
                        double optimizer_bytes_per_parameter);
+
+/// What the cost model knows of the machines: compute speed, and each mesh axis' link.
+struct CostModel {
+  double gflops = 50;                  // per device, at the step's products
+  /// Per mesh axis name: bandwidth in GB/s and latency in microseconds per collective; an axis
+  /// not listed uses `default_link`.
+  struct Link {
+    double gbytes_per_s = 10;
+    double latency_us = 20;
+  };
+  std::map<std::string, Link> links;
+  Link default_link;
+};
+
+/// The floating-point operations of `node` with its symbolic dims sized by `bindings`: 2mnk for a
+/// product (its batch dims included), 4T^2D per head for attention, one per element for
+/// elementwise ops, normalisations and reductions (their inputs' elements), none for views.
+double node_flops(const graph::Graph& g, const graph::Node& node, const graph::SymBindings& bindings);
+
+/// A plan's predicted step time on device 0, in seconds.
+struct PlanTime {
+  double compute = 0;        // each node's FLOPs at CostModel::gflops, divided by the devices it is split over
+  double communication = 0;  // each transition's latency plus its bytes at its axis' bandwidth
+  /// Compute and communication one after the other (the overlap the runtime finds is not counted).
+  double total() const { return compute + communication; }
+};
+
+/// The predicted time of `plan` for `g`.
+PlanTime plan_time(const graph::Graph& g, const graph::ShardingPlan& plan, const graph::SymBindings& bindings,
+                   const CostModel& cost);
+
+/// One mesh the planner tried for a GPT step, with what it predicts.
+struct MeshCandidate {
+  int dp = 1, tp = 1;
+  PlanTime time;
+  PlanMemory memory;
+  bool fits = true;  // within the memory budget
+};
+
+/// The planner's search for a GPT step (megatron_gpt_placement) on `world` devices: every dp x tp =
+/// world with tp dividing `heads`, each planned and predicted; returns them all, fastest first
+/// among those whose memory fits `memory_budget` bytes per device (0: no budget), then the rest.
+/// Throws when none fits, naming the smallest memory a mesh needs.
+std::vector<MeshCandidate> search_gpt_meshes(const graph::TracedFunction& step, int world, std::int64_t heads,
+                                             const graph::SymBindings& bindings, const CostModel& cost,
+                                             double memory_budget, double optimizer_bytes_per_parameter);
 
 }  // namespace troupe::actors

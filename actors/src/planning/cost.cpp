@@ -1,0 +1,97 @@
+// The planner's cost model and its search over meshes (troupe/actors/planning.hpp).
+#include <algorithm>
+#include <set>
+
+#include "troupe/actors/planning.hpp"
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+double elements(const graph::Graph& g, graph::ValueId v, const graph::SymBindings& bindings) {
+  return static_cast<double>(shape_numel(bind(g.value(v).info.shape, bindings)));
+}
+
+}  // namespace
+
+double node_flops(const graph::Graph& g, const graph::Node& node, const graph::SymBindings& bindings) {
+  static const std::set<std::string> moves{"reshape", "permute", "split", "concat", "identity", "cast", "after",
+                                           "stop_gradient", "zeros_like", "broadcast_to", "pixel_shuffle", "pixel_unshuffle"};
+  if (moves.count(node.op)) return 0;
+  const double out = elements(g, node.outputs[0], bindings);
+  if (node.op == "matmul" || node.op == "matmul_bias") {
+    const Shape a = bind(g.value(node.inputs[0]).info.shape, bindings);
+    const bool ta = node.attrs.has("trans_a") && node.attrs.get_int("trans_a") != 0;
+    return 2 * out * static_cast<double>(a[a.size() - (ta ? 2 : 1)]);
+  }
+  if (node.op == "causal_attention" || node.op == "causal_attention_backward") {
+    const Shape q = bind(g.value(node.inputs[node.op == "causal_attention" ? 0 : 1]).info.shape, bindings);
+    const double forward = 4 * static_cast<double>(shape_numel(q)) * static_cast<double>(q[q.size() - 2]);
+    return node.op == "causal_attention" ? forward : 2 * forward;
+  }
+  if (node.op.rfind("conv2d", 0) == 0 && node.inputs.size() > 1) {
+    const Shape w = bind(g.value(node.inputs[1]).info.shape, bindings);
+    if (w.size() == 4) return 2 * out * static_cast<double>(w[1] * w[2] * w[3]);
+  }
+  double in = 0;
+  for (graph::ValueId v : node.inputs) in = std::max(in, elements(g, v, bindings));
+  return std::max(in, out);
+}
+
+PlanTime plan_time(const graph::Graph& g, const graph::ShardingPlan& plan, const graph::SymBindings& bindings,
+                   const CostModel& cost) {
+  PlanTime t;
+  for (const graph::Node& node : g.nodes()) {
+    double devices = 1;  // that share the node's work: the axes its signature splits something along
+    const std::vector<graph::ShardSignature>& sigs = plan.signatures.at(node.id);
+    for (std::size_t a = 0; a < sigs.size(); ++a) {
+      bool split = false;
+      for (const graph::Placement& p : sigs[a].inputs) split |= p.kind == graph::Placement::Kind::split;
+      for (const graph::Placement& p : sigs[a].outputs) split |= p.kind == graph::Placement::Kind::split;
+      if (split) devices *= plan.mesh.axes[a].second;
+    }
+    t.compute += node_flops(g, node, bindings) / (cost.gflops * 1e9) / devices;
+  }
+  for (const graph::Transition& tr : plan.transitions) {
+    if (tr.collective == graph::Collective::local) continue;
+    const auto it = cost.links.find(plan.mesh.axes[static_cast<std::size_t>(tr.mesh_axis)].first);
+    const CostModel::Link& link = it != cost.links.end() ? it->second : cost.default_link;
+    t.communication += link.latency_us * 1e-6 + tr.bytes / (link.gbytes_per_s * 1e9);
+  }
+  return t;
+}
+
+std::vector<MeshCandidate> search_gpt_meshes(const graph::TracedFunction& step, int world, std::int64_t heads,
+                                             const graph::SymBindings& bindings, const CostModel& cost,
+                                             double memory_budget, double optimizer_bytes_per_parameter) {
+  TROUPE_CHECK(world >= 1, invalid_argument, "planner: a job of ", world, " devices; give at least 1");
+  std::vector<MeshCandidate> all;
+  for (int tp = 1; tp <= world; ++tp) {
+    if (world % tp != 0 || heads % tp != 0) continue;
+    MeshCandidate c;
+    c.tp = tp;
+    c.dp = world / tp;
+    const graph::Mesh mesh = job_mesh(c.dp, c.tp, world);
+    const PlacementRequest r = megatron_gpt_placement(step, mesh, heads);
+    const graph::ShardingPlan plan = propagate_sharding(step.graph(), mesh, r.given, r.required, bindings);
+    c.time = plan_time(step.graph(), plan, bindings, cost);
+    c.memory = plan_memory(step, plan, bindings, optimizer_bytes_per_parameter);
+    c.fits = memory_budget <= 0 || c.memory.total() <= memory_budget;
+    all.push_back(c);
+  }
+  std::stable_sort(all.begin(), all.end(), [](const MeshCandidate& a, const MeshCandidate& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.fits ? a.time.total() < b.time.total() : a.memory.total() < b.memory.total();
+  });
+  if (all.empty() || !all.front().fits) {
+    TROUPE_CHECK(!all.empty(), invalid_argument, "planner: no dp x tp of ", world, " devices has tp dividing the ", heads,
+                 " heads");
+    fail(ErrorKind::invalid_argument, "planner: no mesh of ", world, " devices fits ", memory_budget / (1 << 20),
+         " MiB per device; the smallest needs ", all.front().memory.total() / (1 << 20), " MiB (dp=", all.front().dp,
+         " x tp=", all.front().tp, "); raise --mem-per-rank or use more devices");
+  }
+  return all;
+}
+
+}  // namespace troupe::actors
