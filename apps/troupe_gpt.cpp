@@ -15,6 +15,7 @@
 
 #include "troupe/apps/cli.hpp"
 #include "troupe/apps/corpus.hpp"
+#include "troupe/apps/gpt_plan.hpp"
 #include "troupe/apps/memory_budget.hpp"
 #include "troupe/apps/resume.hpp"
 #include "troupe/apps/training_run.hpp"
@@ -40,6 +41,7 @@ struct TrainFlags {
   std::uint64_t seed = 1;
   std::string data, load_weights;
   apps::DataParallelFlags dp;
+  apps::PlanFlags plan;
   TrainFlags() { run.clip = 1.0; }
 };
 
@@ -264,6 +266,7 @@ int main(int argc, char** argv) {
   app.add_option("--comm-fusion-mb", tf.dp.comm_fusion_mb, "AllReduce bucket size limit in MiB")
       ->capture_default_str()->check(apps::open_range(0, 1 << 20, "MiB"));
   app.add_flag("--check-grads", tf.dp.check_grads, "compare the ranks' post-reduce gradient norms every step and warn when they differ");
+  apps::add_plan_flags(app, tf.plan);
   apps::add_run_flags(app, tf.run);
   GenerateFlags gf;
   CLI::App* gen = app.add_subcommand("generate", "sample text from a checkpoint or a weights file");
@@ -281,5 +284,12 @@ int main(int argc, char** argv) {
                 "recompute the whole context for every token instead of keeping the attention's keys and values (slower; "
                 "the same text)");
   apps::add_amp_flags(*gen, gf.amp);
-  return apps::run_cli(app, argc, argv, "troupe-gpt", [&] { return gen->parsed() ? generate(gf, *gen) : train(tf, app); });
+  return apps::run_cli(app, argc, argv, "troupe-gpt", [&] {
+    if (gen->parsed()) return generate(gf, *gen);
+    if (tf.plan.plan_only) return apps::plan_only(tf.plan, tf.model, tf.batch, tf.dp.ranks, tf.seed);
+    TROUPE_CHECK(tf.plan.tp == 0 && tf.plan.strategy_load.empty() && tf.plan.strategy_save.empty(), unsupported,
+                 "training with --tp or a strategy file does not run yet; use --plan-only to see the plan, "
+                 "or train with --dp alone");
+    return train(tf, app);
+  });
 }

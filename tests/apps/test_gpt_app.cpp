@@ -441,3 +441,47 @@ TEST(GptApp, MixedPrecisionTracksF32AndResumesAcrossLevels) {
     bad.push_back({tiny(data) + " --steps 1 --amp O1 --amp-dtype fp16", "no f16 matrix products; use --amp-dtype bf16"});
   test::expect_clear_failures(bad);
 }
+
+// --plan-only prints the hybrid-parallel plan as JSON without training: Megatron's four
+// all-reduces per block on the tensor axis, the qkv rows grouped by head, the memory per rank; a
+// strategy file saved and loaded gives the same plan, and one for another model is refused; without
+// --tp the meshes are searched; heads that do not split, and training with --tp, are refused.
+TEST(GptApp, PlanOnlyPrintsTheHybridParallelPlan) {
+  const std::string dir = test::fresh_dir("gpt_plan"), data = corpus_file(dir);
+  const std::string plan = tiny(data) + " --plan-only --dp 2 --tp 2";
+  const auto r = run_app(plan + " --strategy-save " + dir + "/plan.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = r.last_json();
+  EXPECT_EQ(j.at("mesh"), "dp=2 x tp=2");
+  int tensor_axis = 0;
+  for (const auto& c : j.at("collectives")) tensor_axis += c.at("axis") == "tp";
+  EXPECT_EQ(tensor_axis, 4) << "one block: two all-reduces forward, two backward";
+  bool grouped = false;
+  for (const auto& p : j.at("parameters"))
+    if (p.at("name") == "blocks.0.attn.qkv.weight") grouped = p.at("placement") == nlohmann::json::array({"B", "S(0)x3"});
+  EXPECT_TRUE(grouped) << j.at("parameters").dump();
+  for (const char* key : {"parameters", "gradients", "optimizer_state", "activations"})
+    EXPECT_GT(j.at("memory_per_rank").at(key).get<double>(), 0) << key;
+  EXPECT_GT(j.at("predicted_ms").get<double>(), 0);
+
+  const auto loaded = run_app(plan + " --strategy-load " + dir + "/plan.json");
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.output;
+  EXPECT_EQ(loaded.last_json().at("ops"), j.at("ops"));
+  EXPECT_EQ(loaded.last_json().at("collectives"), j.at("collectives"));
+  std::string wider = plan;
+  wider.replace(wider.find("--d-ff 64"), 9, "--d-ff 32");
+  const auto other = run_app(wider + " --strategy-load " + dir + "/plan.json");
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_NE(other.output.find("does not fit: parameter"), std::string::npos) << other.output;
+
+  const auto searched = run_app(tiny(data) + " --plan-only --devices 4");
+  ASSERT_EQ(searched.exit_code, 0) << searched.output;
+  EXPECT_EQ(searched.last_json().at("candidates").size(), 2u) << "tp 1 and 2 divide the 2 heads";
+
+  const auto uneven = run_app(tiny(data) + " --plan-only --dp 1 --tp 3");
+  EXPECT_EQ(uneven.exit_code, 1);
+  EXPECT_NE(uneven.output.find("2 attention heads do not split among tp=3"), std::string::npos) << uneven.output;
+  const auto train = run_app(tiny(data) + " --steps 1 --tp 2");
+  EXPECT_EQ(train.exit_code, 1);
+  EXPECT_NE(train.output.find("does not run yet"), std::string::npos) << train.output;
+}

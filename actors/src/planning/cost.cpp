@@ -67,6 +67,7 @@ std::vector<MeshCandidate> search_gpt_meshes(const graph::TracedFunction& step, 
                                              double memory_budget, double optimizer_bytes_per_parameter) {
   TROUPE_CHECK(world >= 1, invalid_argument, "planner: a job of ", world, " devices; give at least 1");
   std::vector<MeshCandidate> all;
+  std::string unplaceable;  // why meshes were left out
   for (int tp = 1; tp <= world; ++tp) {
     if (world % tp != 0 || heads % tp != 0) continue;
     MeshCandidate c;
@@ -74,7 +75,13 @@ std::vector<MeshCandidate> search_gpt_meshes(const graph::TracedFunction& step, 
     c.dp = world / tp;
     const graph::Mesh mesh = job_mesh(c.dp, c.tp, world);
     const PlacementRequest r = megatron_gpt_placement(step, mesh, heads);
-    const graph::ShardingPlan plan = propagate_sharding(step.graph(), mesh, r.given, r.required, bindings);
+    graph::ShardingPlan plan;
+    try {
+      plan = propagate_sharding(step.graph(), mesh, r.given, r.required, bindings);
+    } catch (const Error& e) {  // this mesh does not fit the step (a batch dp does not divide): not a candidate
+      unplaceable += (unplaceable.empty() ? "" : "; ") + e.message();
+      continue;
+    }
     c.time = plan_time(step.graph(), plan, bindings, cost);
     c.memory = plan_memory(step, plan, bindings, optimizer_bytes_per_parameter);
     c.fits = memory_budget <= 0 || c.memory.total() <= memory_budget;
@@ -86,7 +93,7 @@ std::vector<MeshCandidate> search_gpt_meshes(const graph::TracedFunction& step, 
   });
   if (all.empty() || !all.front().fits) {
     TROUPE_CHECK(!all.empty(), invalid_argument, "planner: no dp x tp of ", world, " devices has tp dividing the ", heads,
-                 " heads");
+                 " heads and places the step", unplaceable.empty() ? "" : " (" + unplaceable + ")");
     fail(ErrorKind::invalid_argument, "planner: no mesh of ", world, " devices fits ", memory_budget / (1 << 20),
          " MiB per device; the smallest needs ", all.front().memory.total() / (1 << 20), " MiB (dp=", all.front().dp,
          " x tp=", all.front().tp, "); raise --mem-per-rank or use more devices");

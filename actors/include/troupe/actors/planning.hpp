@@ -90,7 +90,8 @@ struct MeshCandidate {
 };
 
 /// The planner's search for a GPT step (megatron_gpt_placement) on `world` devices: every dp x tp =
-/// world with tp dividing `heads`, each planned and predicted; returns them all, fastest first
+/// world with tp dividing `heads` whose placements fit the step (dp dividing the batch), each
+/// planned and predicted; returns them all, fastest first
 /// among those whose memory fits `memory_budget` bytes per device (0: no budget), then the rest.
 /// Throws when none fits, naming the smallest memory a mesh needs.
 std::vector<MeshCandidate> search_gpt_meshes(const graph::TracedFunction& step, int world, std::int64_t heads,

@@ -1,0 +1,34 @@
+#pragma once
+// troupe-gpt --plan-only: the hybrid-parallel plan of a GPT training step (docs/PARALLELISM.md)
+// printed and written as JSON without training: the mesh (given by --dp and --tp, searched when
+// --tp is absent, or read from --strategy-load), each op's placement, each collective with its
+// bytes and mesh axis, the memory per device, and the predicted step time.
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "troupe/models/gpt.hpp"
+
+namespace troupe::apps {
+
+/// The hybrid-parallel flags of troupe-gpt.
+struct PlanFlags {
+  bool plan_only = false;
+  int tp = 0;                  // 0: searched
+  int devices = 0;             // 0: dp x tp (or dp when searching)
+  double mem_per_rank = 0;     // bytes; 0: no budget
+  double link_gbps = 10, link_latency_us = 20;  // of the devices' links, for the cost model
+  std::string strategy_save, strategy_load;
+};
+
+/// Adds --tp, --plan-only, --devices, --mem-per-rank, --link-gbps, --link-latency-us,
+/// --strategy-save and --strategy-load to `app`.
+void add_plan_flags(CLI::App& app, PlanFlags& f);
+
+/// Plans the training step of `model` at a global batch of `batch` x `dp` sequences (--batch per
+/// rank of --dp, as training reads them); prints the plan and its JSON line; returns the exit code.
+int plan_only(const PlanFlags& f, const models::GptConfig& model, std::int64_t batch, int dp, std::uint64_t seed);
+
+}  // namespace troupe::apps

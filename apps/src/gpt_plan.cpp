@@ -1,0 +1,159 @@
+#include "troupe/apps/gpt_plan.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "troupe/actors/strategy.hpp"
+#include "troupe/apps/cli.hpp"
+#include "troupe/graph/ops.hpp"
+#include "troupe/kernels/error.hpp"
+
+namespace troupe::apps {
+
+void add_plan_flags(CLI::App& app, PlanFlags& f) {
+  app.add_option("--tp", f.tp, "tensor-parallel ranks per data-parallel replica (Megatron style; searched when absent)")
+      ->check(in_range(1, 1024));
+  app.add_flag("--plan-only", f.plan_only,
+               "print the hybrid-parallel plan (placements, collectives, memory per rank, predicted step time) as JSON, "
+               "and do not train");
+  app.add_option("--devices", f.devices, "devices to plan for with --plan-only (default: dp x tp)")->check(in_range(1, 65536));
+  app.add_option("--mem-per-rank", f.mem_per_rank, "memory budget per rank in bytes, for the planner (0: none)")
+      ->capture_default_str()->check(in_range(0, 1e15));
+  app.add_option("--link-gbps", f.link_gbps, "the ranks' link bandwidth in GB/s, for the planner's cost model")
+      ->capture_default_str()->check(open_range(0, 1e6, "GB/s"));
+  app.add_option("--link-latency-us", f.link_latency_us, "the ranks' link latency per collective in microseconds")
+      ->capture_default_str()->check(in_range(0, 1e7));
+  app.add_option("--strategy-save", f.strategy_save, "write the chosen plan to this strategy file (JSON)");
+  app.add_option("--strategy-load", f.strategy_load, "take the plan from this strategy file instead of planning")
+      ->excludes(app.get_option("--strategy-save"));
+}
+
+namespace {
+
+// This machine's GFLOP/s at a 256 x 256 f32 product, the size of the steps' products: the best of
+// five rounds of 20, after a warm-up (the first calls build oneDNN's kernels).
+double measured_gflops() {
+  Generator gen(1);
+  Tensor a = Tensor::empty({256, 256}), b = Tensor::empty({256, 256});
+  gen.uniform_(a, -1, 1);
+  gen.uniform_(b, -1, 1);
+  graph::NoGradGuard no_grad;
+  constexpr int reps = 20;
+  for (int i = 0; i < reps; ++i) (void)graph::matmul(a, b).tensor();
+  double best = 0;
+  for (int round = 0; round < 5; ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) (void)graph::matmul(a, b).tensor();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * 256 * 256 * 256 * reps / s / 1e9);
+  }
+  return best;
+}
+
+double mib(double bytes) { return bytes / (1 << 20); }
+
+nlohmann::json placement_json(const graph::NdPlacement& p) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const graph::Placement& q : p) out.push_back(q.str());
+  return out;
+}
+
+}  // namespace
+
+int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t batch, int dp, std::uint64_t seed) {
+  config.validate();
+  Generator gen(seed);
+  models::Gpt model(config, gen);
+  const graph::SymDim b = graph::SymDim::symbol("batch");
+  const graph::TracedFunction step =
+      graph::trace([&](const std::vector<graph::Var>& in) { return std::vector<graph::Var>{model.loss(in[0], in[1])}; },
+                   {{"ids", {b, config.seq}, DType::i64}, {"targets", {b, config.seq}, DType::i64}})
+          .with_gradients();
+  // The global batch: --batch per data-parallel rank, as training with --dp reads it; a searched
+  // mesh with another dp splits the same sequences.
+  const graph::SymBindings bindings{{"batch", batch * dp}};
+  actors::CostModel cost;
+  cost.gflops = measured_gflops();
+  cost.default_link = {f.link_gbps, f.link_latency_us};
+  const int world = f.devices > 0 ? f.devices : dp * (f.tp > 0 ? f.tp : 1);
+  nlohmann::json out{{"app", "troupe-gpt"}, {"plan_only", true}, {"devices", world}, {"global_batch", batch * dp},
+                     {"gflops", cost.gflops},
+                     {"link_gbps", f.link_gbps}, {"link_latency_us", f.link_latency_us}};
+
+  graph::Mesh mesh;
+  actors::PlacementRequest request;
+  if (!f.strategy_load.empty()) {
+    const actors::Strategy s = actors::load_strategy(f.strategy_load);
+    mesh = s.mesh;
+    request = actors::strategy_request(s, step, mesh, f.strategy_load);
+    out["strategy_loaded"] = f.strategy_load;
+  } else if (f.tp > 0) {
+    mesh = actors::job_mesh(world / f.tp, f.tp, world);
+    request = actors::megatron_gpt_placement(step, mesh, config.heads);
+  } else {
+    const std::vector<actors::MeshCandidate> candidates =
+        actors::search_gpt_meshes(step, world, config.heads, bindings, cost, f.mem_per_rank, 8);
+    out["candidates"] = nlohmann::json::array();
+    for (const actors::MeshCandidate& c : candidates) {
+      std::printf("troupe-gpt: candidate dp=%d x tp=%d: predicted %.3f ms, %.2f MiB per rank%s\n", c.dp, c.tp,
+                  c.time.total() * 1e3, mib(c.memory.total()), c.fits ? "" : " (over the budget)");
+      out["candidates"].push_back({{"dp", c.dp}, {"tp", c.tp}, {"predicted_ms", c.time.total() * 1e3},
+                                   {"memory_bytes", c.memory.total()}, {"fits", c.fits}});
+    }
+    mesh = actors::job_mesh(candidates.front().dp, candidates.front().tp, world);
+    request = actors::megatron_gpt_placement(step, mesh, config.heads);
+  }
+  const graph::Graph& g = step.graph();
+  const graph::ShardingPlan plan = graph::propagate_sharding(g, mesh, request.given, request.required, bindings);
+  const actors::PlanTime time = actors::plan_time(g, plan, bindings, cost);
+  const actors::PlanMemory memory = actors::plan_memory(step, plan, bindings, 8);
+  if (!f.strategy_save.empty()) actors::save_strategy(f.strategy_save, actors::make_strategy(step, mesh, request, plan));
+
+  std::map<std::pair<std::string, std::string>, std::pair<int, double>> by_kind;  // (axis, collective) -> count, bytes
+  nlohmann::json collectives = nlohmann::json::array();
+  for (const graph::Transition& t : plan.transitions) {
+    if (t.collective == graph::Collective::local) continue;
+    const std::string axis = mesh.axes[static_cast<std::size_t>(t.mesh_axis)].first;
+    auto& k = by_kind[{axis, graph::to_string(t.collective)}];
+    ++k.first;
+    k.second += t.bytes;
+    const std::string& name = g.value(t.value).name;
+    collectives.push_back({{"value", name.empty() ? "%" + std::to_string(t.value) : name},
+                           {"producer", g.value(t.value).producer >= 0 ? g.nodes()[static_cast<std::size_t>(g.value(t.value).producer)].op : "input"},
+                           {"consumer", t.consumer >= 0 ? g.nodes()[static_cast<std::size_t>(t.consumer)].op : "(where made)"},
+                           {"axis", axis}, {"collective", graph::to_string(t.collective)}, {"from", t.from.str()},
+                           {"to", t.to.str()}, {"bytes", t.bytes}});
+  }
+  std::printf("troupe-gpt: plan %s on %d devices: predicted step %.3f ms (compute %.3f, communication %.3f)\n",
+              mesh.str().c_str(), world, time.total() * 1e3, time.compute * 1e3, time.communication * 1e3);
+  std::printf("troupe-gpt: memory per rank %.2f MiB: parameters %.2f, gradients %.2f, optimizer state %.2f, "
+              "activations %.2f\n", mib(memory.total()), mib(memory.parameters), mib(memory.gradients),
+              mib(memory.optimizer_state), mib(memory.activations));
+  for (const auto& [kind, k] : by_kind)
+    std::printf("troupe-gpt: %d %s on %s, %.0f bytes per rank\n", k.first, kind.second.c_str(), kind.first.c_str(), k.second);
+  nlohmann::json ops = nlohmann::json::array();
+  for (const graph::Node& n : g.nodes()) {
+    nlohmann::json outs = nlohmann::json::array();
+    for (graph::ValueId v : n.outputs) outs.push_back(placement_json(plan.placements.at(v)));
+    ops.push_back({{"op", n.op}, {"backward", n.backward}, {"outputs", outs}});
+  }
+  nlohmann::json params = nlohmann::json::array();
+  for (graph::ValueId v : g.parameters()) params.push_back({{"name", g.value(v).name}, {"placement", placement_json(plan.placements.at(v))}});
+  out["mesh"] = mesh.str();
+  out["predicted_ms"] = time.total() * 1e3;
+  out["predicted_compute_ms"] = time.compute * 1e3;
+  out["predicted_communication_ms"] = time.communication * 1e3;
+  out["memory_per_rank"] = {{"parameters", memory.parameters}, {"gradients", memory.gradients},
+                            {"optimizer_state", memory.optimizer_state}, {"activations", memory.activations},
+                            {"total", memory.total()}};
+  out["parameters"] = params;
+  out["collectives"] = collectives;
+  out["ops"] = ops;
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace troupe::apps
