@@ -120,9 +120,10 @@ int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t 
     auto& k = by_kind[{axis, graph::to_string(t.collective)}];
     ++k.first;
     k.second += t.bytes;
-    const std::string& name = g.value(t.value).name;
-    collectives.push_back({{"value", name.empty() ? "%" + std::to_string(t.value) : name},
-                           {"producer", g.value(t.value).producer >= 0 ? g.nodes()[static_cast<std::size_t>(g.value(t.value).producer)].op : "input"},
+    const graph::Value& value = g.value(t.value);
+    const std::string producer = value.producer >= 0 ? g.nodes()[static_cast<std::size_t>(value.producer)].op : "input";
+    collectives.push_back({{"value", value.name.empty() ? "%" + std::to_string(t.value) : value.name},
+                           {"producer", producer},
                            {"consumer", t.consumer >= 0 ? g.nodes()[static_cast<std::size_t>(t.consumer)].op : "(where made)"},
                            {"axis", axis}, {"collective", graph::to_string(t.collective)}, {"from", t.from.str()},
                            {"to", t.to.str()}, {"bytes", t.bytes}});
@@ -141,7 +142,8 @@ int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t 
     ops.push_back({{"op", n.op}, {"backward", n.backward}, {"outputs", outs}});
   }
   nlohmann::json params = nlohmann::json::array();
-  for (graph::ValueId v : g.parameters()) params.push_back({{"name", g.value(v).name}, {"placement", placement_json(plan.placements.at(v))}});
+  for (graph::ValueId v : g.parameters())
+    params.push_back({{"name", g.value(v).name}, {"placement", placement_json(plan.placements.at(v))}});
   out["mesh"] = mesh.str();
   out["predicted_ms"] = time.total() * 1e3;
   out["predicted_compute_ms"] = time.compute * 1e3;

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "expect_error.hpp"
 #include "troupe/actors/planning.hpp"
 #include "troupe/actors/strategy.hpp"
 #include "troupe/graph/nn.hpp"
@@ -154,17 +155,6 @@ std::string temp_file(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("troupe_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
-// `fn` throws a troupe::Error whose message holds every part.
-template <class Fn>
-void expect_error(Fn fn, std::vector<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
-
 }  // namespace
 
 TEST(Strategy, SavedThenLoadedGivesTheIdenticalPlan) {
@@ -208,19 +198,19 @@ TEST(Strategy, AFileForAnotherMeshOrModelOrDamagedIsRefused) {
                                                     propagate_sharding(step.graph(), mesh, request.given, request.required,
                                                                        {{"batch", 4}})));
   const actors::Strategy s = actors::load_strategy(file);
-  expect_error([&] { actors::strategy_request(s, step, actors::job_mesh(1, 4, 4), file); },
+  test::expect_error_mentions([&] { actors::strategy_request(s, step, actors::job_mesh(1, 4, 4), file); },
                {file, "made for the mesh dp=2 x tp=2, and this job's is dp=1 x tp=4"});
   TinyGpt wider(gen, 32);
   const TracedFunction other = step_of(wider);
-  expect_error([&] { actors::strategy_request(s, other, mesh, file); },
+  test::expect_error_mentions([&] { actors::strategy_request(s, other, mesh, file); },
                {file, "'blocks.0.mlp.fc.weight' [64, 16] in the file and 'blocks.0.mlp.fc.weight' [32, 16] in this model"});
   const auto write = [&](const std::string& text) {
     std::ofstream(file) << text;
     return file;
   };
-  expect_error([&] { actors::load_strategy(write("{\"format\": \"troupe-strategy\", \"version\": 1,")); },
+  test::expect_error_mentions([&] { actors::load_strategy(write("{\"format\": \"troupe-strategy\", \"version\": 1,")); },
                {file, "not valid JSON"});
-  expect_error([&] { actors::load_strategy(write("{\"format\": \"other\"}")); }, {file, "not a troupe strategy"});
+  test::expect_error_mentions([&] { actors::load_strategy(write("{\"format\": \"other\"}")); }, {file, "not a troupe strategy"});
   std::string good;
   actors::save_strategy(file, s);
   {
@@ -229,9 +219,9 @@ TEST(Strategy, AFileForAnotherMeshOrModelOrDamagedIsRefused) {
   }
   const std::size_t at = good.find("\"S(0)x3\"");
   ASSERT_NE(at, std::string::npos);
-  expect_error([&] { actors::load_strategy(write(good.substr(0, at) + "\"S(0)y3\"" + good.substr(at + 8))); },
+  test::expect_error_mentions([&] { actors::load_strategy(write(good.substr(0, at) + "\"S(0)y3\"" + good.substr(at + 8))); },
                {file, "placement 'S(0)y3' is none of B, P, S(<dim>) or S(<dim>)x<blocks>"});
-  expect_error([&] { actors::load_strategy(temp_file("no_such_strategy.json")); }, {"cannot be read"});
+  test::expect_error_mentions([&] { actors::load_strategy(temp_file("no_such_strategy.json")); }, {"cannot be read"});
   EXPECT_EQ(actors::parse_placement("S(2)x3"), Placement::split(2, 3));
   for (const char* bad : {"S()", "S(1", "S(1)x", "S(1)x0", "s(1)", "S(1) ", "BB", ""})
     EXPECT_THROW(actors::parse_placement(bad), Error) << bad;

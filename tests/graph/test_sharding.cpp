@@ -7,6 +7,7 @@
 // signature, transitions move the slices, and the result equals the unsharded run.
 #include <gtest/gtest.h>
 
+#include "expect_error.hpp"
 #include "kernels/reference.hpp"
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/op_def.hpp"
@@ -137,17 +138,6 @@ std::vector<Transition> communicating(const ShardingPlan& plan) {
   for (const Transition& t : plan.transitions)
     if (t.collective != Collective::local) out.push_back(t);
   return out;
-}
-
-// `fn` throws a troupe::Error whose message holds every part.
-template <class Fn>
-void expect_error(Fn fn, std::vector<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
 }
 
 // Megatron's MLP: fc (column-parallel) -> gelu -> proj (row-parallel).
@@ -292,12 +282,12 @@ TEST(Sharding, PlacementsThatDoNotFitAreRefused) {
   NoGradGuard no_grad;
   const TracedFunction f = trace([](const std::vector<Var>& in) { return std::vector<Var>{gelu(in[0])}; }, {{"x", {3, 8}}});
   const Graph& g = f.graph();
-  expect_error([&] { propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(0)}}}, {}, {}); },
+  test::expect_error_mentions([&] { propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(0)}}}, {}, {}); },
                {"'x'", "[3, 8]", "(S(0))", "tp=2"});
-  expect_error([&] { propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(2)}}}, {}, {}); }, {"'x'", "(S(2))"});
-  expect_error([&] { propagate_sharding(g, Mesh{{{"dp", 2}, {"tp", 2}}}, {{named(g, "x"), {S(1)}}}, {}, {}); },
+  test::expect_error_mentions([&] { propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(2)}}}, {}, {}); }, {"'x'", "(S(2))"});
+  test::expect_error_mentions([&] { propagate_sharding(g, Mesh{{{"dp", 2}, {"tp", 2}}}, {{named(g, "x"), {S(1)}}}, {}, {}); },
                {"one placement per mesh axis"});
-  expect_error([&] { propagate_sharding(g, Mesh{}, {}, {}, {}); }, {"no axes"});
+  test::expect_error_mentions([&] { propagate_sharding(g, Mesh{}, {}, {}, {}); }, {"no axes"});
   // An uneven split is never chosen: the 3 rows stay whole on both devices.
   const ShardingPlan plan = propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(1)}}}, {{g.outputs()[0], {B}}}, {});
   EXPECT_EQ(plan.placements.at(g.nodes()[0].outputs[0])[0], S(1));

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "graph/gradcheck.hpp"
+#include "expect_error.hpp"
 #include "kernels/reference.hpp"
 #include "troupe/graph/autodiff.hpp"
 #include "troupe/graph/debug.hpp"
@@ -26,17 +27,6 @@ struct Mlp {
   Var w2 = Var::leaf(test::random_tensor({8, 3}, 3), "w2");
   Var operator()(const Var& x) const { return matmul(gelu(matmul(x, w1) + b1), w2); }
 };
-
-// Expects `f` to throw a troupe::Error whose message contains every one of `parts`.
-template <class F>
-void expect_error_mentions(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
 
 double max_rel_diff(const Tensor& a, const Tensor& b) {
   const auto x = test::values(a), y = test::values(b);
@@ -71,30 +61,30 @@ TEST(Trace, MinusOneIsADynamicDimOfItsOwn) {
 TEST(Trace, InputsThatDoNotFitTheSignatureAreNamed) {
   Mlp mlp;
   auto fn = trace([&](const std::vector<Var>& in) { return std::vector<Var>{mlp(in[0])}; }, {{"x", {2, 4}}});
-  expect_error_mentions([&] { fn({test::random_tensor({3, 4}, 5)}); },
+  test::expect_error_mentions([&] { fn({test::random_tensor({3, 4}, 5)}); },
                         {"input 'x'", "f32[2, 4]", "[3, 4]", "dynamic"});
-  expect_error_mentions([&] { fn({test::random_tensor({2, 4, 1}, 5)}); }, {"input 'x'", "rank 2"});
-  expect_error_mentions([&] { fn({test::random_tensor({2, 4}, 5).to(DType::f64)}); }, {"input 'x'", "f64"});
-  expect_error_mentions([&] { fn({}); }, {"takes 1 inputs"});
+  test::expect_error_mentions([&] { fn({test::random_tensor({2, 4, 1}, 5)}); }, {"input 'x'", "rank 2"});
+  test::expect_error_mentions([&] { fn({test::random_tensor({2, 4}, 5).to(DType::f64)}); }, {"input 'x'", "f64"});
+  test::expect_error_mentions([&] { fn({}); }, {"takes 1 inputs"});
   auto two = trace([](const std::vector<Var>& in) { return std::vector<Var>{in[0] + in[1]}; },
                    {{"a", {kBatch, 2}}, {"b", {kBatch, 2}}});
-  expect_error_mentions([&] { two({test::random_tensor({3, 2}, 1), test::random_tensor({4, 2}, 2)}); },
+  test::expect_error_mentions([&] { two({test::random_tensor({3, 2}, 1), test::random_tensor({4, 2}, 2)}); },
                         {"input 'b'", "symbol 'batch' is already 3"});
 }
 
 TEST(Trace, ShapeErrorsAreRaisedWhenTheNodeIsBuilt) {
   Var w = Var::leaf(test::random_tensor({5, 2}, 6), "w");
-  expect_error_mentions(
+  test::expect_error_mentions(
       [&] { trace([&](const std::vector<Var>& in) { return std::vector<Var>{matmul(in[0], w)}; }, {{"x", {kBatch, 4}}}); },
       {"matmul", "f32[batch, 4]", "f32[5, 2]"});
-  expect_error_mentions(
+  test::expect_error_mentions(
       [&] {
         trace([](const std::vector<Var>& in) { return std::vector<Var>{in[0] + in[1]}; },
               {{"a", {kBatch, 3}}, {"b", {4}}});
       },
       {"add", "[batch, 3]", "[4]"});
-  expect_error_mentions([] { trace([](const std::vector<Var>& in) { return in; }, {{"x", {-2}}}); }, {"-2"});
-  expect_error_mentions([] { trace([](const std::vector<Var>& in) { return in; }, {{"x", {1}}, {"x", {1}}}); },
+  test::expect_error_mentions([] { trace([](const std::vector<Var>& in) { return in; }, {{"x", {-2}}}); }, {"-2"});
+  test::expect_error_mentions([] { trace([](const std::vector<Var>& in) { return in; }, {{"x", {1}}, {"x", {1}}}); },
                         {"twice"});
 }
 
@@ -135,7 +125,7 @@ TEST(Trace, JitLevelChoosesEagerOrTraced) {
   ::setenv("JIT_LEVEL", "0", 1);
   EXPECT_EQ(jit_level(), 0);
   ::setenv("JIT_LEVEL", "fast", 1);
-  expect_error_mentions([] { jit_level(); }, {"JIT_LEVEL='fast'", "0 (eager)"});
+  test::expect_error_mentions([] { jit_level(); }, {"JIT_LEVEL='fast'", "0 (eager)"});
   ::unsetenv("JIT_LEVEL");
 
   Mlp mlp;
@@ -151,7 +141,7 @@ TEST(Trace, JitLevelChoosesEagerOrTraced) {
   EXPECT_LE(max_rel_diff(lt, le), 1e-6);
   EXPECT_LE(max_rel_diff(mlp.w1.grad(), ge), 1e-6);
   // The eager path checks the signature too, so switching levels changes no error.
-  expect_error_mentions([&] { eager({test::random_tensor({3, 5}, 9)}); }, {"input 'x'", "[3, 5]"});
+  test::expect_error_mentions([&] { eager({test::random_tensor({3, 5}, 9)}); }, {"input 'x'", "[3, 5]"});
   EXPECT_THROW(eager.traced_function(), Error);
 }
 

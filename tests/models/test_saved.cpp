@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "expect_error.hpp"
 #include "apps/app_runner.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/models/checkpoint.hpp"
@@ -37,17 +38,6 @@ bool same_weights(graph::Module& a, graph::Module& b) {
   return true;
 }
 
-// `fn` throws a troupe::Error whose message holds `part`.
-template <class Fn>
-void expect_error(Fn fn, const std::string& part) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected one naming " << part;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
-
 }  // namespace
 
 TEST(SavedModels, ACheckpointFolderBringsItsOwnShape) {
@@ -65,7 +55,7 @@ TEST(SavedModels, ACheckpointFolderBringsItsOwnShape) {
   EXPECT_EQ(loaded->config.d_model, 16);
   EXPECT_EQ(loaded->config.seq, 8);
   EXPECT_TRUE(same_weights(*loaded, model));
-  expect_error([&] { models::load_sr_lite(dir); }, "not of troupe-sr");
+  test::expect_error_mentions([&] { models::load_sr_lite(dir); }, {"not of troupe-sr"});
 }
 
 TEST(SavedModels, ASafetensorsFileTakesTheConfigGiven) {
@@ -77,6 +67,6 @@ TEST(SavedModels, ASafetensorsFileTakesTheConfigGiven) {
   models::SrLite model(sr, gen);
   model.save(dir + "/sr.safetensors");
   EXPECT_TRUE(same_weights(*models::load_sr_lite(dir + "/sr.safetensors", sr), model));
-  expect_error([&] { models::load_sr_lite(dir + "/sr.safetensors"); }, dir + "/sr.safetensors");  // 64 channels
-  expect_error([&] { models::load_gpt(dir + "/none.safetensors", small_gpt()); }, "does not exist");
+  test::expect_error_mentions([&] { models::load_sr_lite(dir + "/sr.safetensors"); }, {dir + "/sr.safetensors"});  // 64 channels
+  test::expect_error_mentions([&] { models::load_gpt(dir + "/none.safetensors", small_gpt()); }, {"does not exist"});
 }

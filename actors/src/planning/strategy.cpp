@@ -274,7 +274,8 @@ PlacementRequest strategy_request(const Strategy& s, const graph::TracedFunction
             " and ", g.outputs().size());
   const std::string fingerprint = strategy_fingerprint(step, mesh);
   if (s.fingerprint != fingerprint)
-    differs("its fingerprint is ", printable(s.fingerprint), " and this step's ", fingerprint, " (the inputs' shapes or the dtypes changed)");
+    differs("its fingerprint is ", printable(s.fingerprint), " and this step's ", fingerprint,
+            " (the inputs' shapes or the dtypes changed)");
   PlacementRequest r;
   for (std::size_t p = 0; p < s.parameters.size(); ++p) r.given[g.parameters()[p]] = s.parameters[p].placement;
   for (std::size_t i = 0; i < s.inputs.size(); ++i) r.given[g.inputs()[i]] = s.inputs[i];

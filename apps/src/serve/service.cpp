@@ -240,8 +240,9 @@ Service::Service(const ServiceOptions& o) : impl_(std::make_unique<Impl>(o)) {
     } else {
       s.upscale = std::make_unique<graph::Jit>(fn, signature, false, o.jit_level, o.amp);
     }
-    s.upscale_queue = std::make_unique<BatchQueue<UpscaleJob>>(o.queue_capacity, o.max_batch, o.max_wait, 1,
-                                                               [&s](std::vector<UpscaleJob>& batch, BatchQueue<UpscaleJob>&) { s.upscale_batch(batch); });
+    s.upscale_queue = std::make_unique<BatchQueue<UpscaleJob>>(
+        o.queue_capacity, o.max_batch, o.max_wait, 1,
+        [&s](std::vector<UpscaleJob>& batch, BatchQueue<UpscaleJob>&) { s.upscale_batch(batch); });
   }
   if (!o.gpt_path.empty()) {
     s.gpt = models::load_gpt(o.gpt_path, o.gpt);
@@ -251,8 +252,9 @@ Service::Service(const ServiceOptions& o) : impl_(std::make_unique<Impl>(o)) {
     // A decoding step is a chain of small ops: its rows stay one micro-batch.
     if (s.engine) s.decoder->run_steps_on(*s.engine, 1);
     s.window_decoder = std::make_unique<models::GptDecoder>(*s.gpt, o.amp, false);
-    s.generate_queue = std::make_unique<BatchQueue<GenerateJob>>(o.queue_capacity, o.max_batch, o.max_wait, 1,
-                                                                 [&s](std::vector<GenerateJob>& batch, BatchQueue<GenerateJob>& queue) { s.generate_batch(batch, queue); });
+    s.generate_queue = std::make_unique<BatchQueue<GenerateJob>>(
+        o.queue_capacity, o.max_batch, o.max_wait, 1,
+        [&s](std::vector<GenerateJob>& batch, BatchQueue<GenerateJob>& queue) { s.generate_batch(batch, queue); });
   }
 }
 

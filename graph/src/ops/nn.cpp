@@ -306,19 +306,6 @@ std::vector<Tensor> compute_causal_attention_backward(const std::vector<Tensor>&
   return {g.dq, g.dk, g.dv};
 }
 
-// Sharding: each row along the normalised axis stays whole on a device, so any other dim of the
-// inputs (x, or grad and y) may be split, the outputs alike.
-std::vector<ShardSignature> shard_along_axis(const ShardContext& c) {
-  const auto rank = static_cast<std::int64_t>(c.inputs[0].shape.size());
-  std::int64_t axis = c.attrs.get_int("axis");
-  if (axis < 0) axis += rank;
-  std::vector<ShardSignature> out;
-  for (int d = 0; d < rank; ++d)
-    if (d != axis)
-      out.push_back({std::vector<Placement>(c.inputs.size(), Placement::split(d)),
-                     std::vector<Placement>(c.outputs.size(), Placement::split(d))});
-  return out;
-}
 // Sharding of embedding (weight [num, dim], ids): ids split give rows split alike; the table split
 // by columns gives the looked-up rows split by columns; lookups are linear in the table, so a
 // partial-sum table gives partial sums. (A table split by rows needs lookups that know their
@@ -389,14 +376,14 @@ std::vector<ShardSignature> shard_attention(const ShardContext& c) { return shar
 
 // compute: kernels::softmax / log_softmax; the backward ops read (dy, y).
 Var softmax(const Var& x, std::int64_t axis) { return apply1("softmax", {x}, Attrs().set("axis", axis)); }
-TROUPE_DEFINE_OP({.name = "softmax", .infer = infer_softmax, .sharding = shard_along_axis, .compute = compute_axis<kernels::softmax>,
+TROUPE_DEFINE_OP({.name = "softmax", .infer = infer_softmax, .sharding = shard_all_but_axis, .compute = compute_axis<kernels::softmax>,
                   .grad = axis_grad("softmax_backward"), .precision = Precision::keeps_f32});
-TROUPE_DEFINE_OP({.name = "softmax_backward", .infer = infer_grad_pair, .sharding = shard_along_axis,
+TROUPE_DEFINE_OP({.name = "softmax_backward", .infer = infer_grad_pair, .sharding = shard_all_but_axis,
                   .compute = compute_axis_backward<kernels::softmax_backward>});
 Var log_softmax(const Var& x, std::int64_t axis) { return apply1("log_softmax", {x}, Attrs().set("axis", axis)); }
-TROUPE_DEFINE_OP({.name = "log_softmax", .infer = infer_softmax, .sharding = shard_along_axis, .compute = compute_axis<kernels::log_softmax>,
+TROUPE_DEFINE_OP({.name = "log_softmax", .infer = infer_softmax, .sharding = shard_all_but_axis, .compute = compute_axis<kernels::log_softmax>,
                   .grad = axis_grad("log_softmax_backward"), .precision = Precision::keeps_f32});
-TROUPE_DEFINE_OP({.name = "log_softmax_backward", .infer = infer_grad_pair, .sharding = shard_along_axis,
+TROUPE_DEFINE_OP({.name = "log_softmax_backward", .infer = infer_grad_pair, .sharding = shard_all_but_axis,
                   .compute = compute_axis_backward<kernels::log_softmax_backward>});
 
 // layer_norm(x, gamma, beta) -> (y, mean, rstd): compute kernels::layernorm; mean and rstd are

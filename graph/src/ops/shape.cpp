@@ -211,11 +211,7 @@ std::vector<ShardSignature> shard_pieces(const ShardContext& c) {
   const auto rank = static_cast<std::int64_t>(c.inputs[0].shape.size());
   std::int64_t axis = c.attrs.get_int("axis");
   if (axis < 0) axis += rank;
-  std::vector<ShardSignature> out;
-  for (int d = 0; d < rank; ++d)
-    if (d != axis)
-      out.push_back({std::vector<Placement>(c.inputs.size(), Placement::split(d)),
-                     std::vector<Placement>(c.outputs.size(), Placement::split(d))});
+  std::vector<ShardSignature> out = shard_all_but_axis(c);
   out.push_back({std::vector<Placement>(c.inputs.size(), Placement::partial_sum()),
                  std::vector<Placement>(c.outputs.size(), Placement::partial_sum())});
   // Equal pieces along the axis: each device's slices of the pieces, in order, are its slice of

@@ -73,6 +73,18 @@ std::vector<ShardSignature> shard_product(const ShardContext& c) {
   return out;
 }
 
+std::vector<ShardSignature> shard_all_but_axis(const ShardContext& c) {
+  const auto rank = static_cast<std::int64_t>(c.inputs[0].shape.size());
+  std::int64_t axis = c.attrs.get_int("axis");
+  if (axis < 0) axis += rank;
+  std::vector<ShardSignature> out;
+  for (int d = 0; d < rank; ++d)
+    if (d != axis)
+      out.push_back({std::vector<Placement>(c.inputs.size(), Placement::split(d)),
+                     std::vector<Placement>(c.outputs.size(), Placement::split(d))});
+  return out;
+}
+
 std::vector<ShardSignature> shard_rows(const ShardContext& c, int row_dims, int row_inputs) {
   std::vector<ShardSignature> out;
   if (c.inputs.empty()) return out;

@@ -20,6 +20,9 @@ std::vector<ShardSignature> shard_additive(const ShardContext& c);
 std::vector<ShardSignature> shard_linear_in_first(const ShardContext& c);
 /// shard_pointwise, and a partial sum through either input with the other broadcast (mul).
 std::vector<ShardSignature> shard_product(const ShardContext& c);
+/// Every input and output split alike along any dim but the one of attribute "axis" (negative:
+/// from the end): ops that keep whole rows along it (softmax) or cut or join along it (split, concat).
+std::vector<ShardSignature> shard_all_but_axis(const ShardContext& c);
 /// Ops computing each row of their first `row_inputs` inputs on its own, a row being the last
 /// `row_dims` dims (softmax over the last axis, layer norm, attention): any leading dim may be
 /// split, the row inputs split alike and the other inputs (weights) broadcast; the outputs, of
