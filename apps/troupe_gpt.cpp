@@ -287,9 +287,9 @@ int main(int argc, char** argv) {
   return apps::run_cli(app, argc, argv, "troupe-gpt", [&] {
     if (gen->parsed()) return generate(gf, *gen);
     if (tf.plan.plan_only) return apps::plan_only(tf.plan, tf.model, tf.batch, tf.dp.ranks, tf.seed);
-    TROUPE_CHECK(tf.plan.tp == 0 && tf.plan.strategy_load.empty() && tf.plan.strategy_save.empty(), unsupported,
-                 "training with --tp or a strategy file does not run yet; use --plan-only to see the plan, "
-                 "or train with --dp alone");
+    TROUPE_CHECK(tf.plan.tp == 0 && tf.plan.zero == 0 && tf.plan.strategy_load.empty() && tf.plan.strategy_save.empty(),
+                 unsupported, "training with --tp, --zero or a strategy file does not run yet; use --plan-only to see the "
+                 "plan, or train with --dp alone");
     return train(tf, app);
   });
 }

@@ -19,6 +19,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
   app.add_flag("--plan-only", f.plan_only,
                "print the hybrid-parallel plan (placements, collectives, memory per rank, predicted step time) as JSON, "
                "and do not train");
+  app.add_option("--zero", f.zero, "ZeRO stage: 1 shards the optimizer state over the data-parallel ranks (planned only, for now)")
+      ->capture_default_str()->check(CLI::IsMember({0, 1}));
   app.add_option("--devices", f.devices, "devices to plan for with --plan-only (default: dp x tp)")->check(in_range(1, 65536));
   app.add_option("--mem-per-rank", f.mem_per_rank, "memory budget per rank in bytes, for the planner (0: none)")
       ->capture_default_str()->check(in_range(0, 1e15));
@@ -79,7 +81,7 @@ int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t 
   cost.gflops = measured_gflops();
   cost.default_link = {f.link_gbps, f.link_latency_us};
   const int world = f.devices > 0 ? f.devices : dp * (f.tp > 0 ? f.tp : 1);
-  nlohmann::json out{{"app", "troupe-gpt"}, {"plan_only", true}, {"devices", world}, {"global_batch", batch * dp},
+  nlohmann::json out{{"app", "troupe-gpt"}, {"plan_only", true}, {"devices", world}, {"global_batch", batch * dp}, {"zero", f.zero},
                      {"gflops", cost.gflops},
                      {"link_gbps", f.link_gbps}, {"link_latency_us", f.link_latency_us}};
 
@@ -92,10 +94,10 @@ int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t 
     out["strategy_loaded"] = f.strategy_load;
   } else if (f.tp > 0) {
     mesh = actors::job_mesh(world / f.tp, f.tp, world);
-    request = actors::megatron_gpt_placement(step, mesh, config.heads);
+    request = actors::megatron_gpt_placement(step, mesh, config.heads, f.zero == 1);
   } else {
     const std::vector<actors::MeshCandidate> candidates =
-        actors::search_gpt_meshes(step, world, config.heads, bindings, cost, f.mem_per_rank, 8);
+        actors::search_gpt_meshes(step, world, config.heads, bindings, cost, f.mem_per_rank, 8, f.zero == 1);
     out["candidates"] = nlohmann::json::array();
     for (const actors::MeshCandidate& c : candidates) {
       std::printf("troupe-gpt: candidate dp=%d x tp=%d: predicted %.3f ms, %.2f MiB per rank%s\n", c.dp, c.tp,
@@ -104,11 +106,11 @@ int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t 
                                    {"memory_bytes", c.memory.total()}, {"fits", c.fits}});
     }
     mesh = actors::job_mesh(candidates.front().dp, candidates.front().tp, world);
-    request = actors::megatron_gpt_placement(step, mesh, config.heads);
+    request = actors::megatron_gpt_placement(step, mesh, config.heads, f.zero == 1);
   }
   const graph::Graph& g = step.graph();
   const graph::ShardingPlan plan = graph::propagate_sharding(g, mesh, request.given, request.required, bindings);
-  const actors::PlanTime time = actors::plan_time(g, plan, bindings, cost);
+  const actors::PlanTime time = actors::plan_time(step, plan, bindings, cost);
   const actors::PlanMemory memory = actors::plan_memory(step, plan, bindings, 8);
   if (!f.strategy_save.empty()) actors::save_strategy(f.strategy_save, actors::make_strategy(step, mesh, request, plan));
 

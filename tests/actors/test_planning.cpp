@@ -2,7 +2,8 @@
 // every device; Megatron's placement of a GPT training step needs four all-reduces per block on a
 // tensor-parallel axis and, on a data-parallel one, the loss' and the gradients' once and nothing
 // inside the step; heads that do not split are refused; tensor parallelism divides the split
-// weights' bytes per device; a strategy file saved and loaded gives the identical plan, and one
+// weights' bytes per device; ZeRO-1 halves the optimizer state on dp=2 for the same bytes; a
+// strategy file saved and loaded gives the identical plan, and one
 // made for another mesh or model, or damaged, is refused clearly.
 #include <gtest/gtest.h>
 
@@ -250,7 +251,7 @@ TEST(CostModel, TensorParallelismTradesComputeForAllReduces) {
   const auto time = [&](int tp) {
     const Mesh mesh = actors::job_mesh(1, tp, tp);
     const actors::PlacementRequest r = actors::megatron_gpt_placement(step, mesh, 4);
-    return actors::plan_time(step.graph(), propagate_sharding(step.graph(), mesh, r.given, r.required, batch), batch, cost);
+    return actors::plan_time(step, propagate_sharding(step.graph(), mesh, r.given, r.required, batch), batch, cost);
   };
   const actors::PlanTime one = time(1), two = time(2);
   EXPECT_DOUBLE_EQ(one.communication, 0);
@@ -289,4 +290,31 @@ TEST(CostModel, TheSearchPicksTheFastestMeshThatFits) {
     EXPECT_NE(std::string(e.what()).find("no mesh of 4 devices fits"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("(dp=1 x tp=4)"), std::string::npos) << e.what();
   }
+}
+
+// ZeRO-1 (the article's enable_parallel_optimizer): each gradient is reduce-scattered over dp
+// instead of all-reduced, each rank keeps the optimizer state of its shard (half, on dp=2), and the
+// updated parameters are all-gathered: the same bytes as the all-reduce.
+TEST(Planning, ZeroOneShardsTheOptimizerStateOverDataParallelRanks) {
+  Generator gen(9);
+  TinyGpt model(gen);
+  const TracedFunction step = step_of(model);
+  const SymBindings batch{{"batch", 4}};
+  const Mesh mesh = actors::job_mesh(2, 1, 2);
+  actors::CostModel cost;
+  cost.default_link = {10, 0};
+  const auto plan = [&](bool zero1) {
+    const actors::PlacementRequest r = actors::megatron_gpt_placement(step, mesh, 4, zero1);
+    return propagate_sharding(step.graph(), mesh, r.given, r.required, batch);
+  };
+  const ShardingPlan plain = plan(false), zero = plan(true);
+  for (const Transition& t : communicating(zero))
+    if (t.value != step.graph().outputs()[0])  // the loss is all-reduced; every gradient reduce-scattered
+      EXPECT_EQ(t.collective, Collective::reduce_scatter) << "value " << t.value;
+  const actors::PlanMemory m0 = actors::plan_memory(step, plain, batch, 8), m1 = actors::plan_memory(step, zero, batch, 8);
+  EXPECT_DOUBLE_EQ(m1.parameters, m0.parameters);
+  EXPECT_DOUBLE_EQ(m1.gradients, m0.gradients / 2);
+  EXPECT_DOUBLE_EQ(m1.optimizer_state, m0.optimizer_state / 2);
+  EXPECT_NEAR(actors::plan_time(step, zero, batch, cost).communication, actors::plan_time(step, plain, batch, cost).communication,
+              1e-12);
 }

@@ -443,7 +443,8 @@ TEST(GptApp, MixedPrecisionTracksF32AndResumesAcrossLevels) {
 }
 
 // --plan-only prints the hybrid-parallel plan as JSON without training: Megatron's four
-// all-reduces per block on the tensor axis, the qkv rows grouped by head, the memory per rank; a
+// all-reduces per block on the tensor axis, the qkv rows grouped by head, the memory per rank
+// (halved optimizer state with --zero 1 on two data-parallel ranks); a
 // strategy file saved and loaded gives the same plan, and one for another model is refused; without
 // --tp the meshes are searched; heads that do not split, and training with --tp, are refused.
 TEST(GptApp, PlanOnlyPrintsTheHybridParallelPlan) {
@@ -473,6 +474,13 @@ TEST(GptApp, PlanOnlyPrintsTheHybridParallelPlan) {
   const auto other = run_app(wider + " --strategy-load " + dir + "/plan.json");
   EXPECT_EQ(other.exit_code, 1);
   EXPECT_NE(other.output.find("does not fit: parameter"), std::string::npos) << other.output;
+
+  // ZeRO-1 on dp=2: each rank keeps half the optimizer state.
+  const auto dp2 = run_app(tiny(data) + " --plan-only --dp 2 --tp 1");
+  const auto zero = run_app(tiny(data) + " --plan-only --dp 2 --tp 1 --zero 1");
+  ASSERT_EQ(zero.exit_code, 0) << zero.output;
+  EXPECT_DOUBLE_EQ(zero.last_json().at("memory_per_rank").at("optimizer_state").get<double>(),
+                   dp2.last_json().at("memory_per_rank").at("optimizer_state").get<double>() / 2);
 
   const auto searched = run_app(tiny(data) + " --plan-only --devices 4");
   ASSERT_EQ(searched.exit_code, 0) << searched.output;

@@ -85,6 +85,18 @@ struct Running {
 
 std::string png_of(std::int64_t h, std::int64_t w, std::uint64_t seed) { return apps::encode_png(apps::procedural_image(seed, h, w)); }
 
+// GET /metrics once `sample` appears in it: a request is counted just after its answer is written,
+// so a client that has its answer may ask before the count moved (up to 2 s).
+std::string metrics_with(std::uint16_t port, const std::string& sample) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) {
+    text = HttpClient(port).send(http::verb::get, "/metrics").body();
+    if (text.find(sample) != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return text;
+}
+
 }  // namespace
 
 TEST(Serve, HealthAndThePage) {
@@ -132,8 +144,9 @@ TEST(Serve, UpscalesAsTheModelDoesAndBatchesConcurrentRequests) {
       const auto got = out.to_vector<float>(), want = apps::decode_png(apps::encode_png(expected), "expected").to_vector<float>();
       for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1.0 / 255 + 1e-6) << i;
     }
-    const std::string metrics = HttpClient(s.server.port()).send(http::verb::get, "/metrics").body();
-    EXPECT_NE(metrics.find("troupe_requests_total{route=\"/v1/upscale\",status=\"200\"} 4"), std::string::npos) << metrics;
+    const std::string count = "troupe_requests_total{route=\"/v1/upscale\",status=\"200\"} 4";
+    const std::string metrics = metrics_with(s.server.port(), count);
+    EXPECT_NE(metrics.find(count), std::string::npos) << metrics;
     EXPECT_EQ(metrics.find("troupe_batch_size_count{route=\"/v1/upscale\"} 4"), std::string::npos)
         << "four concurrent requests ran one by one\n" << metrics;
   }
@@ -211,7 +224,7 @@ TEST(Serve, ConcurrentGenerationsAreDecodedTogether) {
     EXPECT_EQ(nlohmann::json::parse(r.body()).at("tokens"), tokens(i));
     EXPECT_EQ(text_of(r), greedy_text(prompt(i), tokens(i))) << "request " << i;
   }
-  const std::string metrics = HttpClient(s.server.port()).send(http::verb::get, "/metrics").body();
+  const std::string metrics = metrics_with(s.server.port(), "troupe_requests_total{route=\"/v1/generate\",status=\"200\"} 8");
   EXPECT_EQ(sample_value(metrics, "troupe_requests_total{route=\"/v1/generate\",status=\"200\"}"), 8) << metrics;
   // One observation per decoding step: some of them advanced several rows.
   EXPECT_LT(sample_value(metrics, "troupe_batch_size_bucket{route=\"/v1/generate\",le=\"1\"}"),

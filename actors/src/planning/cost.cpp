@@ -1,5 +1,6 @@
 // The planner's cost model and its search over meshes (troupe/actors/planning.hpp).
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "troupe/actors/planning.hpp"
@@ -39,8 +40,9 @@ double node_flops(const graph::Graph& g, const graph::Node& node, const graph::S
   return std::max(in, out);
 }
 
-PlanTime plan_time(const graph::Graph& g, const graph::ShardingPlan& plan, const graph::SymBindings& bindings,
+PlanTime plan_time(const graph::TracedFunction& step, const graph::ShardingPlan& plan, const graph::SymBindings& bindings,
                    const CostModel& cost) {
+  const graph::Graph& g = step.graph();
   PlanTime t;
   for (const graph::Node& node : g.nodes()) {
     double devices = 1;  // that share the node's work: the axes its signature splits something along
@@ -53,18 +55,35 @@ PlanTime plan_time(const graph::Graph& g, const graph::ShardingPlan& plan, const
     }
     t.compute += node_flops(g, node, bindings) / (cost.gflops * 1e9) / devices;
   }
-  for (const graph::Transition& tr : plan.transitions) {
-    if (tr.collective == graph::Collective::local) continue;
-    const auto it = cost.links.find(plan.mesh.axes[static_cast<std::size_t>(tr.mesh_axis)].first);
+  const auto send = [&](std::size_t axis, double bytes) {
+    const auto it = cost.links.find(plan.mesh.axes[axis].first);
     const CostModel::Link& link = it != cost.links.end() ? it->second : cost.default_link;
-    t.communication += link.latency_us * 1e-6 + tr.bytes / (link.gbytes_per_s * 1e9);
+    t.communication += link.latency_us * 1e-6 + bytes / (link.gbytes_per_s * 1e9);
+  };
+  for (const graph::Transition& tr : plan.transitions)
+    if (tr.collective != graph::Collective::local) send(static_cast<std::size_t>(tr.mesh_axis), tr.bytes);
+  // ZeRO-1: a parameter whose gradient the device holds a shard of (split where the parameter is
+  // not) is all-gathered after its update.
+  std::map<graph::ValueId, graph::NdPlacement> final = plan.placements;
+  for (const graph::Transition& tr : plan.transitions)
+    if (tr.consumer < 0) final[tr.value][static_cast<std::size_t>(tr.mesh_axis)] = tr.to;
+  for (std::size_t k = 0; k < step.gradient_parameters().size(); ++k) {
+    const graph::ValueId param = g.parameters()[step.gradient_parameters()[k]];
+    const graph::NdPlacement &held = final.at(g.outputs()[step.output_count() + k]), &whole = plan.placements.at(param);
+    for (std::size_t a = 0; a < held.size(); ++a) {
+      if (held[a].kind != graph::Placement::Kind::split || whole[a] == held[a] || plan.mesh.axes[a].second == 1) continue;
+      double bytes = elements(g, param, bindings) * dtype_size(g.value(param).info.dtype);
+      for (std::size_t b = 0; b < whole.size(); ++b)
+        if (b != a && whole[b].kind == graph::Placement::Kind::split) bytes /= plan.mesh.axes[b].second;
+      send(a, graph::collective_bytes(graph::Collective::all_gather, bytes, plan.mesh.axes[a].second));
+    }
   }
   return t;
 }
 
 std::vector<MeshCandidate> search_gpt_meshes(const graph::TracedFunction& step, int world, std::int64_t heads,
                                              const graph::SymBindings& bindings, const CostModel& cost,
-                                             double memory_budget, double optimizer_bytes_per_parameter) {
+                                             double memory_budget, double optimizer_bytes_per_parameter, bool zero1) {
   TROUPE_CHECK(world >= 1, invalid_argument, "planner: a job of ", world, " devices; give at least 1");
   std::vector<MeshCandidate> all;
   std::string unplaceable;  // why meshes were left out
@@ -74,7 +93,7 @@ std::vector<MeshCandidate> search_gpt_meshes(const graph::TracedFunction& step, 
     c.tp = tp;
     c.dp = world / tp;
     const graph::Mesh mesh = job_mesh(c.dp, c.tp, world);
-    const PlacementRequest r = megatron_gpt_placement(step, mesh, heads);
+    const PlacementRequest r = megatron_gpt_placement(step, mesh, heads, zero1);
     graph::ShardingPlan plan;
     try {
       plan = propagate_sharding(step.graph(), mesh, r.given, r.required, bindings);
@@ -82,7 +101,7 @@ std::vector<MeshCandidate> search_gpt_meshes(const graph::TracedFunction& step, 
       unplaceable += (unplaceable.empty() ? "" : "; ") + e.message();
       continue;
     }
-    c.time = plan_time(step.graph(), plan, bindings, cost);
+    c.time = plan_time(step, plan, bindings, cost);
     c.memory = plan_memory(step, plan, bindings, optimizer_bytes_per_parameter);
     c.fits = memory_budget <= 0 || c.memory.total() <= memory_budget;
     all.push_back(c);

@@ -10,6 +10,7 @@ namespace troupe::actors {
 
 using graph::NdPlacement;
 using graph::Placement;
+using graph::SymShape;
 using graph::ValueId;
 
 graph::Mesh job_mesh(int dp, int tp, int world) {
@@ -36,7 +37,8 @@ int axis_named(const graph::Mesh& mesh, const std::string& name) {
 
 }  // namespace
 
-PlacementRequest megatron_gpt_placement(const graph::TracedFunction& step, const graph::Mesh& mesh, std::int64_t heads) {
+PlacementRequest megatron_gpt_placement(const graph::TracedFunction& step, const graph::Mesh& mesh, std::int64_t heads,
+                                        bool zero1) {
   const graph::Graph& g = step.graph();
   const int dp = axis_named(mesh, "dp"), tp = axis_named(mesh, "tp");
   TROUPE_CHECK(dp >= 0 || tp >= 0, invalid_argument, "megatron placement: the mesh ", mesh.str(),
@@ -76,10 +78,21 @@ PlacementRequest megatron_gpt_placement(const graph::TracedFunction& step, const
       r.given[node.outputs[0]] = nd(batch, B);
   }
   for (std::size_t o = 0; o < step.output_count(); ++o) r.required[g.outputs()[o]] = nd(B, B);
+  const int dp_size = dp >= 0 ? mesh.axes[static_cast<std::size_t>(dp)].second : 1;
   for (std::size_t k = 0; k < step.gradient_parameters().size(); ++k) {
     const ValueId param = g.parameters()[step.gradient_parameters()[k]];
-    const NdPlacement& p = r.given.at(param);
-    r.required[g.outputs()[step.output_count() + k]] = nd(B, tp >= 0 ? p[static_cast<std::size_t>(tp)] : B);
+    const Placement on_tp = tp >= 0 ? r.given.at(param)[static_cast<std::size_t>(tp)] : B;
+    Placement on_dp = B;
+    if (zero1 && dp_size > 1) {  // the first dim dp splits evenly, within tp's slices where tp splits it too
+      const SymShape& shape = g.value(param).info.shape;
+      for (std::size_t d = 0; d < shape.size() && on_dp.kind == Placement::Kind::broadcast; ++d) {
+        const bool tp_splits = tp_size > 1 && on_tp.kind == Placement::Kind::split && on_tp.dim == static_cast<int>(d);
+        if (tp_splits && on_tp.blocks > 1) continue;
+        const std::int64_t parts = static_cast<std::int64_t>(dp_size) * (tp_splits ? tp_size : 1);
+        if (shape[d].is_static() && shape[d].size() % parts == 0) on_dp = Placement::split(static_cast<int>(d));
+      }
+    }
+    r.required[g.outputs()[step.output_count() + k]] = nd(on_dp, on_tp);
   }
   return r;
 }
@@ -108,12 +121,15 @@ PlanMemory plan_memory(const graph::TracedFunction& step, const graph::ShardingP
   for (std::size_t p = 0; p < g.parameters().size(); ++p) {
     if (static_cast<int>(p) == step.loss_scale_parameter()) continue;
     const ValueId v = g.parameters()[p];
+    m.parameters += held_bytes(g, v, final.at(v), plan.mesh, bindings);
+  }
+  // The optimizer keeps state for what the device updates: its gradients (a shard of them with ZeRO-1).
+  for (std::size_t k = step.output_count(); k < g.outputs().size(); ++k) {
+    const ValueId v = g.outputs()[k];
     const double bytes = held_bytes(g, v, final.at(v), plan.mesh, bindings);
-    m.parameters += bytes;
+    m.gradients += bytes;
     m.optimizer_state += bytes / dtype_size(g.value(v).info.dtype) * optimizer_bytes_per_parameter;
   }
-  for (std::size_t k = step.output_count(); k < g.outputs().size(); ++k)
-    m.gradients += held_bytes(g, g.outputs()[k], final.at(g.outputs()[k]), plan.mesh, bindings);
   std::set<ValueId> kept;  // forward values a backward node reads
   for (const graph::Node& node : g.nodes())
     if (node.backward)

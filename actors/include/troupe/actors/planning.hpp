@@ -33,14 +33,21 @@ struct PlacementRequest {
 /// outputs and the column-parallel products' input gradients all-reduced where they are made
 /// (Megatron's g and f). Along dp, the inputs split by batch and the parameters replicated. The
 /// loss and every gradient are required replicated along dp (the gradients' all-reduce) and placed
-/// like their parameter along tp. Throws when `heads` does not divide among the tp devices.
-PlacementRequest megatron_gpt_placement(const graph::TracedFunction& step, const graph::Mesh& mesh, std::int64_t heads);
+/// like their parameter along tp. With `zero1` (ZeRO stage 1, the article's
+/// enable_parallel_optimizer) each gradient is required split along dp instead (a reduce-scatter),
+/// on its first dim that divides evenly (within tp's slices; not a dim tp splits in blocks;
+/// broadcast when none does), so each dp
+/// rank updates its shard of the optimizer state, and the updated parameters are all-gathered.
+/// Throws when `heads` does not divide among the tp devices.
+PlacementRequest megatron_gpt_placement(const graph::TracedFunction& step, const graph::Mesh& mesh, std::int64_t heads,
+                                        bool zero1 = false);
 
 /// What one device holds of a planned step, in bytes.
 struct PlanMemory {
   double parameters = 0;
   double gradients = 0;
-  double optimizer_state = 0;  // `optimizer_bytes_per_parameter` times the parameters' element count
+  double optimizer_state = 0;  // `optimizer_bytes_per_parameter` times the elements of the gradients the
+                               // device updates (a ZeRO-1 shard along dp)
   double activations = 0;      // forward values the backward reads (kept between them)
   /// The sum of the above.
   double total() const { return parameters + gradients + optimizer_state + activations; }
@@ -77,8 +84,9 @@ struct PlanTime {
   double total() const { return compute + communication; }
 };
 
-/// The predicted time of `plan` for `g`.
-PlanTime plan_time(const graph::Graph& g, const graph::ShardingPlan& plan, const graph::SymBindings& bindings,
+/// The predicted time of `plan` for `step` (a TracedFunction with gradients), with ZeRO-1's
+/// all-gather of each parameter whose gradient is split where the parameter is not.
+PlanTime plan_time(const graph::TracedFunction& step, const graph::ShardingPlan& plan, const graph::SymBindings& bindings,
                    const CostModel& cost);
 
 /// One mesh the planner tried for a GPT step, with what it predicts.
@@ -96,6 +104,7 @@ struct MeshCandidate {
 /// Throws when none fits, naming the smallest memory a mesh needs.
 std::vector<MeshCandidate> search_gpt_meshes(const graph::TracedFunction& step, int world, std::int64_t heads,
                                              const graph::SymBindings& bindings, const CostModel& cost,
-                                             double memory_budget, double optimizer_bytes_per_parameter);
+                                             double memory_budget, double optimizer_bytes_per_parameter,
+                                             bool zero1 = false);
 
 }  // namespace troupe::actors

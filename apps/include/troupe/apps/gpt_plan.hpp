@@ -17,13 +17,14 @@ namespace troupe::apps {
 struct PlanFlags {
   bool plan_only = false;
   int tp = 0;                  // 0: searched
+  int zero = 0;                // ZeRO stage (0 or 1)
   int devices = 0;             // 0: dp x tp (or dp when searching)
   double mem_per_rank = 0;     // bytes; 0: no budget
   double link_gbps = 10, link_latency_us = 20;  // of the devices' links, for the cost model
   std::string strategy_save, strategy_load;
 };
 
-/// Adds --tp, --plan-only, --devices, --mem-per-rank, --link-gbps, --link-latency-us,
+/// Adds --tp, --zero, --plan-only, --devices, --mem-per-rank, --link-gbps, --link-latency-us,
 /// --strategy-save and --strategy-load to `app`.
 void add_plan_flags(CLI::App& app, PlanFlags& f);
 
