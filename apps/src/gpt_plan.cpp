@@ -57,12 +57,6 @@ double measured_gflops() {
 
 double mib(double bytes) { return bytes / (1 << 20); }
 
-nlohmann::json placement_json(const graph::NdPlacement& p) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const graph::Placement& q : p) out.push_back(q.str());
-  return out;
-}
-
 }  // namespace
 
 int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t batch, int dp, std::uint64_t seed) {
@@ -140,12 +134,12 @@ int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t 
   nlohmann::json ops = nlohmann::json::array();
   for (const graph::Node& n : g.nodes()) {
     nlohmann::json outs = nlohmann::json::array();
-    for (graph::ValueId v : n.outputs) outs.push_back(placement_json(plan.placements.at(v)));
+    for (graph::ValueId v : n.outputs) outs.push_back(graph::placement_strings(plan.placements.at(v)));
     ops.push_back({{"op", n.op}, {"backward", n.backward}, {"outputs", outs}});
   }
   nlohmann::json params = nlohmann::json::array();
   for (graph::ValueId v : g.parameters())
-    params.push_back({{"name", g.value(v).name}, {"placement", placement_json(plan.placements.at(v))}});
+    params.push_back({{"name", g.value(v).name}, {"placement", graph::placement_strings(plan.placements.at(v))}});
   out["mesh"] = mesh.str();
   out["predicted_ms"] = time.total() * 1e3;
   out["predicted_compute_ms"] = time.compute * 1e3;

@@ -85,19 +85,22 @@ std::array<Var, 3> heads_of(CausalSelfAttention& a, const Var& x) {
   return qkv;
 }
 
-// softmax(scale q k^T, causal or plus `bias`) v, with the heads merged back: [B, n, dim].
-Var attend(CausalSelfAttention& a, const Var& q, const Var& k, const Var& v, const Var& bias) {
-  Var scores = matmul(q, k, false, true) * (1.0 / std::sqrt(static_cast<double>(a.dim / a.heads)));
-  scores = bias.defined() ? scores + bias : causal_mask(scores);
-  const Var y = matmul(softmax(scores), v);  // [B, H, n, hd]
-  return (*a.proj)(y.permute({0, 2, 1, 3}).reshape({q.size(0), q.size(2), a.dim}));
+// The output projection of the heads' results y [B, H, n, hd], merged back to [B, n, dim].
+Var project(CausalSelfAttention& a, const Var& y) {
+  return (*a.proj)(y.permute({0, 2, 1, 3}).reshape({y.size(0), y.size(2), a.dim}));
+}
+
+// softmax(scale q k^T, causal) v, projected: [B, n, dim].
+Var attend(CausalSelfAttention& a, const Var& q, const Var& k, const Var& v) {
+  const Var scores = matmul(q, k, false, true) * (1.0 / std::sqrt(static_cast<double>(a.dim / a.heads)));
+  return project(a, matmul(softmax(causal_mask(scores)), v));
 }
 
 }  // namespace
 
 Var CausalSelfAttention::forward(const Var& x) {
   const auto [q, k, v] = heads_of(*this, x);
-  return attend(*this, q, k, v, Var());
+  return attend(*this, q, k, v);
 }
 
 Var CausalSelfAttention::prompt(const Var& x, std::int64_t capacity, KvCache& cache) {
@@ -111,7 +114,7 @@ Var CausalSelfAttention::prompt(const Var& x, std::int64_t capacity, KvCache& ca
   for (std::int64_t i = 0; i < n.size(); ++i) place.data<float>()[i * n.size() + i] = 1.0f;
   const auto padded = [&](const Var& t) { return n.size() == capacity ? t : matmul(place.to(t.dtype()), t); };
   cache = {padded(k), padded(v)};
-  return attend(*this, q, k, v, Var());
+  return attend(*this, q, k, v);
 }
 
 Var CausalSelfAttention::step(const Var& x, const DecodePosition& at, const KvCache& cache, KvCache& fresh) {
@@ -129,8 +132,7 @@ Var CausalSelfAttention::step(const Var& x, const DecodePosition& at, const KvCa
   const Var own = matmul(q, k, false, true) * scale;                     // [B, H, 1, 1]
   const std::int64_t capacity = cache.k.size(2).size();
   const std::vector<Var> p = split(softmax(concat({cached, own}, -1)), {capacity, 1}, -1);
-  const Var y = matmul(p[0], cache.v) + p[1] * v;  // [B, H, 1, hd]
-  return (*proj)(y.permute({0, 2, 1, 3}).reshape({q.size(0), q.size(2), dim}));
+  return project(*this, matmul(p[0], cache.v) + p[1] * v);
 }
 
 DecodePosition decode_position(const Var& positions, std::int64_t capacity, DType dtype) {

@@ -16,6 +16,12 @@ std::string Placement::str() const {
   return "?";
 }
 
+std::vector<std::string> placement_strings(const NdPlacement& p) {
+  std::vector<std::string> out;
+  for (const Placement& q : p) out.push_back(q.str());
+  return out;
+}
+
 std::string placement_str(const NdPlacement& p) {
   std::string s = "(";
   for (std::size_t i = 0; i < p.size(); ++i) s += (i ? ", " : "") + p[i].str();
@@ -78,6 +84,20 @@ double ShardingPlan::total_bytes() const {
   return sum;
 }
 
+std::map<ValueId, NdPlacement> ShardingPlan::final_placements() const {
+  std::map<ValueId, NdPlacement> out = placements;
+  for (const Transition& t : transitions)
+    if (t.consumer < 0) out[t.value][static_cast<std::size_t>(t.mesh_axis)] = t.to;
+  return out;
+}
+
+double held_bytes(const Shape& shape, DType dtype, const NdPlacement& p, const Mesh& mesh, int except_axis) {
+  double bytes = static_cast<double>(shape_numel(shape)) * static_cast<double>(dtype_size(dtype));
+  for (std::size_t a = 0; a < p.size(); ++a)
+    if (static_cast<int>(a) != except_axis && p[a].kind == Placement::Kind::split) bytes /= mesh.axes[a].second;
+  return bytes;
+}
+
 namespace {
 
 // Whether `p`, along mesh axis `axis`, fits a value of `shape` placed `others` along the other axes:
@@ -89,15 +109,6 @@ bool fits(const Placement& p, std::size_t axis, const NdPlacement& others, const
   for (std::size_t b = 0; b < others.size(); ++b)
     if (b != axis && others[b].kind == Placement::Kind::split && others[b].dim == p.dim) parts *= mesh.axes[b].second;
   return shape[static_cast<std::size_t>(p.dim)] % parts == 0;
-}
-
-// The bytes of `v` each device holds along `axis`: the value's bytes divided by the axes other
-// than `axis` that split it.
-double local_bytes(const Shape& shape, DType dtype, const NdPlacement& placed, std::size_t axis, const Mesh& mesh) {
-  double bytes = static_cast<double>(shape_numel(shape)) * static_cast<double>(dtype_size(dtype));
-  for (std::size_t b = 0; b < placed.size(); ++b)
-    if (b != axis && placed[b].kind == Placement::Kind::split) bytes /= mesh.axes[b].second;
-  return bytes;
 }
 
 }  // namespace
@@ -149,7 +160,7 @@ ShardingPlan propagate_sharding(const Graph& g, const Mesh& mesh, const std::map
     for (const Placement& p : from) {
       if (p == to) return Move{p, Collective::none, 0};
       const Collective c = collective_between(p, to);
-      const double bytes = collective_bytes(c, local_bytes(shape_of(v), g.value(v).info.dtype, have, a, mesh), mesh.axes[a].second);
+      const double bytes = collective_bytes(c, held_bytes(shape_of(v), g.value(v).info.dtype, have, mesh, static_cast<int>(a)), mesh.axes[a].second);
       if (bytes < best.bytes) best = Move{p, c, bytes};
     }
     return best;

@@ -62,7 +62,10 @@ graph::TraceableFn GptDecoder::step_fn() {
   };
 }
 
-graph::Jit& GptDecoder::step_jit() { return traced(steps_, 0, step_signature(), step_fn()); }
+graph::Jit& GptDecoder::step_jit() {
+  if (!step_) step_.emplace(step_fn(), step_signature(), false, graph::jit_level(), amp_);
+  return *step_;
+}
 
 void GptDecoder::run_steps_on(actors::Engine& engine, int micro_batches) {
   const int level = graph::jit_level();

@@ -51,6 +51,20 @@ TracedFunction step_of(TinyGpt& model) {
       .with_gradients();
 }
 
+// Megatron's placement of `step` on dp x tp devices, and its plan at a global batch of `batch`.
+struct MegatronPlan {
+  Mesh mesh;
+  actors::PlacementRequest request;
+  ShardingPlan plan;
+};
+MegatronPlan megatron_plan(const TracedFunction& step, int dp, int tp, std::int64_t batch, bool zero1 = false) {
+  MegatronPlan m;
+  m.mesh = actors::job_mesh(dp, tp, dp * tp);
+  m.request = actors::megatron_gpt_placement(step, m.mesh, 4, zero1);
+  m.plan = propagate_sharding(step.graph(), m.mesh, m.request.given, m.request.required, {{"batch", batch}});
+  return m;
+}
+
 std::vector<Transition> communicating(const ShardingPlan& plan) {
   std::vector<Transition> out;
   for (const Transition& t : plan.transitions)
@@ -76,9 +90,7 @@ TEST(Planning, MegatronGptNeedsFourAllReducesPerBlockOnTheTensorAxis) {
   Generator gen(1);
   TinyGpt model(gen);
   const TracedFunction step = step_of(model);
-  const Mesh mesh = actors::job_mesh(1, 2, 2);
-  const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
-  const ShardingPlan plan = propagate_sharding(step.graph(), mesh, request.given, request.required, {{"batch", 2}});
+  const auto [mesh, request, plan] = megatron_plan(step, 1, 2, 2);
   int tensor_axis = 0;
   for (const Transition& t : communicating(plan)) {
     if (t.mesh_axis != 1) continue;
@@ -98,9 +110,7 @@ TEST(Planning, DataParallelAllReducesTheLossAndTheGradientsOnce) {
   Generator gen(2);
   TinyGpt model(gen);
   const TracedFunction step = step_of(model);
-  const Mesh mesh = actors::job_mesh(2, 1, 2);
-  const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
-  const ShardingPlan plan = propagate_sharding(step.graph(), mesh, request.given, request.required, {{"batch", 4}});
+  const ShardingPlan plan = megatron_plan(step, 2, 1, 4).plan;
   double bytes = 0;
   for (const Transition& t : communicating(plan)) {
     EXPECT_EQ(t.consumer, -1) << "value " << t.value << ": the step itself stays local";
@@ -135,9 +145,7 @@ TEST(Planning, TensorParallelismDividesTheSplitWeightsPerDevice) {
       if (name.find(s) != std::string::npos) split += static_cast<double>(t.nbytes());
   }
   const auto memory = [&](int tp) {
-    const Mesh mesh = actors::job_mesh(1, tp, tp);
-    const actors::PlacementRequest r = actors::megatron_gpt_placement(step, mesh, 4);
-    return actors::plan_memory(step, propagate_sharding(step.graph(), mesh, r.given, r.required, {{"batch", 2}}),
+    return actors::plan_memory(step, megatron_plan(step, 1, tp, 2).plan,
                                {{"batch", 2}}, 8);
   };
   const actors::PlanMemory one = memory(1), two = memory(2), four = memory(4);
@@ -162,10 +170,8 @@ TEST(Strategy, SavedThenLoadedGivesTheIdenticalPlan) {
   Generator gen(5);
   TinyGpt model(gen);
   const TracedFunction step = step_of(model);
-  const Mesh mesh = actors::job_mesh(2, 2, 4);
   const SymBindings batch{{"batch", 4}};
-  const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
-  const ShardingPlan plan = propagate_sharding(step.graph(), mesh, request.given, request.required, batch);
+  const auto [mesh, request, plan] = megatron_plan(step, 2, 2, 4);
   const std::string file = temp_file("strategy.json");
   actors::save_strategy(file, actors::make_strategy(step, mesh, request, plan));
   const actors::Strategy loaded = actors::load_strategy(file);
@@ -192,12 +198,10 @@ TEST(Strategy, AFileForAnotherMeshOrModelOrDamagedIsRefused) {
   Generator gen(6);
   TinyGpt model(gen);
   const TracedFunction step = step_of(model);
-  const Mesh mesh = actors::job_mesh(2, 2, 4);
-  const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
+  const MegatronPlan m = megatron_plan(step, 2, 2, 4);
+  const Mesh& mesh = m.mesh;
   const std::string file = temp_file("strategy_mismatch.json");
-  actors::save_strategy(file, actors::make_strategy(step, mesh, request,
-                                                    propagate_sharding(step.graph(), mesh, request.given, request.required,
-                                                                       {{"batch", 4}})));
+  actors::save_strategy(file, actors::make_strategy(step, mesh, m.request, m.plan));
   const actors::Strategy s = actors::load_strategy(file);
   test::expect_error_mentions([&] { actors::strategy_request(s, step, actors::job_mesh(1, 4, 4), file); },
                {file, "made for the mesh dp=2 x tp=2, and this job's is dp=1 x tp=4"});
@@ -249,9 +253,7 @@ TEST(CostModel, TensorParallelismTradesComputeForAllReduces) {
   cost.gflops = 10;
   cost.default_link = {10, 20};
   const auto time = [&](int tp) {
-    const Mesh mesh = actors::job_mesh(1, tp, tp);
-    const actors::PlacementRequest r = actors::megatron_gpt_placement(step, mesh, 4);
-    return actors::plan_time(step, propagate_sharding(step.graph(), mesh, r.given, r.required, batch), batch, cost);
+    return actors::plan_time(step, megatron_plan(step, 1, tp, 2).plan, batch, cost);
   };
   const actors::PlanTime one = time(1), two = time(2);
   EXPECT_DOUBLE_EQ(one.communication, 0);
@@ -300,17 +302,13 @@ TEST(Planning, ZeroOneShardsTheOptimizerStateOverDataParallelRanks) {
   TinyGpt model(gen);
   const TracedFunction step = step_of(model);
   const SymBindings batch{{"batch", 4}};
-  const Mesh mesh = actors::job_mesh(2, 1, 2);
   actors::CostModel cost;
   cost.default_link = {10, 0};
-  const auto plan = [&](bool zero1) {
-    const actors::PlacementRequest r = actors::megatron_gpt_placement(step, mesh, 4, zero1);
-    return propagate_sharding(step.graph(), mesh, r.given, r.required, batch);
-  };
-  const ShardingPlan plain = plan(false), zero = plan(true);
-  for (const Transition& t : communicating(zero))
-    if (t.value != step.graph().outputs()[0])  // the loss is all-reduced; every gradient reduce-scattered
-      EXPECT_EQ(t.collective, Collective::reduce_scatter) << "value " << t.value;
+  const ShardingPlan plain = megatron_plan(step, 2, 1, 4).plan, zero = megatron_plan(step, 2, 1, 4, true).plan;
+  for (const Transition& t : communicating(zero)) {
+    if (t.value == step.graph().outputs()[0]) continue;  // the loss is all-reduced; every gradient reduce-scattered
+    EXPECT_EQ(t.collective, Collective::reduce_scatter) << "value " << t.value;
+  }
   const actors::PlanMemory m0 = actors::plan_memory(step, plain, batch, 8), m1 = actors::plan_memory(step, zero, batch, 8);
   EXPECT_DOUBLE_EQ(m1.parameters, m0.parameters);
   EXPECT_DOUBLE_EQ(m1.gradients, m0.gradients / 2);

@@ -64,17 +64,14 @@ PlanTime plan_time(const graph::TracedFunction& step, const graph::ShardingPlan&
     if (tr.collective != graph::Collective::local) send(static_cast<std::size_t>(tr.mesh_axis), tr.bytes);
   // ZeRO-1: a parameter whose gradient the device holds a shard of (split where the parameter is
   // not) is all-gathered after its update.
-  std::map<graph::ValueId, graph::NdPlacement> final = plan.placements;
-  for (const graph::Transition& tr : plan.transitions)
-    if (tr.consumer < 0) final[tr.value][static_cast<std::size_t>(tr.mesh_axis)] = tr.to;
+  const std::map<graph::ValueId, graph::NdPlacement> final = plan.final_placements();
   for (std::size_t k = 0; k < step.gradient_parameters().size(); ++k) {
     const graph::ValueId param = g.parameters()[step.gradient_parameters()[k]];
     const graph::NdPlacement &held = final.at(g.outputs()[step.output_count() + k]), &whole = plan.placements.at(param);
     for (std::size_t a = 0; a < held.size(); ++a) {
       if (held[a].kind != graph::Placement::Kind::split || whole[a] == held[a] || plan.mesh.axes[a].second == 1) continue;
-      double bytes = elements(g, param, bindings) * dtype_size(g.value(param).info.dtype);
-      for (std::size_t b = 0; b < whole.size(); ++b)
-        if (b != a && whole[b].kind == graph::Placement::Kind::split) bytes /= plan.mesh.axes[b].second;
+      const double bytes = graph::held_bytes(bind(g.value(param).info.shape, bindings), g.value(param).info.dtype, whole,
+                                             plan.mesh, static_cast<int>(a));
       send(a, graph::collective_bytes(graph::Collective::all_gather, bytes, plan.mesh.axes[a].second));
     }
   }

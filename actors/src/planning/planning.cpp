@@ -99,13 +99,10 @@ PlacementRequest megatron_gpt_placement(const graph::TracedFunction& step, const
 
 namespace {
 
-// The bytes device 0 holds of `v` placed `p`: a split divides the value among its axis's devices.
+// The bytes device 0 holds of `v` placed `p`.
 double held_bytes(const graph::Graph& g, ValueId v, const NdPlacement& p, const graph::Mesh& mesh,
                   const graph::SymBindings& bindings) {
-  double bytes = static_cast<double>(shape_numel(bind(g.value(v).info.shape, bindings))) * dtype_size(g.value(v).info.dtype);
-  for (std::size_t a = 0; a < p.size(); ++a)
-    if (p[a].kind == Placement::Kind::split) bytes /= mesh.axes[a].second;
-  return bytes;
+  return graph::held_bytes(bind(g.value(v).info.shape, bindings), g.value(v).info.dtype, p, mesh);
 }
 
 }  // namespace
@@ -113,10 +110,7 @@ double held_bytes(const graph::Graph& g, ValueId v, const NdPlacement& p, const 
 PlanMemory plan_memory(const graph::TracedFunction& step, const graph::ShardingPlan& plan, const graph::SymBindings& bindings,
                        double optimizer_bytes_per_parameter) {
   const graph::Graph& g = step.graph();
-  // Where each value ends up: its own placement, then what a pin or a required output made of it.
-  std::map<ValueId, NdPlacement> final = plan.placements;
-  for (const graph::Transition& t : plan.transitions)
-    if (t.consumer < 0) final[t.value][static_cast<std::size_t>(t.mesh_axis)] = t.to;
+  const std::map<ValueId, NdPlacement> final = plan.final_placements();
   PlanMemory m;
   for (std::size_t p = 0; p < g.parameters().size(); ++p) {
     if (static_cast<int>(p) == step.loss_scale_parameter()) continue;

@@ -72,12 +72,6 @@ std::pair<Shape, Shape> shard_of(const Shape& shape, const NdPlacement& p, const
   return {local, offset};
 }
 
-json placement_json(const NdPlacement& p) {
-  json out = json::array();
-  for (const Placement& q : p) out.push_back(q.str());
-  return out;
-}
-
 // Reads the placements of `j` (one per mesh axis) at `where`, for the error.
 NdPlacement placement_of(const json& j, std::size_t axes, const std::string& where) {
   TROUPE_CHECK(j.is_array() && j.size() == axes, invalid_argument, where, " must be a list of ", axes,
@@ -151,19 +145,19 @@ void save_strategy(const std::string& path, const Strategy& s) {
   for (const auto& [name, size] : s.mesh.axes) j["mesh"].push_back({name, size});
   j["parameters"] = json::array();
   for (const Strategy::Layout& l : s.parameters)
-    j["parameters"].push_back({{"name", l.name}, {"shape", l.shape}, {"placement", placement_json(l.placement)},
+    j["parameters"].push_back({{"name", l.name}, {"shape", l.shape}, {"placement", graph::placement_strings(l.placement)},
                                {"shard_shape", l.shard_shape}, {"offsets", l.offsets}});
   j["inputs"] = json::array();
-  for (const NdPlacement& p : s.inputs) j["inputs"].push_back(placement_json(p));
+  for (const NdPlacement& p : s.inputs) j["inputs"].push_back(graph::placement_strings(p));
   j["pins"] = json::array();
   for (const Strategy::Pin& p : s.pins)
-    j["pins"].push_back({{"node", p.node}, {"op", p.op}, {"output", p.output}, {"placement", placement_json(p.placement)}});
+    j["pins"].push_back({{"node", p.node}, {"op", p.op}, {"output", p.output}, {"placement", graph::placement_strings(p.placement)}});
   j["outputs"] = json::array();
-  for (const NdPlacement& p : s.outputs) j["outputs"].push_back(placement_json(p));
+  for (const NdPlacement& p : s.outputs) j["outputs"].push_back(graph::placement_strings(p));
   j["ops"] = json::array();
   for (std::size_t n = 0; n < s.ops.size(); ++n) {
     json outs = json::array();
-    for (const NdPlacement& p : s.ops[n]) outs.push_back(placement_json(p));
+    for (const NdPlacement& p : s.ops[n]) outs.push_back(graph::placement_strings(p));
     j["ops"].push_back({{"op", s.op_names[n]}, {"outputs", outs}});
   }
   const std::string tmp = path + ".tmp";

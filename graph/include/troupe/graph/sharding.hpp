@@ -47,6 +47,8 @@ struct Placement {
 using NdPlacement = std::vector<Placement>;
 /// "(S(0), B)".
 std::string placement_str(const NdPlacement& p);
+/// {"S(0)", "B"}: one string per mesh axis, as plans and strategy files write them in JSON.
+std::vector<std::string> placement_strings(const NdPlacement& p);
 
 /// A mesh of devices: its named axes and their sizes, e.g. {{"dp", 2}, {"tp", 2}}; device d has
 /// coordinates in row-major order (the last axis varies fastest).
@@ -121,7 +123,14 @@ struct ShardingPlan {
   std::vector<Transition> transitions;
   /// Bytes each device sends over all transitions.
   double total_bytes() const;
+  /// Each value's placement once the plan is done with it: its own, or what a required output's
+  /// transition brought it to.
+  std::map<ValueId, NdPlacement> final_placements() const;
 };
+
+/// The bytes one device holds of a value of `shape` and `dtype` placed `p` on `mesh`: each axis that
+/// splits it divides it, except `except_axis` (the axis a collective runs along; -1: none).
+double held_bytes(const Shape& shape, DType dtype, const NdPlacement& p, const Mesh& mesh, int except_axis = -1);
 
 /// Places every value of `g` on `mesh`. `given` holds the placements of the graph's inputs and
 /// parameters (those absent are broadcast) and of any op output the caller pins (brought there

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "troupe/graph/amp.hpp"
@@ -66,7 +67,8 @@ class GptDecoder {
   Gpt& model_;
   graph::AmpOptions amp_;
   bool kv_cache_;
-  std::map<std::int64_t, graph::Jit> prompts_, steps_, windows_;
+  std::map<std::int64_t, graph::Jit> prompts_, windows_;  // by prompt length, by window length
+  std::optional<graph::Jit> step_;                         // traced on the first step
   std::unique_ptr<actors::Program> step_program_;  // run_steps_on()
   // k, v of every block, [slots, heads, --seq, head dim]: row r of the batch is slot r, so a step
   // reads the first rows as they are, and a step's new position is written in place.
