@@ -63,6 +63,19 @@ TracedFunction trace(const TraceableFn& fn, const std::vector<InputSpec>& signat
   return f;
 }
 
+TracedFunction TracedFunction::with_graph(std::shared_ptr<const Graph> graph, std::vector<InputSpec> signature,
+                                          std::vector<Var> parameters) const {
+  TROUPE_CHECK(graph && graph->outputs().size() == graph_->outputs().size() && graph->inputs().size() == signature.size() &&
+                   graph->parameters().size() == parameters.size() && parameters.size() == parameters_.size(),
+               invalid_argument, "with_graph: the new graph must keep the function's inputs, parameters and outputs");
+  TracedFunction f = *this;
+  f.graph_ = std::move(graph);
+  f.signature_ = std::move(signature);
+  f.parameters_ = std::move(parameters);
+  f.memory_ = nullptr;
+  return f;
+}
+
 TracedFunction TracedFunction::with_gradients(const std::vector<Var>& params, const Var& loss_scale) const {
   TROUPE_CHECK(outputs_ > 0, invalid_argument, "with_gradients: the traced function has no output to differentiate");
   TROUPE_CHECK(grad_parameters_.empty(), invalid_argument, "with_gradients: this function already has gradients");

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "expect_error.hpp"
+#include "tiny_gpt.hpp"
 #include "troupe/actors/planning.hpp"
 #include "troupe/actors/strategy.hpp"
 #include "troupe/graph/nn.hpp"
@@ -24,32 +25,6 @@ using namespace troupe;
 using namespace troupe::graph;
 
 namespace {
-
-// A small GPT: token embeddings, two Transformer blocks, a final LayerNorm and a head.
-struct TinyGpt : Module {
-  explicit TinyGpt(Generator& gen, std::int64_t d_ff = 0) {
-    wte = register_module("wte", std::make_shared<Embedding>(32, 16, gen));
-    blocks = register_module("blocks", std::make_shared<Sequential>());
-    for (int i = 0; i < 2; ++i) blocks->add(std::make_shared<GPTBlock>(16, 4, gen, d_ff));
-    ln_f = register_module("ln_f", std::make_shared<LayerNorm>(16));
-    head = register_module("head", std::make_shared<Linear>(16, 32, gen, false));
-  }
-  Var loss(const Var& ids, const Var& targets) {
-    return cross_entropy((*head)((*ln_f)((*blocks)((*wte)(ids)))).reshape({SymDim::symbol("batch") * 8, 32}),
-                         targets.reshape({SymDim::symbol("batch") * 8}));
-  }
-  std::shared_ptr<Embedding> wte;
-  std::shared_ptr<Sequential> blocks;
-  std::shared_ptr<LayerNorm> ln_f;
-  std::shared_ptr<Linear> head;
-};
-
-TracedFunction step_of(TinyGpt& model) {
-  const SymDim b = SymDim::symbol("batch");
-  return trace([&](const std::vector<Var>& in) { return std::vector<Var>{model.loss(in[0], in[1])}; },
-               {{"ids", {b, 8}, DType::i64}, {"targets", {b, 8}, DType::i64}})
-      .with_gradients();
-}
 
 // Megatron's placement of `step` on dp x tp devices, and its plan at a global batch of `batch`.
 struct MegatronPlan {
@@ -88,8 +63,8 @@ TEST(Planning, TheJobMeshUsesEveryDevice) {
 
 TEST(Planning, MegatronGptNeedsFourAllReducesPerBlockOnTheTensorAxis) {
   Generator gen(1);
-  TinyGpt model(gen);
-  const TracedFunction step = step_of(model);
+  test::TinyGpt model(gen);
+  const TracedFunction step = model.step();
   const auto [mesh, request, plan] = megatron_plan(step, 1, 2, 2);
   int tensor_axis = 0;
   for (const Transition& t : communicating(plan)) {
@@ -108,8 +83,8 @@ TEST(Planning, MegatronGptNeedsFourAllReducesPerBlockOnTheTensorAxis) {
 
 TEST(Planning, DataParallelAllReducesTheLossAndTheGradientsOnce) {
   Generator gen(2);
-  TinyGpt model(gen);
-  const TracedFunction step = step_of(model);
+  test::TinyGpt model(gen);
+  const TracedFunction step = model.step();
   const ShardingPlan plan = megatron_plan(step, 2, 1, 4).plan;
   double bytes = 0;
   for (const Transition& t : communicating(plan)) {
@@ -124,8 +99,8 @@ TEST(Planning, DataParallelAllReducesTheLossAndTheGradientsOnce) {
 
 TEST(Planning, HeadsThatDoNotSplitAreRefused) {
   Generator gen(3);
-  TinyGpt model(gen);
-  const TracedFunction step = step_of(model);
+  test::TinyGpt model(gen);
+  const TracedFunction step = model.step();
   try {
     actors::megatron_gpt_placement(step, actors::job_mesh(1, 3, 3), 4);
     ADD_FAILURE() << "4 heads on tp=3 were accepted";
@@ -136,8 +111,8 @@ TEST(Planning, HeadsThatDoNotSplitAreRefused) {
 
 TEST(Planning, TensorParallelismDividesTheSplitWeightsPerDevice) {
   Generator gen(4);
-  TinyGpt model(gen);
-  const TracedFunction step = step_of(model);
+  test::TinyGpt model(gen);
+  const TracedFunction step = model.step();
   double all = 0, split = 0;  // parameter bytes, and those of the weights Megatron splits
   for (const auto& [name, t] : model.state_dict()) {
     all += static_cast<double>(t.nbytes());
@@ -168,8 +143,8 @@ std::string temp_file(const std::string& name) {
 
 TEST(Strategy, SavedThenLoadedGivesTheIdenticalPlan) {
   Generator gen(5);
-  TinyGpt model(gen);
-  const TracedFunction step = step_of(model);
+  test::TinyGpt model(gen);
+  const TracedFunction step = model.step();
   const SymBindings batch{{"batch", 4}};
   const auto [mesh, request, plan] = megatron_plan(step, 2, 2, 4);
   const std::string file = temp_file("strategy.json");
@@ -196,8 +171,8 @@ TEST(Strategy, SavedThenLoadedGivesTheIdenticalPlan) {
 
 TEST(Strategy, AFileForAnotherMeshOrModelOrDamagedIsRefused) {
   Generator gen(6);
-  TinyGpt model(gen);
-  const TracedFunction step = step_of(model);
+  test::TinyGpt model(gen);
+  const TracedFunction step = model.step();
   const MegatronPlan m = megatron_plan(step, 2, 2, 4);
   const Mesh& mesh = m.mesh;
   const std::string file = temp_file("strategy_mismatch.json");
@@ -205,8 +180,8 @@ TEST(Strategy, AFileForAnotherMeshOrModelOrDamagedIsRefused) {
   const actors::Strategy s = actors::load_strategy(file);
   test::expect_error_mentions([&] { actors::strategy_request(s, step, actors::job_mesh(1, 4, 4), file); },
                {file, "made for the mesh dp=2 x tp=2, and this job's is dp=1 x tp=4"});
-  TinyGpt wider(gen, 32);
-  const TracedFunction other = step_of(wider);
+  test::TinyGpt wider(gen, 32);
+  const TracedFunction other = wider.step();
   test::expect_error_mentions([&] { actors::strategy_request(s, other, mesh, file); },
                {file, "'blocks.0.mlp.fc.weight' [64, 16] in the file and 'blocks.0.mlp.fc.weight' [32, 16] in this model"});
   const auto write = [&](const std::string& text) {
@@ -246,8 +221,8 @@ TEST(CostModel, FlopsOfProductsAndAttention) {
 
 TEST(CostModel, TensorParallelismTradesComputeForAllReduces) {
   Generator gen(7);
-  TinyGpt model(gen);
-  const TracedFunction step = step_of(model);
+  test::TinyGpt model(gen);
+  const TracedFunction step = model.step();
   const SymBindings batch{{"batch", 2}};
   actors::CostModel cost;
   cost.gflops = 10;
@@ -265,8 +240,8 @@ TEST(CostModel, TensorParallelismTradesComputeForAllReduces) {
 
 TEST(CostModel, TheSearchPicksTheFastestMeshThatFits) {
   Generator gen(8);
-  TinyGpt model(gen);
-  const TracedFunction step = step_of(model);
+  test::TinyGpt model(gen);
+  const TracedFunction step = model.step();
   const SymBindings batch{{"batch", 4}};
   actors::CostModel slow_compute;  // compute dominates: the data-parallel mesh splits the most of it
   slow_compute.gflops = 0.001;
@@ -299,8 +274,8 @@ TEST(CostModel, TheSearchPicksTheFastestMeshThatFits) {
 // updated parameters are all-gathered: the same bytes as the all-reduce.
 TEST(Planning, ZeroOneShardsTheOptimizerStateOverDataParallelRanks) {
   Generator gen(9);
-  TinyGpt model(gen);
-  const TracedFunction step = step_of(model);
+  test::TinyGpt model(gen);
+  const TracedFunction step = model.step();
   const SymBindings batch{{"batch", 4}};
   actors::CostModel cost;
   cost.default_link = {10, 0};

@@ -53,6 +53,11 @@ class TracedFunction {
   /// (Graph::inference_graph; the forward computation is unchanged), so fusion sees through a
   /// custom_relu. with_gradients() on it is refused. Jit uses it when no gradients are asked for.
   TracedFunction for_inference() const;
+  /// A copy that runs `graph` with `signature` on `parameters` (in the order of its parameters): the
+  /// same outputs and gradients in the same order, computed otherwise (a device's part of a sharded
+  /// step, graph/spmd.hpp). Memory plans are per graph, so it plans none until optimized(3).
+  TracedFunction with_graph(std::shared_ptr<const Graph> graph, std::vector<InputSpec> signature,
+                            std::vector<Var> parameters) const;
   /// True when calls run in planned arenas (level 3, unless TROUPE_DISABLE_PASSES names memory-planning).
   bool plans_memory() const { return memory_ != nullptr; }
   /// Planned and measured peaks of the latest input shape (throws unless plans_memory()).
