@@ -49,6 +49,8 @@ struct ClipSetup {
   std::shared_ptr<graph::GradScaler> scaler;  // null: the gradients are not scaled
   int slots = 0;            // partial norms per step: one per gradient, or per bucket (parallel, data parallel)
   bool takes_norms = true;  // parallel: squared norms arrive; naive: gradients, whose norms it takes
+  std::vector<double> weights;  // naive: per slot, its squared norm's weight (tensor parallelism)
+  std::shared_ptr<transport::Communicator> norms;  // tensor parallelism: the group whose sums add up, or null
   std::uint32_t track = 0;
   PeersPtr peers;
 };

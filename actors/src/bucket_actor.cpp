@@ -37,7 +37,16 @@ void pass_on(Self self, std::uint64_t step, const Tensor& flat) {
   const GradientPath& path = s.peers->gradients;
   double squared_norm = 0;
   try {
-    squared_norm = kernels::squared_norm(flat);  // taken after the reduction: identical on every rank
+    // Taken after the reduction: identical on every rank; by entry where tensor parallelism weights them.
+    bool weighted = false;
+    for (const BucketEntry& e : entries(s)) weighted = weighted || path.norm_weight[static_cast<std::size_t>(e.sink)] != 1;
+    if (weighted) {
+      for (const BucketEntry& e : entries(s))
+        squared_norm += path.norm_weight[static_cast<std::size_t>(e.sink)] *
+                        kernels::squared_norm(flat.slice(0, e.offset, e.offset + shape_numel(e.shape)));
+    } else {
+      squared_norm = kernels::squared_norm(flat);
+    }
   } catch (const Error& e) {
     tell(self, s.track, s.peers->program, SendTag{"fail", step}, fail_atom::value, step, static_cast<int>(e.kind()),
          "gradient bucket " + std::to_string(s.index) + " of step " + std::to_string(step) +

@@ -8,6 +8,7 @@
 #include "handler.hpp"
 #include "messages.hpp"
 #include "troupe/kernels/optim.hpp"
+#include "troupe/transport/process_group.hpp"
 
 namespace troupe::actors {
 
@@ -39,7 +40,13 @@ double global_norm(const ClipState& s) {
   if (s.setup.takes_norms)
     for (double n : s.norms) total += n;
   else
-    for (const Tensor& g : s.gradients) total += kernels::squared_norm(g);  // the textbook pass, after backward
+    for (std::size_t k = 0; k < s.gradients.size(); ++k)  // the textbook pass, after backward
+      total += s.setup.weights[k] * kernels::squared_norm(s.gradients[k]);
+  if (s.setup.norms) {  // tensor parallelism: each device's sum counts its shards, the group adds them
+    const Tensor sum = Tensor::from_vector(std::vector<double>{total}, {1});
+    s.setup.norms->submit([&](transport::ProcessGroup& g) { g.all_reduce(sum); }).get();
+    total = sum.item();
+  }
   return std::sqrt(total);
 }
 

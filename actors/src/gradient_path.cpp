@@ -2,6 +2,8 @@
 // actors -> communicator actor -> bucket actors) -> optimizer actors, with the clip actor beside
 // it taking the global norm. Everything is checked before the first actor is spawned.
 
+#include <algorithm>
+
 #include "actor_kinds.hpp"
 #include "troupe/actors/tracer.hpp"
 #include "troupe/kernels/error.hpp"
@@ -79,12 +81,18 @@ GradientActors spawn_gradient_path(caf::actor_system& sys, const graph::TracedFu
   GradientPath& path = peers->gradients;
   auto names = std::make_shared<std::vector<std::string>>(plan.sinks.size());
   path.clip_slot.assign(plan.sinks.size(), -1);
+  path.norm_weight.assign(plan.sinks.size(), 1.0);
+  const TensorParallel& tp = options.tensor_parallel;
+  std::vector<double> slot_weights;
   int gradients = 0;
   for (std::size_t k = 0; k < plan.sinks.size(); ++k) {
     const int param = plan.sink_param[k];
     if (param < 0) continue;
     (*names)[k] = fn.parameters()[static_cast<std::size_t>(param)].name();
     path.clip_slot[k] = gradients++;
+    if (tp.norms && std::find(tp.replicated.begin(), tp.replicated.end(), (*names)[k]) != tp.replicated.end())
+      path.norm_weight[k] = 1.0 / tp.norms->size();
+    slot_weights.push_back(path.norm_weight[k]);
   }
   check_optimizers(options, *names);
   path.buckets = plan_data_parallel(fn, plan, options.data_parallel);
@@ -98,6 +106,8 @@ GradientActors spawn_gradient_path(caf::actor_system& sys, const graph::TracedFu
     clip.max_norm = options.clip_grad_norm;
     clip.scaler = options.loss_scaler;
     clip.takes_norms = options.clip_mode == ClipMode::parallel;
+    clip.weights = slot_weights;
+    clip.norms = tp.norms;
     // Parallel clip with data parallelism sums the reduced buckets' norms, else one per gradient.
     clip.slots = path.buckets && clip.takes_norms ? static_cast<int>(path.buckets->buckets.size()) : gradients;
     clip.track = tracer.register_actor("clip");

@@ -27,7 +27,8 @@ class GradientStage : public Sink {
 
   void prepare(Node& node, const Tensor& gradient) override {
     const GradientPath& path = node.peers().gradients;
-    if (!path.buckets && path.clip.actor && path.clip_takes_norms) squared_norm_ = squared_norm(node, gradient);
+    if (!path.buckets && path.clip.actor && path.clip_takes_norms)
+      squared_norm_ = path.norm_weight[static_cast<std::size_t>(node.spec().sink)] * squared_norm(node, gradient);
   }
 
   void finish(Node& node, const Tensor& gradient) override {

@@ -101,6 +101,8 @@ struct GradientPath {
   AddressOf<ClipActor> clip;                          // null actor when the step does not clip
   bool clip_takes_norms = true;                       // parallel clip: squared norms; naive: the gradients
   std::vector<int> clip_slot;                         // per sink: its place among the gradients (-1: an output)
+  std::vector<double> norm_weight;                    // per sink: its squared norm's weight in the clipping norm
+                                                      // (1/n for a parameter n tensor-parallel devices hold whole)
   std::shared_ptr<const BucketPlan> buckets;          // null without data parallelism
   std::vector<AddressOf<BucketActor>> bucket_actors;
   AddressOf<CommunicatorActor> communicator;

@@ -1,7 +1,8 @@
 // Tensor and hybrid parallelism in the runtime (graph/spmd.hpp, actors/tensor_parallel.hpp): a
-// GPT trained for 5 AdamW steps on tp=2 and tp=4 devices (Megatron's placement, the collectives
-// inside the step), and on dp=2 x tp=2, gives the losses and the updated weights of one process at
-// the same global batch; each device holds only its shards of the split weights.
+// GPT trained for 5 AdamW steps with gradient clipping on tp=2 and tp=4 devices (Megatron's
+// placement, the collectives inside the step), and on dp=2 x tp=2, gives the losses, the clipping
+// norms and the updated weights of one process at the same global batch, on the parallel and the
+// naive clip path; each device holds only its shards of the split weights.
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -23,6 +24,7 @@ namespace {
 
 constexpr int kSteps = 5;
 constexpr std::int64_t kBatch = 4;
+constexpr double kClip = 0.5;  // below the norms of the first steps, so clipping scales them
 
 // Token ids in [0, 32) of shape [kBatch, 8], from a fixed sequence.
 Tensor tokens(std::uint64_t seed) {
@@ -53,7 +55,7 @@ std::vector<Var> trained(const TracedFunction& f) {
 }
 
 struct Training {
-  std::vector<double> losses;
+  std::vector<double> losses, norms;
   std::map<std::string, Tensor> params;            // whole, assembled from the devices' shards
   std::map<std::string, Shape> shard_shapes;       // what device 0 held
 };
@@ -66,22 +68,28 @@ Training train_single(const Tensor& ids, const Tensor& targets) {
   actors::Engine engine(actors::EngineOptions{1});
   actors::ProgramOptions po;
   po.optimizers = {std::make_shared<AdamW>(trained(step), adamw())};
+  po.clip_grad_norm = kClip;
   auto program = engine.compile(step, po);
   Training run;
-  for (int s = 0; s < kSteps; ++s) run.losses.push_back(program->run({ids, targets}).outputs[0].item());
+  for (int s = 0; s < kSteps; ++s) {
+    const actors::StepResult r = program->run({ids, targets});
+    run.losses.push_back(r.outputs[0].item());
+    run.norms.push_back(r.grad_norm);
+  }
   for (const auto& [name, t] : model.state_dict()) run.params[name] = t.clone();
   return run;
 }
 
 // dp x tp devices as threads, each with its own engine: device (i, j) takes batch rows i of dp and
 // shards j of tp of the Megatron plan on the tp axis; dp reduces the gradients between the rows.
-Training train_hybrid(int dp, int tp, const Tensor& ids, const Tensor& targets) {
+Training train_hybrid(int dp, int tp, const Tensor& ids, const Tensor& targets, actors::ClipMode clip_mode) {
   const Mesh mesh{{{"tp", tp}}};
   const std::int64_t rows = kBatch / dp;
-  std::vector<std::vector<std::unique_ptr<transport::Transport>>> tp_worlds, dp_worlds;
+  std::vector<std::vector<std::unique_ptr<transport::Transport>>> tp_worlds, norm_worlds, dp_worlds;
   for (int i = 0; i < dp; ++i) tp_worlds.push_back(transport::make_inprocess_world(tp));
+  for (int i = 0; i < dp; ++i) norm_worlds.push_back(transport::make_inprocess_world(tp));
   for (int j = 0; j < tp; ++j) dp_worlds.push_back(transport::make_inprocess_world(dp));
-  std::vector<std::vector<double>> losses(static_cast<std::size_t>(dp * tp));
+  std::vector<std::vector<double>> losses(static_cast<std::size_t>(dp * tp)), norms(losses.size());
   std::vector<std::map<std::string, Tensor>> shards(static_cast<std::size_t>(dp * tp));
   std::vector<std::thread> devices;
   for (int d = 0; d < dp * tp; ++d)
@@ -98,12 +106,19 @@ Training train_hybrid(int dp, int tp, const Tensor& ids, const Tensor& targets) 
       actors::Engine engine(actors::EngineOptions{1});
       actors::ProgramOptions po;
       po.optimizers = {std::make_shared<AdamW>(trained(local), adamw())};
+      po.clip_grad_norm = kClip;
+      po.clip_mode = clip_mode;
+      po.tensor_parallel.norms = std::make_shared<transport::Communicator>(std::move(norm_worlds[i][j]), "tp-norms");
+      po.tensor_parallel.replicated = actors::replicated_parameters(step, plan, 0);
       if (dp > 1) po.data_parallel.communicator = std::make_shared<transport::Communicator>(std::move(dp_worlds[j][i]), "allreduce");
       auto program = engine.compile(local, po);
       const Tensor my_ids = ids.slice(0, i * rows, (i + 1) * rows).contiguous();
       const Tensor my_targets = targets.slice(0, i * rows, (i + 1) * rows).contiguous();
-      for (int s = 0; s < kSteps; ++s)
-        losses[static_cast<std::size_t>(d)].push_back(program->run({my_ids, my_targets}).outputs[0].item());
+      for (int s = 0; s < kSteps; ++s) {
+        const actors::StepResult r = program->run({my_ids, my_targets});
+        losses[static_cast<std::size_t>(d)].push_back(r.outputs[0].item());
+        norms[static_cast<std::size_t>(d)].push_back(r.grad_norm);
+      }
       for (const Var& p : local.parameters()) shards[static_cast<std::size_t>(d)][p.name()] = p.tensor().clone();
     });
   for (std::thread& t : devices) t.join();
@@ -115,8 +130,12 @@ Training train_hybrid(int dp, int tp, const Tensor& ids, const Tensor& targets) 
   const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
   const ShardingPlan plan = propagate_sharding(step.graph(), mesh, request.given, request.required, {{"batch", rows}});
   Training run;
-  for (int d = 0; d < dp * tp; ++d) EXPECT_EQ(losses[static_cast<std::size_t>(d)], losses[0]) << "device " << d;
+  for (int d = 0; d < dp * tp; ++d) {
+    EXPECT_EQ(losses[static_cast<std::size_t>(d)], losses[0]) << "device " << d;
+    EXPECT_EQ(norms[static_cast<std::size_t>(d)], norms[0]) << "device " << d;
+  }
   run.losses = losses[0];
+  run.norms = norms[0];
   for (std::size_t k = 0; k < step.parameters().size(); ++k) {
     const std::string& name = step.parameters()[k].name();
     const NdPlacement& p = plan.placements.at(step.graph().parameters()[k]);
@@ -136,6 +155,9 @@ void expect_same_training(const Training& got, const Training& single) {
   for (int s = 0; s < kSteps; ++s)
     EXPECT_NEAR(got.losses[static_cast<std::size_t>(s)], single.losses[static_cast<std::size_t>(s)],
                 1e-5 * std::abs(single.losses[static_cast<std::size_t>(s)])) << "step " << s;
+  for (int s = 0; s < kSteps; ++s)
+    EXPECT_NEAR(got.norms[static_cast<std::size_t>(s)], single.norms[static_cast<std::size_t>(s)],
+                1e-5 * single.norms[static_cast<std::size_t>(s)]) << "step " << s;
   for (const auto& [name, p] : single.params) {
     EXPECT_LE(test::scaled_max_error(got.params.at(name), p), 1e-5) << name;
   }
@@ -147,9 +169,11 @@ TEST(TensorParallel, TwoAndFourShardsTrainLikeOneProcess) {
   const Tensor ids = tokens(1), targets = tokens(2);
   const Training single = train_single(ids, targets);
   EXPECT_LT(single.losses.back(), single.losses.front());  // it learns
-  for (int tp : {2, 4}) {
-    SCOPED_TRACE("tp=" + std::to_string(tp));
-    const Training run = train_hybrid(1, tp, ids, targets);
+  EXPECT_GT(single.norms.front(), kClip);                  // and clipping takes effect
+  for (const auto& [tp, mode] : {std::pair{2, actors::ClipMode::parallel}, std::pair{4, actors::ClipMode::parallel},
+                                 std::pair{2, actors::ClipMode::naive}}) {
+    SCOPED_TRACE("tp=" + std::to_string(tp) + (mode == actors::ClipMode::naive ? ", naive clip" : ", parallel clip"));
+    const Training run = train_hybrid(1, tp, ids, targets, mode);
     expect_same_training(run, single);
     // Each device holds 1/tp of the split weights (qkv rows, fc rows, the projections' columns), all of the rest.
     EXPECT_EQ(run.shard_shapes.at("blocks.0.attn.qkv.weight"), (Shape{48 / tp, 16}));
@@ -162,7 +186,11 @@ TEST(TensorParallel, TwoAndFourShardsTrainLikeOneProcess) {
 
 TEST(TensorParallel, DataAndTensorParallelTogetherTrainLikeOneProcess) {
   const Tensor ids = tokens(3), targets = tokens(4);
-  expect_same_training(train_hybrid(2, 2, ids, targets), train_single(ids, targets));
+  const Training single = train_single(ids, targets);
+  for (const actors::ClipMode mode : {actors::ClipMode::parallel, actors::ClipMode::naive}) {
+    SCOPED_TRACE(mode == actors::ClipMode::naive ? "naive clip" : "parallel clip");
+    expect_same_training(train_hybrid(2, 2, ids, targets, mode), single);
+  }
 }
 
 // The device's graph has the plan's collectives and no others, in one chain: on tp=2, 8

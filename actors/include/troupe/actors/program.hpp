@@ -39,6 +39,18 @@ struct DataParallel {
   bool overlap = true;
 };
 
+/// Tensor parallelism: the program runs one device's part of a sharded step (graph/spmd.hpp,
+/// tensor_parallel.hpp), whose collectives are in its graph. Clipping takes the norm of the whole
+/// model: each device sums the squared norms of its gradients, those of the parameters every
+/// device of the group holds whole counted 1/n, and the devices of the group add their sums.
+struct TensorParallel {
+  /// The device's tensor-parallel group, for the clipping norm alone (its own channel: the
+  /// step's collectives run elsewhere); null: no tensor parallelism.
+  std::shared_ptr<transport::Communicator> norms;
+  /// The parameters every device of the group holds whole (tensor_parallel.hpp: replicated_parameters).
+  std::vector<std::string> replicated;
+};
+
 /// Where the global gradient norm of clipping is computed.
 enum class ClipMode {
   /// Each gradient stage takes its gradient's squared norm as soon as that gradient is complete,
@@ -71,6 +83,8 @@ struct ProgramOptions {
   ClipMode clip_mode = ClipMode::parallel;
   /// Data parallelism (off unless a communicator is set).
   DataParallel data_parallel;
+  /// Tensor parallelism's share of clipping (off unless a communicator is set).
+  TensorParallel tensor_parallel;
   /// Dynamic loss scaling (mixed precision): the scaler whose scale_var() the function's backward
   /// was seeded with (TracedFunction::with_gradients). The clip actor then always takes the global
   /// norm, divides the scale out of it and of the gradients (before clipping), and when the norm is

@@ -7,7 +7,11 @@
 #include <memory>
 #include <string>
 
+#include <vector>
+
 #include "troupe/graph/collectives.hpp"
+#include "troupe/graph/sharding.hpp"
+#include "troupe/graph/trace.hpp"
 
 namespace troupe::transport {
 class Communicator;
@@ -19,5 +23,10 @@ namespace troupe::actors {
 /// over `comm`, whose ranks are the devices of that axis: each collective runs on the
 /// communicator's thread, in its queue's order, while the caller waits.
 std::shared_ptr<graph::CollectiveGroup> communicator_group(std::shared_ptr<transport::Communicator> comm, std::string axis);
+
+/// The names of the parameters of `step` that `plan` does not split along mesh axis `axis`: every
+/// device of that axis holds them whole, so clipping counts each device's share of their norm 1/n
+/// (ProgramOptions::tensor_parallel).
+std::vector<std::string> replicated_parameters(const graph::TracedFunction& step, const graph::ShardingPlan& plan, int axis);
 
 }  // namespace troupe::actors

@@ -1,4 +1,5 @@
-// A sharded step's collective group over a transport communicator (troupe/actors/tensor_parallel.hpp).
+// Tensor parallelism in the runtime (troupe/actors/tensor_parallel.hpp): a sharded step's collective
+// group over a transport communicator, and the parameters clipping counts once per group.
 #include "troupe/actors/tensor_parallel.hpp"
 
 #include "troupe/kernels/error.hpp"
@@ -41,6 +42,14 @@ class CommunicatorGroup : public graph::CollectiveGroup {
 std::shared_ptr<graph::CollectiveGroup> communicator_group(std::shared_ptr<transport::Communicator> comm, std::string axis) {
   TROUPE_CHECK(comm != nullptr, invalid_argument, "communicator_group: the communicator for axis '", axis, "' is null");
   return std::make_shared<CommunicatorGroup>(std::move(comm), std::move(axis));
+}
+
+std::vector<std::string> replicated_parameters(const graph::TracedFunction& step, const graph::ShardingPlan& plan, int axis) {
+  std::vector<std::string> out;
+  for (std::size_t k = 0; k < step.parameters().size(); ++k)
+    if (plan.placements.at(step.graph().parameters()[k]).at(static_cast<std::size_t>(axis)).kind != graph::Placement::Kind::split)
+      out.push_back(step.parameters()[k].name());
+  return out;
 }
 
 }  // namespace troupe::actors
