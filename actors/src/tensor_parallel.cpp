@@ -2,6 +2,7 @@
 // group over a transport communicator, and the parameters clipping counts once per group.
 #include "troupe/actors/tensor_parallel.hpp"
 
+#include "troupe/graph/spmd.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/transport/process_group.hpp"
 
@@ -49,6 +50,77 @@ std::vector<std::string> replicated_parameters(const graph::TracedFunction& step
   for (std::size_t k = 0; k < step.parameters().size(); ++k)
     if (plan.placements.at(step.graph().parameters()[k]).at(static_cast<std::size_t>(axis)).kind != graph::Placement::Kind::split)
       out.push_back(step.parameters()[k].name());
+  return out;
+}
+
+TensorParallelStep::TensorParallelStep(const graph::TracedFunction& step, graph::ShardingPlan plan,
+                                       std::shared_ptr<transport::Communicator> comm)
+    : plan_(std::move(plan)), comm_(std::move(comm)) {
+  TROUPE_CHECK(plan_.mesh.axes.size() == 1, invalid_argument, "tensor parallel step: the plan's mesh ", plan_.mesh.str(),
+               " must have one axis");
+  const auto& [axis, size] = plan_.mesh.axes[0];
+  TROUPE_CHECK(comm_ && comm_->size() == size, invalid_argument, "tensor parallel step: the '", axis, "' group has ",
+               comm_ ? comm_->size() : 0, " devices, but the plan's mesh ", plan_.mesh.str(), " needs ", size);
+  group_ = std::make_unique<graph::GroupRegistration>(communicator_group(comm_, axis));
+  local_ = graph::shard_step(step, plan_, graph::MeshDevice{{comm_->rank()}, {group_->id()}});
+  for (std::size_t k = 0; k < step.parameters().size(); ++k) {
+    const graph::Placement& p = plan_.placements.at(step.graph().parameters()[k])[0];
+    if (size > 1 && p.kind == graph::Placement::Kind::split) splits_[step.parameters()[k].name()] = p;
+  }
+  replicated_ = replicated_parameters(step, plan_, 0);
+}
+
+TensorParallelStep::~TensorParallelStep() = default;
+
+std::vector<graph::Var> TensorParallelStep::trained() const {
+  std::vector<graph::Var> out;
+  for (std::size_t k : local_.gradient_parameters()) out.push_back(local_.parameters()[k]);
+  return out;
+}
+
+std::map<std::string, Tensor> TensorParallelStep::parameter_shards() const {
+  std::map<std::string, Tensor> out;
+  for (const graph::Var& p : local_.parameters()) out[p.name()] = p.tensor();
+  return out;
+}
+
+const graph::Placement* TensorParallelStep::split_of(const std::string& key) const {
+  // The longest parameter name that is the key or its prefix before a '.'.
+  const graph::Placement* found = nullptr;
+  std::size_t longest = 0;
+  for (const auto& [name, p] : splits_)
+    if ((key == name || (key.size() > name.size() && key.compare(0, name.size(), name) == 0 && key[name.size()] == '.')) &&
+        name.size() > longest) {
+      found = &p;
+      longest = name.size();
+    }
+  return found;
+}
+
+std::map<std::string, Tensor> TensorParallelStep::gather(const std::map<std::string, Tensor>& shards) const {
+  std::map<std::string, Tensor> out;
+  for (const auto& [key, shard] : shards) {
+    const graph::Placement* p = split_of(key);
+    if (!p || shard.dim() <= p->dim) {  // whole, or a per-parameter scalar (a step count)
+      out[key] = shard;
+      continue;
+    }
+    const Tensor piece = shard.contiguous();
+    Tensor all;
+    comm_->submit([&](transport::ProcessGroup& g) { all = g.all_gather(piece.reshape({1, piece.numel()})); }).get();
+    std::vector<Tensor> pieces;
+    for (std::int64_t r = 0; r < all.size(0); ++r) pieces.push_back(all.slice(0, r, r + 1).reshape(piece.shape()));
+    out[key] = graph::join_block_slices(pieces, p->dim, p->blocks);
+  }
+  return out;
+}
+
+std::map<std::string, Tensor> TensorParallelStep::shard(const std::map<std::string, Tensor>& whole) const {
+  std::map<std::string, Tensor> out;
+  for (const auto& [key, t] : whole) {
+    const graph::Placement* p = split_of(key);
+    out[key] = !p || t.dim() <= p->dim ? t : graph::block_slice(t, p->dim, p->blocks, comm_->size(), comm_->rank()).clone();
+  }
   return out;
 }
 

@@ -82,6 +82,8 @@ Training train_single(const Tensor& ids, const Tensor& targets) {
 
 // dp x tp devices as threads, each with its own engine: device (i, j) takes batch rows i of dp and
 // shards j of tp of the Megatron plan on the tp axis; dp reduces the gradients between the rows.
+// The weights come back whole through TensorParallelStep::gather, which also takes the optimizer
+// state apart and back together (shard(gather(state)) is each device's own state).
 Training train_hybrid(int dp, int tp, const Tensor& ids, const Tensor& targets, actors::ClipMode clip_mode) {
   const Mesh mesh{{{"tp", tp}}};
   const std::int64_t rows = kBatch / dp;
@@ -90,64 +92,54 @@ Training train_hybrid(int dp, int tp, const Tensor& ids, const Tensor& targets, 
   for (int i = 0; i < dp; ++i) norm_worlds.push_back(transport::make_inprocess_world(tp));
   for (int j = 0; j < tp; ++j) dp_worlds.push_back(transport::make_inprocess_world(dp));
   std::vector<std::vector<double>> losses(static_cast<std::size_t>(dp * tp)), norms(losses.size());
-  std::vector<std::map<std::string, Tensor>> shards(static_cast<std::size_t>(dp * tp));
+  std::vector<std::map<std::string, Tensor>> whole(losses.size()), shards(losses.size());
   std::vector<std::thread> devices;
   for (int d = 0; d < dp * tp; ++d)
     devices.emplace_back([&, d] {
       const int i = d / tp, j = d % tp;
+      const auto at = static_cast<std::size_t>(d);
       Generator gen(7);
       test::TinyGpt model(gen);
       const TracedFunction step = model.step();
       const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
-      const ShardingPlan plan = propagate_sharding(step.graph(), mesh, request.given, request.required, {{"batch", rows}});
-      auto tp_comm = std::make_shared<transport::Communicator>(std::move(tp_worlds[i][j]), "tp");
-      const GroupRegistration group(actors::communicator_group(tp_comm, "tp"));
-      const TracedFunction local = shard_step(step, plan, MeshDevice{{j}, {group.id()}});
+      const actors::TensorParallelStep device(
+          step, propagate_sharding(step.graph(), mesh, request.given, request.required, {{"batch", rows}}),
+          std::make_shared<transport::Communicator>(std::move(tp_worlds[i][j]), "tp"));
       actors::Engine engine(actors::EngineOptions{1});
       actors::ProgramOptions po;
-      po.optimizers = {std::make_shared<AdamW>(trained(local), adamw())};
+      auto optimizer = std::make_shared<AdamW>(device.trained(), adamw());
+      po.optimizers = {optimizer};
       po.clip_grad_norm = kClip;
       po.clip_mode = clip_mode;
       po.tensor_parallel.norms = std::make_shared<transport::Communicator>(std::move(norm_worlds[i][j]), "tp-norms");
-      po.tensor_parallel.replicated = actors::replicated_parameters(step, plan, 0);
+      po.tensor_parallel.replicated = device.replicated();
       if (dp > 1) po.data_parallel.communicator = std::make_shared<transport::Communicator>(std::move(dp_worlds[j][i]), "allreduce");
-      auto program = engine.compile(local, po);
+      auto program = engine.compile(device.local(), po);
       const Tensor my_ids = ids.slice(0, i * rows, (i + 1) * rows).contiguous();
       const Tensor my_targets = targets.slice(0, i * rows, (i + 1) * rows).contiguous();
       for (int s = 0; s < kSteps; ++s) {
         const actors::StepResult r = program->run({my_ids, my_targets});
-        losses[static_cast<std::size_t>(d)].push_back(r.outputs[0].item());
-        norms[static_cast<std::size_t>(d)].push_back(r.grad_norm);
+        losses[at].push_back(r.outputs[0].item());
+        norms[at].push_back(r.grad_norm);
       }
-      for (const Var& p : local.parameters()) shards[static_cast<std::size_t>(d)][p.name()] = p.tensor().clone();
+      shards[at] = device.parameter_shards();
+      whole[at] = device.gather(shards[at]);
+      const std::map<std::string, Tensor> state = optimizer->state_dict();
+      const std::map<std::string, Tensor> state_again = device.shard(device.gather(state));
+      for (const auto& [key, t] : state) EXPECT_EQ(test::scaled_max_error(state_again.at(key), t), 0.0) << key;
     });
   for (std::thread& t : devices) t.join();
 
-  // The placements the devices used, from the same plan made here.
-  Generator gen(7);
-  test::TinyGpt model(gen);
-  const TracedFunction step = model.step();
-  const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
-  const ShardingPlan plan = propagate_sharding(step.graph(), mesh, request.given, request.required, {{"batch", rows}});
   Training run;
-  for (int d = 0; d < dp * tp; ++d) {
-    EXPECT_EQ(losses[static_cast<std::size_t>(d)], losses[0]) << "device " << d;
-    EXPECT_EQ(norms[static_cast<std::size_t>(d)], norms[0]) << "device " << d;
+  for (std::size_t d = 0; d < losses.size(); ++d) {
+    EXPECT_EQ(losses[d], losses[0]) << "device " << d;
+    EXPECT_EQ(norms[d], norms[0]) << "device " << d;
+    for (const auto& [name, t] : whole[0]) EXPECT_EQ(test::scaled_max_error(whole[d].at(name), t), 0.0) << name << ", device " << d;
   }
   run.losses = losses[0];
   run.norms = norms[0];
-  for (std::size_t k = 0; k < step.parameters().size(); ++k) {
-    const std::string& name = step.parameters()[k].name();
-    const NdPlacement& p = plan.placements.at(step.graph().parameters()[k]);
-    for (int i = 0; i < dp; ++i) {  // every data-parallel row holds the same weights
-      std::vector<Tensor> row;
-      for (int j = 0; j < tp; ++j) row.push_back(shards[static_cast<std::size_t>(i * tp + j)].at(name));
-      const Tensor whole = assemble(row, p, mesh);
-      if (i == 0) run.params[name] = whole;
-      else EXPECT_EQ(test::scaled_max_error(whole, run.params[name]), 0.0) << name << " on row " << i;
-    }
-    run.shard_shapes[name] = shards[0].at(name).shape();
-  }
+  run.params = whole[0];
+  for (const auto& [name, t] : shards[0]) run.shard_shapes[name] = t.shape();
   return run;
 }
 
@@ -217,4 +209,37 @@ TEST(TensorParallel, EachDeviceRunsThePlansCollectivesInOneChain) {
     EXPECT_EQ(collectives[c]->inputs[1], collectives[c - 1]->outputs[0]);
     EXPECT_EQ(collectives[c]->attrs.get_int("group"), 42);
   }
+}
+
+// A tensor-parallel device that stops after one step makes its peer's next step fail within the
+// transport's timeout, with an error naming the op, the group and the silent rank: no hang.
+TEST(TensorParallel, ADeviceThatStopsFailsItsPeerNamingIt) {
+  const Mesh mesh{{{"tp", 2}}};
+  std::vector<std::unique_ptr<transport::Transport>> world = transport::make_inprocess_world(2);
+  for (auto& t : world) t->timeout = std::chrono::milliseconds(300);
+  const Tensor ids = tokens(5), targets = tokens(6);
+  std::string error;
+  std::vector<std::thread> devices;
+  for (int d = 0; d < 2; ++d)
+    devices.emplace_back([&, d] {
+      Generator gen(7);
+      test::TinyGpt model(gen);
+      const TracedFunction step = model.step();
+      const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
+      const actors::TensorParallelStep device(
+          step, propagate_sharding(step.graph(), mesh, request.given, request.required, {{"batch", kBatch}}),
+          std::make_shared<transport::Communicator>(std::move(world[static_cast<std::size_t>(d)]), "tp"));
+      actors::Engine engine(actors::EngineOptions{1});
+      auto program = engine.compile(device.local());
+      program->run({ids, targets});
+      if (d == 1) return;  // device 1 is gone
+      try {
+        program->run({ids, targets});
+      } catch (const Error& e) {
+        error = e.what();
+      }
+    });
+  for (std::thread& t : devices) t.join();
+  EXPECT_NE(error.find("all_reduce on tp (rank 0 of 2)"), std::string::npos) << error;
+  EXPECT_NE(error.find("rank 1 sent nothing within 300 ms"), std::string::npos) << error;
 }
