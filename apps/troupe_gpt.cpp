@@ -114,7 +114,11 @@ struct GptData {
 void settle(apps::TrainingRun& run, TrainFlags& f) {
   if (const models::Checkpoint* c = run.resumed()) {
     take_config(run.settings(), c->state, f.model);
-    run.settings().take("--batch", "batch", f.batch);
+    // The global batch stays; a run of another layout splits it among its own replicas.
+    if (c->state.ints.count("global_batch"))
+      run.settings().take_divided("--batch", "global_batch", f.dp.ranks, f.batch);
+    else
+      run.settings().take("--batch", "batch", f.batch);
     run.settings().take("--seed", "seed", f.seed);
     run.settings().take("--data", "data", f.data, /*is_path=*/true);
   }
@@ -147,6 +151,10 @@ apps::TrainingSetup setup(const TrainFlags& f) {
   const graph::SymDim b = graph::SymDim::symbol("batch");
   s.signature = {{"ids", {b, f.model.seq}, DType::i64}, {"targets", {b, f.model.seq}, DType::i64}};
   s.data_parallel = f.dp;
+  s.tensor_parallel = std::max(1, f.plan.tp);
+  s.plan = [&f](const graph::TracedFunction& step, const apps::ParallelJob& job) {
+    return apps::gpt_training_plan(f.plan, step, f.model.heads, job.dp_size(), job.tp_size(), f.batch, job.rank() == 0);
+  };
   s.weights_advice = kWeightsAdvice;
   s.forward_program = true;  // the held-out loss runs as an actor program too
   s.items_per_step = static_cast<double>(f.batch * f.model.seq);
@@ -183,6 +191,7 @@ apps::TrainingParts parts(const TrainFlags& f, std::optional<GptData>& data, std
   p.store_settings = [&](models::CheckpointState& st) {
     store_config(f.model, st);
     st.ints["batch"] = f.batch;
+    st.ints["global_batch"] = f.batch * f.dp.ranks;
     st.ints["seed"] = static_cast<std::int64_t>(f.seed);
     st.strings["data"] = f.data;
   };
@@ -287,9 +296,10 @@ int main(int argc, char** argv) {
   return apps::run_cli(app, argc, argv, "troupe-gpt", [&] {
     if (gen->parsed()) return generate(gf, *gen);
     if (tf.plan.plan_only) return apps::plan_only(tf.plan, tf.model, tf.batch, tf.dp.ranks, tf.seed);
-    TROUPE_CHECK(tf.plan.tp == 0 && tf.plan.zero == 0 && tf.plan.strategy_load.empty() && tf.plan.strategy_save.empty(),
-                 unsupported, "training with --tp, --zero or a strategy file does not run yet; use --plan-only to see the "
-                 "plan, or train with --dp alone");
+    TROUPE_CHECK(tf.plan.zero == 0, unsupported, "training with --zero 1 does not run yet; use --plan-only to see its "
+                 "plan, or train with --dp and --tp alone");
+    TROUPE_CHECK(tf.plan.tp > 1 || (tf.plan.strategy_load.empty() && tf.plan.strategy_save.empty()), invalid_argument,
+                 "--strategy-save and --strategy-load place a tensor-parallel run; give --tp too (or use them with --plan-only)");
     return train(tf, app);
   });
 }

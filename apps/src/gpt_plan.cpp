@@ -59,6 +59,24 @@ double mib(double bytes) { return bytes / (1 << 20); }
 
 }  // namespace
 
+graph::ShardingPlan gpt_training_plan(const PlanFlags& f, const graph::TracedFunction& step, std::int64_t heads, int dp,
+                                      int tp, std::int64_t batch, bool write) {
+  const graph::Mesh mesh = actors::job_mesh(dp, tp, dp * tp);
+  const actors::PlacementRequest request =
+      f.strategy_load.empty() ? actors::megatron_gpt_placement(step, mesh, heads)
+                              : actors::strategy_request(actors::load_strategy(f.strategy_load), step, mesh, f.strategy_load);
+  for (const auto& [v, p] : request.required)
+    TROUPE_CHECK(p[0].kind != graph::Placement::Kind::split, unsupported, "strategy file '", f.strategy_load,
+                 "' splits the gradients over dp (ZeRO-1), which does not train yet; plan without --zero 1");
+  if (write && !f.strategy_save.empty()) {
+    const graph::SymBindings bindings{{"batch", batch * dp}};
+    const graph::ShardingPlan whole = graph::propagate_sharding(step.graph(), mesh, request.given, request.required, bindings);
+    actors::save_strategy(f.strategy_save, actors::make_strategy(step, mesh, request, whole));
+  }
+  const auto [tp_mesh, along_tp] = actors::project_request(request, mesh, "tp");
+  return graph::propagate_sharding(step.graph(), tp_mesh, along_tp.given, along_tp.required, {{"batch", batch}});
+}
+
 int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t batch, int dp, std::uint64_t seed) {
   config.validate();
   Generator gen(seed);

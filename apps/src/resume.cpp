@@ -51,6 +51,17 @@ void ResumeSettings::take(const std::string& flag, const std::string& key, std::
   value = stored;
 }
 
+void ResumeSettings::take_divided(const std::string& flag, const std::string& key, std::int64_t parts, std::int64_t& value) {
+  const std::int64_t stored = state_.int_at(key);
+  TROUPE_CHECK(parts >= 1 && stored > 0 && stored % parts == 0, invalid_argument, "the checkpoint '", state_.source,
+               "' was saved at ", key, " ", stored, ", which does not split among ", parts,
+               " data-parallel replicas; resume with a --dp that divides ", stored);
+  const std::int64_t share = stored / parts;
+  check_range(flag, key, std::to_string(share));
+  agree(flag, key, value == share, std::to_string(share));
+  value = share;
+}
+
 void ResumeSettings::take(const std::string& flag, const std::string& key, std::uint64_t& value) {
   const auto stored = static_cast<std::uint64_t>(state_.int_at(key));  // stored as the int64 of the same bits
   agree(flag, key, value == stored, std::to_string(stored));

@@ -64,8 +64,7 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
     }
     metrics.write(m);
     if (hooks.save && ((o.save_every > 0 && step % o.save_every == 0) || last)) {
-      hooks.save(step);
-      progress.line("step " + std::to_string(step) + ": checkpoint saved");
+      if (hooks.save(step)) progress.line("step " + std::to_string(step) + ": checkpoint saved");
     }
   }
   progress.finish();

@@ -136,6 +136,11 @@ TrainStep::TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputS
   // Optimized before the gradients (fusion) and after (forward and backward together).
   const int level = options.jit_level;
   const graph::Var seed = scaler_ ? scaler_->scale_var() : graph::Var();
+  if (const auto& tp = options.tensor_parallel; tp.step) {
+    po.tensor_parallel = {tp.norms, tp.step->replicated()};
+    program_ = engine_->compile(tp.step->local(), po);
+    return;
+  }
   program_ = engine_->compile(
       graph::trace(loss_fn_, signature).with_amp(options.amp).optimized(level).with_gradients({}, seed).optimized(level),
       po);

@@ -22,12 +22,25 @@ struct Session {
   const RunFlags& flags;
   const TrainingSetup& setup;
   const TrainingParts& parts;
-  DataParallelJob* job;  // null: the app trains in one process only
+  ParallelJob* job;  // null: the app trains in one process only
   graph::Module& model;
-  graph::Optimizer& optimizer;
+  graph::Optimizer& optimizer;  // over the model's parameters (with --tp, what checkpoints save)
   TrainStep& step;
+  std::shared_ptr<actors::TensorParallelStep> sharded;  // with --tp: this rank's step, whose shards train
+  std::shared_ptr<graph::Optimizer> shard_optimizer;     // with --tp: the optimizer of the shards
   int rank() const { return job ? job->rank() : 0; }
   int ranks() const { return job ? job->size() : 1; }
+  int replica() const { return job ? job->dp_rank() : 0; }
+  int replicas() const { return job ? job->dp_size() : 1; }
+  /// With --tp, brings the model and the whole optimizer up to date from the group's shards (a
+  /// collective of the tp group: every rank calls it at the same point), for evaluation and checkpoints.
+  void gather_shards() {
+    if (!sharded) return;
+    std::map<std::string, Tensor> params;  // handles of the model's own tensors
+    for (const auto& [name, p] : model.named_parameters()) params[name] = p.tensor();
+    for (const auto& [name, whole] : sharded->gather(sharded->parameter_shards())) params.at(name).copy_from(whole);
+    optimizer.load_state_dict(sharded->gather(shard_optimizer->state_dict()));
+  }
 };
 
 // The loss forward only: on a forward-only program when there is one, otherwise eagerly.
@@ -43,10 +56,10 @@ ForwardLoss forward_loss(const Session& s, actors::Program* program) {
 // whose reduced gradient norm differs between the ranks.
 StepOutcome one_step(Session& s, std::int64_t step_number) {
   std::vector<Tensor> batch = s.parts.next_batch();
-  if (s.ranks() > 1) {
-    // Every rank draws the global batch and keeps its rows, so N ranks see what one process at N
-    // times the batch would.
-    const std::int64_t r = s.rank(), rows = s.setup.batch;
+  if (s.replicas() > 1) {
+    // Every rank draws the global batch and keeps its replica's rows, so N replicas see what one
+    // process at N times the batch would.
+    const std::int64_t r = s.replica(), rows = s.setup.batch;
     for (Tensor& t : batch) t = t.slice(0, r * rows, (r + 1) * rows).contiguous();
   }
   StepOutcome out = s.step(batch);
@@ -60,9 +73,16 @@ StepOutcome one_step(Session& s, std::int64_t step_number) {
 LoopHooks loop_hooks(Session& s, const ForwardLoss& forward, std::int64_t& step_number) {
   LoopHooks hooks;
   hooks.step = [&s, &step_number] { return one_step(s, ++step_number); };
-  hooks.evaluate = [&s, &forward] { return s.parts.evaluate(forward); };
-  if (!s.flags.save.empty() && s.rank() == 0)  // the ranks hold the same model: rank 0 saves it
+  hooks.evaluate = [&s, &forward] {
+    s.gather_shards();
+    return s.parts.evaluate(forward);
+  };
+  // The replicas hold the same model: rank 0 saves it, whole (with --tp, gathered from the shards
+  // by every rank), so any layout can resume it.
+  if (!s.flags.save.empty() && (s.rank() == 0 || s.sharded))
     hooks.save = [&s](std::int64_t step) {
+      s.gather_shards();
+      if (s.rank() != 0) return false;
       models::CheckpointState st;
       s.parts.store_settings(st);
       st.ints["step"] = step;
@@ -71,6 +91,7 @@ LoopHooks loop_hooks(Session& s, const ForwardLoss& forward, std::int64_t& step_
       if (const graph::GradScaler* scaler = s.step.loss_scaler())
         for (const auto& [key, value] : scaler->state_dict()) st.strings["loss_scaler." + key] = value;
       models::save_checkpoint(s.flags.save, step, s.model.state_dict(), s.optimizer.state_dict(), st);
+      return true;
     };
   return hooks;
 }
@@ -80,9 +101,9 @@ LoopHooks loop_hooks(Session& s, const ForwardLoss& forward, std::int64_t& step_
 void print_summary(const Session& s, const LoopSummary& summary) {
   std::string dp_fields;
   if (s.ranks() > 1) {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, ",\"dp\":%d,\"rank\":%d,\"comm_ms\":%.2f,\"exposed_comm_ms\":%.2f,\"hidden_fraction\":%.3f",
-                  s.ranks(), s.rank(), summary.comm_ms, summary.exposed_comm_ms,
+    char buf[200];
+    std::snprintf(buf, sizeof buf, ",\"dp\":%d,\"tp\":%d,\"rank\":%d,\"comm_ms\":%.2f,\"exposed_comm_ms\":%.2f,\"hidden_fraction\":%.3f",
+                  s.replicas(), s.job->tp_size(), s.rank(), summary.comm_ms, summary.exposed_comm_ms,
                   summary.comm_ms > 0 ? std::max(0.0, 1.0 - summary.exposed_comm_ms / summary.comm_ms) : 0.0);
     dp_fields = buf;
   }
@@ -134,10 +155,11 @@ TrainingRun::TrainingRun(CLI::App& app, std::string name, RunFlags flags, std::s
 }
 
 int TrainingRun::train(const TrainingSetup& setup, const TrainingParts& parts) {
-  std::optional<DataParallelJob> job;
-  if (setup.data_parallel) job.emplace(setup.data_parallel->ranks);
+  std::optional<ParallelJob> job;
+  if (setup.data_parallel || setup.tensor_parallel > 1)
+    job.emplace(setup.data_parallel ? setup.data_parallel->ranks : 1, setup.tensor_parallel);
   if (!flags_.save.empty() && (!job || job->rank() == 0)) models::prepare_save_folder(flags_.save, flags_.resume);
-  parts.load_data(job ? job->size() : 1);
+  parts.load_data(job ? job->dp_size() : 1);
   graph::Module& model = parts.build_model();
   kernels::AdamWParams hp;
   hp.lr = setup.lr;
@@ -152,12 +174,41 @@ int TrainingRun::train(const TrainingSetup& setup, const TrainingParts& parts) {
   step_setup.loss_scaling = resolve_loss_scaling(flags_, step_setup.amp, jit_);
   step_setup.measure_gradients = !flags_.metrics.empty();
   set_kernel_threads(1);  // parallelism comes from actors running concurrently, not from inside a GEMM
+  if (job && setup.data_parallel) step_setup.data_parallel = job->options(setup.data_parallel->comm_fusion_mb);
+  const std::shared_ptr<graph::Optimizer> shards =
+      setup.tensor_parallel > 1 ? shard_step(setup, parts, *job, *optimizer, step_setup) : nullptr;
   announce(setup, parts, step_setup, start_step, job ? &*job : nullptr);
-  if (job) step_setup.data_parallel = job->options(setup.data_parallel->comm_fusion_mb);
-  TrainStep step(parts.loss, setup.signature, model, optimizer, step_setup);
+  TrainStep step(parts.loss, setup.signature, model, shards ? shards : optimizer, step_setup);
   restore_loss_scaler(step);
-  Session session{name_, flags_, setup, parts, job ? &*job : nullptr, model, *optimizer, step};
+  Session session{name_, flags_, setup, parts, job ? &*job : nullptr, model, *optimizer, step,
+                  step_setup.tensor_parallel.step, shards};
   return run_loop(session, step_setup, start_step);
+}
+
+std::shared_ptr<graph::Optimizer> TrainingRun::shard_step(const TrainingSetup& setup, const TrainingParts& parts,
+                                                          ParallelJob& job, const graph::Optimizer& whole,
+                                                          TrainStepOptions& step) const {
+  const int tp = setup.tensor_parallel;
+  TROUPE_CHECK(jit_ > 0, invalid_argument, "--tp ", tp, " shards the traced step, and JIT_LEVEL=0 runs eagerly; use "
+               "JIT_LEVEL=1 or more");
+  TROUPE_CHECK(flags_.amp.level == "auto" || flags_.amp.level == "O0", unsupported, "--tp ", tp, " trains in f32 so far; "
+               "use --amp O0 (or auto)");
+  TROUPE_CHECK(!step.loss_scaling, unsupported, "--tp ", tp, " trains without loss scaling so far; use --loss-scale off");
+  TROUPE_CHECK(flags_.micro_batches <= 1, unsupported, "--tp ", tp, " runs one micro-batch per step (the ranks must meet "
+               "in their collectives in one order); use --micro-batches 1");
+  TROUPE_CHECK(setup.plan != nullptr, invalid_argument, name_, " has no plan for --tp");
+  step.amp = graph::AmpOptions{};
+  step.micro_batches = 1;
+  const graph::TracedFunction traced = graph::trace(parts.loss, setup.signature).with_gradients();
+  step.tensor_parallel.step = std::make_shared<actors::TensorParallelStep>(traced, setup.plan(traced, job), job.tensor_parallel());
+  step.tensor_parallel.norms = job.tensor_parallel_norms();
+  kernels::AdamWParams hp;
+  hp.lr = setup.lr;
+  hp.weight_decay = setup.weight_decay;
+  auto shards = std::make_shared<graph::AdamW>(step.tensor_parallel.step->trained(), hp);
+  // A resumed run's whole optimizer state, as this rank's shards (with the learning rate it settled).
+  shards->load_state_dict(step.tensor_parallel.step->shard(whole.state_dict()));
+  return shards;
 }
 
 std::int64_t TrainingRun::restore(graph::Module& model, graph::Optimizer& optimizer, const TrainingSetup& setup,
@@ -195,7 +246,7 @@ void TrainingRun::restore_loss_scaler(TrainStep& step) const {
 }
 
 void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& parts, const TrainStepOptions& step,
-                           std::int64_t start_step, const DataParallelJob* job) const {
+                           std::int64_t start_step, const ParallelJob* job) const {
   const char* name = name_.c_str();
   for (const std::string& line : parts.describe()) std::printf("%s: %s\n", name, line.c_str());
   const std::string resuming = resumed_ ? ", resuming at step " + std::to_string(start_step) : "";
@@ -207,7 +258,8 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
   const std::string level = std::string(to_string(step.amp.level)) + (flags_.amp.level == "auto" ? " (--amp auto)" : "");
   if (step.amp.level == graph::AmpLevel::O0)
     std::printf("%s: mixed precision: %s, f32%s%s\n", name, level.c_str(), scaling,
-                flags_.amp.level == "auto" ? (jit_ == 0 ? "; JIT_LEVEL=0 runs eagerly, in f32"
+                flags_.amp.level == "auto" ? (jit_ == 0                   ? "; JIT_LEVEL=0 runs eagerly, in f32"
+                                              : step.tensor_parallel.step ? "; --tp trains in f32"
                                                         : "; this CPU has no native low precision")
                                            : "");
   else if (step.amp.level == graph::AmpLevel::O1)
@@ -221,10 +273,21 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
     std::printf("%s: mixed precision: %s, every op in %s on %s (statistics and the loss in f32), f32 master weights, "
                 "loss scale 1\n", name, level.c_str(), low, kernels::cpu_isa());
   if (resumed_) std::printf("%s: resuming '%s'; %s\n", name, flags_.resume.c_str(), settings_->summary().c_str());
-  if (job && job->size() > 1)
-    std::printf("%s: data parallel: rank %d of %d (%s), per-rank batch %lld, global batch %lld, fusion %.0f MiB\n", name,
-                job->rank(), job->size(), job->source().c_str(), static_cast<long long>(setup.batch),
-                static_cast<long long>(setup.batch * job->size()), setup.data_parallel->comm_fusion_mb);
+  if (job && job->dp_size() > 1)
+    std::printf("%s: data parallel: replica %d of %d (%s), per-replica batch %lld, global batch %lld, fusion %.0f MiB\n",
+                name, job->dp_rank(), job->dp_size(), job->source().c_str(), static_cast<long long>(setup.batch),
+                static_cast<long long>(setup.batch * job->dp_size()), setup.data_parallel->comm_fusion_mb);
+  if (const auto& tp = step.tensor_parallel.step) {
+    int all_reduces = 0, others = 0;
+    for (const graph::Node& n : tp->local().graph().nodes()) {
+      all_reduces += n.op == "all_reduce";
+      others += n.op == "all_gather" || n.op == "reduce_scatter";
+    }
+    std::printf("%s: tensor parallel: shard %d of %d (rank %d of %d), plan %s: %d all-reduces and %d other collectives "
+                "per step, %zu of %zu parameters split; f32, one micro-batch, no graph passes\n",
+                name, job->tp_rank(), job->tp_size(), job->rank(), job->size(), tp->plan().mesh.str().c_str(), all_reduces,
+                others, tp->local().parameters().size() - tp->replicated().size(), tp->local().parameters().size());
+  }
 }
 
 }  // namespace troupe::apps

@@ -37,6 +37,18 @@ int axis_named(const graph::Mesh& mesh, const std::string& name) {
 
 }  // namespace
 
+std::pair<graph::Mesh, PlacementRequest> project_request(const PlacementRequest& request, const graph::Mesh& mesh,
+                                                         const std::string& axis) {
+  const int a = axis_named(mesh, axis);
+  TROUPE_CHECK(a >= 0, invalid_argument, "the mesh ", mesh.str(), " has no axis '", axis, "'");
+  const auto along = [a](const std::map<ValueId, NdPlacement>& in) {
+    std::map<ValueId, NdPlacement> out;
+    for (const auto& [v, p] : in) out[v] = {p.at(static_cast<std::size_t>(a))};
+    return out;
+  };
+  return {graph::Mesh{{mesh.axes[static_cast<std::size_t>(a)]}}, PlacementRequest{along(request.given), along(request.required)}};
+}
+
 PlacementRequest megatron_gpt_placement(const graph::TracedFunction& step, const graph::Mesh& mesh, std::int64_t heads,
                                         bool zero1) {
   const graph::Graph& g = step.graph();

@@ -42,6 +42,12 @@ struct PlacementRequest {
 PlacementRequest megatron_gpt_placement(const graph::TracedFunction& step, const graph::Mesh& mesh, std::int64_t heads,
                                         bool zero1 = false);
 
+/// `request` (for `mesh`) along the mesh axis called `axis` alone, with a mesh of that axis: what a
+/// device runs when the other axes are data-parallel replicas, which the runtime's data
+/// parallelism joins (ProgramOptions::data_parallel). Throws when the mesh has no such axis.
+std::pair<graph::Mesh, PlacementRequest> project_request(const PlacementRequest& request, const graph::Mesh& mesh,
+                                                         const std::string& axis);
+
 /// What one device holds of a planned step, in bytes.
 struct PlanMemory {
   double parameters = 0;

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "troupe/graph/sharding.hpp"
+#include "troupe/graph/trace.hpp"
 #include "troupe/models/gpt.hpp"
 
 namespace troupe::apps {
@@ -27,6 +29,13 @@ struct PlanFlags {
 /// Adds --tp, --zero, --plan-only, --devices, --mem-per-rank, --link-gbps, --link-latency-us,
 /// --strategy-save and --strategy-load to `app`.
 void add_plan_flags(CLI::App& app, PlanFlags& f);
+
+/// The plan a rank of a `dp` x `tp` training job runs (`batch` sequences per data-parallel rank):
+/// Megatron's placement of the traced `step` (a GPT of `heads` heads), or --strategy-load's, along
+/// the tp axis; the dp axis is the runtime's data parallelism. With --strategy-save and `write`,
+/// also writes the dp x tp plan there.
+graph::ShardingPlan gpt_training_plan(const PlanFlags& f, const graph::TracedFunction& step, std::int64_t heads, int dp,
+                                      int tp, std::int64_t batch, bool write);
 
 /// Plans the training step of `model` at a global batch of `batch` x `dp` sequences (--batch per
 /// rank of --dp, as training reads them); prints the plan and its JSON line; returns the exit code.

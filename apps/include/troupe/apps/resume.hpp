@@ -23,6 +23,10 @@ class ResumeSettings {
   /// the stored value is outside the flag's range.
   void take(const std::string& flag, const std::string& key, std::int64_t& value);
   void take(const std::string& flag, const std::string& key, std::uint64_t& value);
+  /// Sets `value` to the checkpoint's `key` divided among `parts` (a global batch split among the
+  /// run's data-parallel replicas, which may differ from the saved run's); throws when it does not
+  /// divide, or when `flag` was given with another value.
+  void take_divided(const std::string& flag, const std::string& key, std::int64_t parts, std::int64_t& value);
   /// As above for a string; `is_path` compares the two as file paths.
   void take(const std::string& flag, const std::string& key, std::string& value, bool is_path = false);
   /// Keeps the checkpoint's learning rate in `optimizer`, or sets `lr` when --lr was given.

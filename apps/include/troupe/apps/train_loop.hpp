@@ -41,7 +41,7 @@ struct LoopOptions {
 struct LoopHooks {
   std::function<StepOutcome()> step;
   std::function<double()> evaluate;
-  std::function<void(std::int64_t step)> save;
+  std::function<bool(std::int64_t step)> save;  // true when this process wrote the checkpoint
 };
 
 /// What the final JSON line reports.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "troupe/actors/engine.hpp"
+#include "troupe/actors/tensor_parallel.hpp"
 #include "troupe/apps/grad_mode.hpp"
 #include "troupe/apps/train_loop.hpp"
 #include "troupe/graph/amp.hpp"
@@ -65,6 +66,12 @@ graph::AmpOptions resolve_amp(const AmpFlags& flags, int jit_level, const std::s
 /// O3 trains with a loss scale of 1: auto is off there and dynamic an error.
 bool resolve_loss_scaling(const RunFlags& flags, const graph::AmpOptions& amp, int jit_level);
 
+/// The tensor-parallel part of a training step.
+struct TensorParallelStepOptions {
+  std::shared_ptr<actors::TensorParallelStep> step;     // this device's step; null: no tensor parallelism
+  std::shared_ptr<transport::Communicator> norms;       // the tp group for the clipping norm
+};
+
 /// How a training step runs.
 struct TrainStepOptions {
   double clip = 0;                      // global gradient-norm clipping threshold (0 = off)
@@ -76,6 +83,8 @@ struct TrainStepOptions {
   bool measure_gradients = true;        // each step also takes gradient statistics (two extra passes; only --metrics needs them)
   graph::AmpOptions amp;                // mixed precision of the traced step (O0: f32)
   bool loss_scaling = false;            // dynamic loss scaling (graph::GradScaler's defaults)
+  TensorParallelStepOptions tensor_parallel;  // when set, the program runs the device's sharded step
+                                              // (the optimizer then holds its shards)
 };
 
 /// The step the flags ask for: the clip threshold, and threads and micro-batches resolved for a
@@ -87,7 +96,9 @@ class TrainStep {
  public:
   /// Compiles the step unless `options.jit_level` is 0 (then each call runs eagerly). With a
   /// communicator in `options.data_parallel`, gradients and the loss are averaged over its ranks
-  /// (buckets on the actor runtime, tensor by tensor when eager).
+  /// (buckets on the actor runtime, tensor by tensor when eager). With tensor parallelism it
+  /// compiles the device's sharded step as it is (no passes, no mixed precision) and `optimizer`
+  /// holds the device's shards.
   TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputSpec>& signature, graph::Module& model,
             std::shared_ptr<graph::Optimizer> optimizer, TrainStepOptions options);
   /// Runs one step on `inputs`: the loss and, when measuring, gradient norm and variance (both

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "troupe/apps/data_parallel.hpp"
+#include "troupe/apps/parallel_job.hpp"
 #include "troupe/apps/grad_mode.hpp"
 #include "troupe/apps/resume.hpp"
 #include "troupe/apps/train_loop.hpp"
@@ -36,6 +36,11 @@ struct TrainingSetup {
   double lr = 0, weight_decay = 0;                  // AdamW (no weight decay: Adam)
   std::vector<graph::InputSpec> signature;          // of TrainingParts::loss
   std::optional<DataParallelFlags> data_parallel;   // the app's --dp flags; none: never joins a job
+  int tensor_parallel = 1;                          // --tp: devices each replica's weights are split over
+  /// With tensor_parallel > 1: the plan of the traced training step (loss and gradients) on a mesh
+  /// of one "tp" axis, for this rank of `job` (the app places its model, e.g. Megatron's GPT
+  /// placement); called on every rank.
+  std::function<graph::ShardingPlan(const graph::TracedFunction& step, const ParallelJob& job)> plan;
   std::string grad_mode_note;                       // appended to "GRAD_MODE=<mode>" at start
   std::string weights_advice;                       // ends the error when --load-weights does not fit
   bool forward_program = false;                     // compile a forward-only program for ForwardLoss
@@ -106,7 +111,12 @@ class TrainingRun {
   void restore_loss_scaler(TrainStep& step) const;
   /// The start-up lines: the app's, then the gradient path, resuming and data parallelism.
   void announce(const TrainingSetup& setup, const TrainingParts& parts, const TrainStepOptions& step,
-                std::int64_t start_step, const DataParallelJob* job) const;
+                std::int64_t start_step, const ParallelJob* job) const;
+  /// With --tp: checks that the run's settings can shard (actor runtime, f32, no loss scaling, one
+  /// micro-batch) and builds this rank's sharded step, its optimizer over the shards (holding the
+  /// restored state's shards) and the options that run it.
+  std::shared_ptr<graph::Optimizer> shard_step(const TrainingSetup& setup, const TrainingParts& parts, ParallelJob& job,
+                                               const graph::Optimizer& whole, TrainStepOptions& step) const;
 
   std::string name_;
   RunFlags flags_;

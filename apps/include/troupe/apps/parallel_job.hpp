@@ -1,0 +1,60 @@
+#pragma once
+// The parallel side of a training app (--dp D, --tp T): joining the job of D x T processes that
+// troupe-launch, mpirun or Slurm started, and its communicators. Rank r is data-parallel rank
+// r / T and tensor-parallel rank r % T. Along dp: the gradient AllReduces and the small all-gathers
+// of --check-grads; along tp: the step's collectives and the clipping norm. Each has a transport
+// of its own, so the kinds of traffic never queue behind each other.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "troupe/actors/program.hpp"
+#include "troupe/transport/bootstrap.hpp"
+#include "troupe/transport/process_group.hpp"
+
+namespace troupe::apps {
+
+/// The flags of an app that trains data-parallel (troupe-gpt's --dp, --comm-fusion-mb, --check-grads).
+struct DataParallelFlags {
+  int ranks = 1;
+  double comm_fusion_mb = 64;  // AllReduce bucket size limit
+  bool check_grads = false;    // compare the ranks' post-reduce gradient norms every step
+};
+
+/// This process's place in a dp x tp job and its communicators.
+class ParallelJob {
+ public:
+  /// Joins a job of `dp` x `tp` processes (1 x 1: a single process, nothing to join). Throws when
+  /// the environment describes another world size, naming both.
+  ParallelJob(int dp, int tp);
+  int rank() const { return job_.rank; }
+  int size() const { return job_.size; }
+  /// This process's data-parallel replica (which rows of the batch it takes), and their count.
+  int dp_rank() const { return job_.rank / tp_; }
+  int dp_size() const { return dp_; }
+  /// This process's tensor-parallel shard, and their count.
+  int tp_rank() const { return job_.rank % tp_; }
+  int tp_size() const { return tp_; }
+  /// The runtime's data-parallel options (communicator null without data parallelism).
+  actors::DataParallel options(double fusion_mb) const;
+  /// The tp group: the step's collectives (null without tensor parallelism).
+  const std::shared_ptr<transport::Communicator>& tensor_parallel() const { return tp_group_; }
+  /// The tp group again, for the clipping norm, which the clip actor sums while the step's
+  /// collectives run (null without tensor parallelism).
+  const std::shared_ptr<transport::Communicator>& tensor_parallel_norms() const { return tp_norms_; }
+  /// --check-grads: gathers the dp group's post-reduce bucket norms and returns one warning line
+  /// per bucket whose norms differ by more than 1e-5 relative (empty when they agree).
+  std::vector<std::string> compare_bucket_norms(std::int64_t step, const std::vector<double>& squared_norms);
+  /// How the job was started ("troupe-launch", "mpirun", ...).
+  const std::string& source() const { return job_.source; }
+
+ private:
+  int dp_ = 1, tp_ = 1;
+  transport::JobInfo job_;
+  std::unique_ptr<transport::Bootstrap> bootstrap_;
+  std::shared_ptr<transport::Communicator> allreduce_, allgather_, tp_group_, tp_norms_;
+};
+
+}  // namespace troupe::apps

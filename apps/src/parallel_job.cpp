@@ -1,0 +1,69 @@
+#include "troupe/apps/parallel_job.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+#include "troupe/kernels/error.hpp"
+#include "troupe/transport/subgroup.hpp"
+#include "troupe/transport/ucx.hpp"
+
+namespace troupe::apps {
+
+ParallelJob::ParallelJob(int dp, int tp) : dp_(dp), tp_(tp) {
+  TROUPE_CHECK(dp >= 1, invalid_argument, "--dp must be >= 1, got ", dp);
+  TROUPE_CHECK(tp >= 1, invalid_argument, "--tp must be >= 1, got ", tp);
+  job_ = transport::JobInfo::from_environment();
+  if (dp * tp == 1 && job_.size == 1) return;
+  TROUPE_CHECK(job_.size == dp * tp, invalid_argument, tp > 1 ? "--dp " + std::to_string(dp) + " x --tp " + std::to_string(tp) : "--dp " + std::to_string(dp),
+               " but this process is rank ", job_.rank, " of a ", job_.size, "-rank job (", job_.source,
+               "); start it with troupe-launch -n ", dp * tp, " -- ...");
+  bootstrap_ = std::make_unique<transport::Bootstrap>(job_, job_.timeout);
+  // Every rank makes the same transports in the same order (each is a collective of the job).
+  const auto group = [&](const std::vector<int>& members, const char* name, std::uint32_t channel) {
+    std::unique_ptr<transport::Transport> world = transport::make_ucx_transport(*bootstrap_, job_.timeout);
+    if (static_cast<int>(members.size()) < job_.size) world = transport::make_subgroup(std::move(world), members);
+    return std::make_shared<transport::Communicator>(std::move(world), name, channel);
+  };
+  std::vector<int> dp_members, tp_members;
+  for (int i = 0; i < dp; ++i) dp_members.push_back(i * tp + tp_rank());
+  for (int j = 0; j < tp; ++j) tp_members.push_back(dp_rank() * tp + j);
+  if (dp > 1) {
+    allreduce_ = group(dp_members, "allreduce", 0);
+    allgather_ = group(dp_members, "allgather", 1);
+  }
+  if (tp > 1) {
+    tp_group_ = group(tp_members, "tp", 2);
+    tp_norms_ = group(tp_members, "tp-norms", 3);
+  }
+}
+
+actors::DataParallel ParallelJob::options(double fusion_mb) const {
+  actors::DataParallel dp;
+  dp.communicator = allreduce_;
+  dp.fusion_mb = fusion_mb;
+  return dp;
+}
+
+std::vector<std::string> ParallelJob::compare_bucket_norms(std::int64_t step, const std::vector<double>& squared_norms) {
+  std::vector<std::string> warnings;
+  if (!allgather_) return warnings;
+  Tensor mine = Tensor::from_vector(squared_norms, {static_cast<std::int64_t>(squared_norms.size())});
+  Tensor all;
+  allgather_->submit([&](transport::ProcessGroup& g) { all = g.all_gather(mine); }).get();
+  const auto v = all.to_vector<double>();
+  const std::size_t buckets = squared_norms.size();
+  for (std::size_t b = 0; b < buckets; ++b)
+    for (int r = 1; r < dp_; ++r) {
+      const double a = std::sqrt(v[b]), x = std::sqrt(v[static_cast<std::size_t>(r) * buckets + b]);
+      const double diff = std::abs(a - x) / std::max(std::abs(a), 1e-30);
+      if (diff > 1e-5) {
+        char buf[200];
+        std::snprintf(buf, sizeof buf, "warning: step %lld bucket %zu: rank 0 gradient norm %.9g, rank %d %.9g (relative difference %.3g)",
+                      static_cast<long long>(step), b, a, r, x, diff);
+        warnings.emplace_back(buf);
+      }
+    }
+  return warnings;
+}
+
+}  // namespace troupe::apps
