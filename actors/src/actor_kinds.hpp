@@ -39,6 +39,7 @@ struct OptimizerSetup {
   int gradients = 0;                            // gradients it receives per step
   bool clipping = false;                        // it waits for the clip actor's coefficient (clipping or loss scaling)
   bool returns = true;                          // it hands the gradients it used to the program for the result
+  std::shared_ptr<ZeroShard> zero;              // ZeRO-1: it updates this rank's slices alone, then all-gathers
 };
 /// Spawns an optimizer actor (optimizer_actor.cpp).
 OptimizerActor spawn_optimizer_actor(caf::actor_system& sys, OptimizerSetup setup);
@@ -50,7 +51,8 @@ struct ClipSetup {
   int slots = 0;            // partial norms per step: one per gradient, or per bucket (parallel, data parallel)
   bool takes_norms = true;  // parallel: squared norms arrive; naive: gradients, whose norms it takes
   std::vector<double> weights;  // naive: per slot, its squared norm's weight (tensor parallelism)
-  std::shared_ptr<transport::Communicator> norms;  // tensor parallelism: the group whose sums add up, or null
+  std::vector<std::shared_ptr<transport::Communicator>> norms;  // the groups whose sums add up: tensor
+                                                                // parallelism's, ZeRO-1's (each rank's slice)
   std::uint32_t track = 0;
   PeersPtr peers;
 };
@@ -65,6 +67,7 @@ struct CommunicatorSetup {
   std::shared_ptr<transport::Communicator> comm;
   bool overlap = true;         // AllReduce each bucket once full, or all of them after backward
   bool gradients_mean = true;  // average (or sum) the ranks' gradients
+  bool zero = false;           // ZeRO-1: reduce-scatter the buckets (each rank's slice reduced)
   std::uint32_t track = 0;     // the actor's track in traces
   std::uint32_t comm_track = 0;  // the communicator thread's track: the collectives themselves
   PeersPtr peers;

@@ -3,6 +3,8 @@
 // last is in, the bucket asks the communicator actor to reduce the buffer. Once reduced, it takes
 // the bucket's squared norm (the same on every rank) and hands views of the one buffer, no copies,
 // to the optimizers that own them (and to the clip actor on the naive path).
+#include <algorithm>
+
 #include "actor_kinds.hpp"
 #include "handler.hpp"
 #include "messages.hpp"
@@ -37,15 +39,20 @@ void pass_on(Self self, std::uint64_t step, const Tensor& flat) {
   const GradientPath& path = s.peers->gradients;
   double squared_norm = 0;
   try {
-    // Taken after the reduction: identical on every rank; by entry where tensor parallelism weights them.
-    bool weighted = false;
-    for (const BucketEntry& e : entries(s)) weighted = weighted || path.norm_weight[static_cast<std::size_t>(e.sink)] != 1;
-    if (weighted) {
-      for (const BucketEntry& e : entries(s))
-        squared_norm += path.norm_weight[static_cast<std::size_t>(e.sink)] *
-                        kernels::squared_norm(flat.slice(0, e.offset, e.offset + shape_numel(e.shape)));
-    } else {
+    // Taken after the reduction: identical on every rank. By entry where tensor parallelism weights
+    // them; with ZeRO-1 only over this rank's reduced slice (the clip actor adds the ranks' shares).
+    const auto [lo, hi] = path.zero ? path.zero->slice(static_cast<std::size_t>(s.index))
+                                    : std::pair<std::int64_t, std::int64_t>{0, flat.numel()};
+    bool whole = !path.zero;
+    for (const BucketEntry& e : entries(s)) whole = whole && path.norm_weight[static_cast<std::size_t>(e.sink)] == 1;
+    if (whole) {
       squared_norm = kernels::squared_norm(flat);
+    } else {
+      for (const BucketEntry& e : entries(s)) {
+        const std::int64_t begin = std::max(lo, e.offset), end = std::min(hi, e.offset + shape_numel(e.shape));
+        if (begin < end)
+          squared_norm += path.norm_weight[static_cast<std::size_t>(e.sink)] * kernels::squared_norm(flat.slice(0, begin, end));
+      }
     }
   } catch (const Error& e) {
     tell(self, s.track, s.peers->program, SendTag{"fail", step}, fail_atom::value, step, static_cast<int>(e.kind()),

@@ -7,7 +7,7 @@
 namespace troupe::actors {
 
 BucketPlan plan_buckets(const ActorPlan& plan, const graph::TracedFunction& fn, std::size_t first_bytes,
-                        std::size_t fusion_bytes) {
+                        std::size_t fusion_bytes, int shards) {
   BucketPlan b;
   b.bucket_of_sink.assign(plan.sinks.size(), -1);
   std::vector<int> grads;  // sink indices, latest parameter first
@@ -32,6 +32,7 @@ BucketPlan plan_buckets(const ActorPlan& plan, const graph::TracedFunction& fn, 
     b.bucket_of_sink[static_cast<std::size_t>(k)] = static_cast<int>(b.buckets.size()) - 1;
     bytes += size;
   }
+  for (std::int64_t& n : b.numel) n = (n + shards - 1) / shards * shards;
   return b;
 }
 

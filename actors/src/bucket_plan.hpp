@@ -20,13 +20,14 @@ struct BucketEntry {
 struct BucketPlan {
   std::vector<std::vector<BucketEntry>> buckets;
   std::vector<int> bucket_of_sink;  // -1 for outputs that are not gradients
-  std::vector<std::int64_t> numel;  // per bucket
+  std::vector<std::int64_t> numel;  // per bucket: its buffer's elements (its gradients', padded)
 };
 
 /// Packs the gradient sinks in reverse parameter order (the order backward finishes them) into
 /// buckets: the first up to `first_bytes`, the others up to `fusion_bytes` (a gradient larger than
-/// the limit gets a bucket of its own). `fusion_bytes` 0: one bucket per gradient.
+/// the limit gets a bucket of its own). `fusion_bytes` 0: one bucket per gradient. Each bucket's
+/// buffer is padded to a multiple of `shards` elements (ZeRO-1 gives each rank an equal slice).
 BucketPlan plan_buckets(const ActorPlan& plan, const graph::TracedFunction& fn, std::size_t first_bytes,
-                        std::size_t fusion_bytes);
+                        std::size_t fusion_bytes, int shards = 1);
 
 }  // namespace troupe::actors

@@ -42,9 +42,9 @@ double global_norm(const ClipState& s) {
   else
     for (std::size_t k = 0; k < s.gradients.size(); ++k)  // the textbook pass, after backward
       total += s.setup.weights[k] * kernels::squared_norm(s.gradients[k]);
-  if (s.setup.norms) {  // tensor parallelism: each device's sum counts its shards, the group adds them
+  for (const auto& group : s.setup.norms) {  // each device's sum counts its shards or slices, the group adds them
     const Tensor sum = Tensor::from_vector(std::vector<double>{total}, {1});
-    s.setup.norms->submit([&](transport::ProcessGroup& g) { g.all_reduce(sum); }).get();
+    group->submit([&](transport::ProcessGroup& g) { g.all_reduce(sum); }).get();
     total = sum.item();
   }
   return std::sqrt(total);

@@ -50,12 +50,13 @@ void tell_failure(std::uint32_t comm_track, const AddressOf<ProgramActor>& progr
   }
 }
 
-// Queues `tensor`'s all-reduce on the communicator thread, traced as `kind` from this actor to the
+// Queues `tensor`'s all-reduce on the communicator thread (with `scatter`, ZeRO-1's reduce-scatter:
+// only this rank's equal slice of it is reduced, in place), traced as `kind` from this actor to the
 // thread's track; `reply(tensor)` runs there once it is reduced and counted in the communicator's
 // busy time; `what` names the collective in a failure.
 template <class Reply>
 void issue(const CommunicatorState& s, const char* kind, const Tensor& tensor, transport::ReduceOp op,
-           const std::string& what, Reply reply) {
+           const std::string& what, Reply reply, bool scatter = false) {
   const std::uint32_t comm_track = s.setup.comm_track;
   const std::uint64_t step = s.step;
   const std::uint64_t flow = trace_send(s.setup.track, comm_track, kind, step, -1, tensor.nbytes());
@@ -63,7 +64,9 @@ void issue(const CommunicatorState& s, const char* kind, const Tensor& tensor, t
   s.setup.comm->submit(
       [=](transport::ProcessGroup& g) {
         HandlerTrace span(comm_track, kind, flow, step, -1);  // the collective shows on the communicator's track
-        g.all_reduce(tensor, op);
+        if (!scatter) return g.all_reduce(tensor, op);
+        const std::int64_t k = tensor.numel() / g.size();
+        tensor.slice(0, g.rank() * k, (g.rank() + 1) * k).copy_from(g.reduce_scatter(tensor, op));
       },
       [=](std::exception_ptr e) {
         if (e) return tell_failure(comm_track, program, step, what, e);
@@ -80,10 +83,10 @@ void issue_ready(CommunicatorState& s) {
   const std::uint64_t step = s.step;
   for (; s.next < buckets && s.waiting[s.next].defined(); ++s.next) {
     const AddressOf<BucketActor> bucket = s.setup.peers->gradients.bucket_actors[s.next];
-    issue(s, "allreduce", std::exchange(s.waiting[s.next], Tensor()), op,
+    issue(s, s.setup.zero ? "reducescatter" : "allreduce", std::exchange(s.waiting[s.next], Tensor()), op,
           "gradient bucket " + std::to_string(s.next) + " of step " + std::to_string(step), [=](const Tensor& flat) {
             tell_from_outside(comm_track, bucket, SendTag{"reduced", step, -1, flat.nbytes()}, reduced_atom::value, step, flat);
-          });
+          }, s.setup.zero);
   }
   if (s.next < buckets || !s.outputs.defined()) return;
   const AddressOf<ProgramActor> program = s.setup.peers->program;

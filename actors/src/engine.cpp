@@ -57,6 +57,8 @@ class ActorProgram : public Program {
     return memory_->report();
   }
 
+  ZeroState* zero_state() const override { return peers_->gradients.zero.get(); }
+
  private:
   std::shared_ptr<Engine::Impl> engine_;
   PeersPtr peers_;

@@ -28,18 +28,30 @@ void check_optimizers(const ProgramOptions& options, const std::vector<std::stri
   }
 }
 
-// The bucket plan of data parallelism (null when off).
+// The bucket plan of data parallelism (null when off), its buffers split evenly among the ranks with ZeRO-1.
 std::shared_ptr<const BucketPlan> plan_data_parallel(const graph::TracedFunction& fn, const ActorPlan& plan,
-                                                     const DataParallel& dp) {
+                                                     const ProgramOptions& options) {
+  const DataParallel& dp = options.data_parallel;
+  TROUPE_CHECK(!dp.zero || dp.communicator, invalid_argument, "compile: data_parallel.zero needs a communicator");
   if (!dp.communicator) return nullptr;
+  if (dp.zero) {
+    TROUPE_CHECK(dp.zero_group && dp.zero_group->size() == dp.communicator->size() &&
+                     dp.zero_group->rank() == dp.communicator->rank(), invalid_argument,
+                 "compile: ZeRO-1 needs data_parallel.zero_group, a communicator of the same ranks as the gradients'");
+    TROUPE_CHECK(options.optimizers.size() == 1, invalid_argument, "compile: ZeRO-1 shards one optimizer's state; give exactly one (got ",
+                 options.optimizers.size(), ")");
+    TROUPE_CHECK(options.clip_grad_norm == 0 || options.clip_mode == ClipMode::parallel, invalid_argument,
+                 "compile: ZeRO-1 clips on the parallel path (each rank holds only its slice of the reduced gradients); "
+                 "use ClipMode::parallel");
+  }
   TROUPE_CHECK(dp.fusion_mb >= 0 && dp.first_bucket_mb >= 0, invalid_argument,
                "compile: data_parallel fusion_mb and first_bucket_mb must be >= 0");
   TROUPE_CHECK(fn.output_count() < fn.graph().outputs().size(), invalid_argument,
                "compile: data parallelism needs gradients; trace the function with_gradients()");
   // Without overlap: one bucket per gradient tensor, all reduced after backward.
   const auto mb = [](double m) { return static_cast<std::size_t>(m * 1024 * 1024); };
-  return std::make_shared<const BucketPlan>(
-      plan_buckets(plan, fn, dp.overlap ? mb(dp.first_bucket_mb) : 0, dp.overlap ? mb(dp.fusion_mb) : 0));
+  return std::make_shared<const BucketPlan>(plan_buckets(plan, fn, dp.overlap ? mb(dp.first_bucket_mb) : 0,
+                                                         dp.overlap ? mb(dp.fusion_mb) : 0, dp.zero ? dp.communicator->size() : 1));
 }
 
 // Spawns the optimizer actors (one collector without optimizers, when there are gradients) and
@@ -59,6 +71,7 @@ void spawn_optimizers(caf::actor_system& sys, const ProgramOptions& options,
     setup.names = names;
     setup.clipping = options.clip_grad_norm > 0 || options.loss_scaler;
     setup.returns = options.return_gradients;
+    setup.zero = path.zero;
     for (std::size_t k = 0; k < names->size(); ++k) {
       const std::string& name = (*names)[k];
       bool owns = !name.empty() && !setup.optimizer;
@@ -95,7 +108,13 @@ GradientActors spawn_gradient_path(caf::actor_system& sys, const graph::TracedFu
     slot_weights.push_back(path.norm_weight[k]);
   }
   check_optimizers(options, *names);
-  path.buckets = plan_data_parallel(fn, plan, options.data_parallel);
+  path.buckets = plan_data_parallel(fn, plan, options);
+  if (options.data_parallel.zero) {
+    std::vector<Tensor> parameters(plan.sinks.size());
+    for (std::size_t k = 0; k < plan.sinks.size(); ++k)
+      if (plan.sink_param[k] >= 0) parameters[k] = fn.parameters()[static_cast<std::size_t>(plan.sink_param[k])].tensor();
+    path.zero = std::make_shared<ZeroShard>(path.buckets, parameters, *names, *options.optimizers[0], options.data_parallel.zero_group);
+  }
 
   spawn_optimizers(sys, options, names, gradients, peers);
   GradientActors out;
@@ -107,7 +126,8 @@ GradientActors spawn_gradient_path(caf::actor_system& sys, const graph::TracedFu
     clip.scaler = options.loss_scaler;
     clip.takes_norms = options.clip_mode == ClipMode::parallel;
     clip.weights = slot_weights;
-    clip.norms = tp.norms;
+    if (tp.norms) clip.norms.push_back(tp.norms);
+    if (path.zero) clip.norms.push_back(options.data_parallel.zero_group);
     // Parallel clip with data parallelism sums the reduced buckets' norms, else one per gradient.
     clip.slots = path.buckets && clip.takes_norms ? static_cast<int>(path.buckets->buckets.size()) : gradients;
     clip.track = tracer.register_actor("clip");
@@ -125,7 +145,7 @@ GradientActors spawn_gradient_path(caf::actor_system& sys, const graph::TracedFu
       out.all.push_back(caf::actor_cast<caf::actor>(path.bucket_actors.back().actor));
     }
     const std::string& name = dp.communicator->name();
-    CommunicatorSetup comm{dp.communicator, dp.overlap, dp.gradients_mean, tracer.register_actor("collectives " + name),
+    CommunicatorSetup comm{dp.communicator, dp.overlap, dp.gradients_mean, dp.zero, tracer.register_actor("collectives " + name),
                            tracer.register_actor("communicator " + name), peers};
     path.communicator = {spawn_communicator_actor(sys, comm), comm.track};
     out.all.push_back(caf::actor_cast<caf::actor>(path.communicator.actor));

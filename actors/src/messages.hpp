@@ -14,6 +14,7 @@
 #include "bucket_plan.hpp"
 #include "handler.hpp"
 #include "registers.hpp"
+#include "zero_shard.hpp"
 #include "troupe/actors/program.hpp"
 #include "troupe/kernels/tensor.hpp"
 
@@ -104,6 +105,7 @@ struct GradientPath {
   std::vector<double> norm_weight;                    // per sink: its squared norm's weight in the clipping norm
                                                       // (1/n for a parameter n tensor-parallel devices hold whole)
   std::shared_ptr<const BucketPlan> buckets;          // null without data parallelism
+  std::shared_ptr<ZeroShard> zero;                    // ZeRO-1: this rank's slices and their update; null otherwise
   std::vector<AddressOf<BucketActor>> bucket_actors;
   AddressOf<CommunicatorActor> communicator;
 };

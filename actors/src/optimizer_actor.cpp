@@ -69,6 +69,7 @@ void apply(OptimizerState& s) {
   }
   if (!s.setup.optimizer || s.skip) return;
   try {
+    if (s.setup.zero) return s.setup.zero->step(s.gradients);
     // The step owns the parameters' grad() for the update, then leaves them empty.
     for (const graph::Var& p : s.setup.optimizer->parameters()) {
       auto it = s.gradients.find(p.name());

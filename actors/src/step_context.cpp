@@ -96,11 +96,17 @@ StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, 
     ctx->parameters.push_back(step_value(g, setup.plan->step_nodes[k], ctx->parameters, whole, step_values[k]));
   if (setup.comm) {
     // The program's buffers, made by its first step (or after it gave the last ones away).
-    const std::vector<std::int64_t>& numel = setup.peers->gradients.buckets->numel;
-    bucket_buffers.resize(numel.size());
-    for (std::size_t b = 0; b < numel.size(); ++b) {
+    const BucketPlan& plan = *setup.peers->gradients.buckets;
+    bucket_buffers.resize(plan.numel.size());
+    for (std::size_t b = 0; b < plan.numel.size(); ++b) {
       Tensor& buffer = bucket_buffers[b];
-      if (!buffer.defined()) buffer = Tensor::empty({numel[b]});
+      if (!buffer.defined()) {
+        buffer = Tensor::empty({plan.numel[b]});
+        const BucketEntry& last = plan.buckets[b].back();
+        const std::int64_t used = last.offset + shape_numel(last.shape);
+        if (used < plan.numel[b])  // ZeRO-1's padding: zeros, never written
+          buffer.slice(0, used, plan.numel[b]).copy_from(Tensor::zeros({plan.numel[b] - used}));
+      }
       ctx->buckets.push_back(buffer);
     }
   }

@@ -37,6 +37,14 @@ struct DataParallel {
   /// while backward goes on. False: the textbook order, one AllReduce per gradient tensor after the
   /// whole step (for comparison; what overlap gains is `bench/run dp`'s dp-advanced-vs-standard).
   bool overlap = true;
+  /// ZeRO stage 1 (the article's enable_parallel_optimizer): each bucket is reduce-scattered
+  /// instead of all-reduced, each rank updates only its 1/n of every bucket (keeping 1/n of the
+  /// optimizer state), and the updated parameters are all-gathered on `zero_group` before the
+  /// step ends; clipping sums the ranks' shares of the norm there too. Needs one optimizer and
+  /// `zero_group`, a communicator of the same ranks as `communicator` (its own transport, so its
+  /// collectives never queue behind a bucket's).
+  bool zero = false;
+  std::shared_ptr<transport::Communicator> zero_group;
 };
 
 /// Tensor parallelism: the program runs one device's part of a sharded step (graph/spmd.hpp,
@@ -114,6 +122,19 @@ struct StepResult {
 /// Called once per step with the result, or with the exception that failed the step.
 using StepCallback = std::function<void(StepResult* result, std::exception_ptr error)>;
 
+/// ZeRO-1's optimizer state on one rank (Program::zero_state).
+class ZeroState {
+ public:
+  virtual ~ZeroState() = default;
+  /// The state this rank keeps: its slices' of the parameters, keyed "<parameter>[begin:end].<slot>".
+  virtual std::map<std::string, Tensor> kept() const = 0;
+  /// The whole optimizer's state (keyed as Optimizer::state_dict) from every rank's slices: a
+  /// collective of the data-parallel ranks, each calling it between steps.
+  virtual std::map<std::string, Tensor> gather() const = 0;
+  /// Takes this rank's slices of a whole state (a checkpoint's, saved by any layout), between steps.
+  virtual void load(const std::map<std::string, Tensor>& whole) = 0;
+};
+
 /// A traced graph lowered to actors; reusable across steps; thread-safe to call.
 class Program {
  public:
@@ -131,6 +152,8 @@ class Program {
   /// JIT level 3: the measured and planned peak of the steps' memory at the shape run last, and
   /// how many plans were built and steps served; empty when the traced function does not plan memory.
   virtual std::optional<graph::MemoryPlanReport> memory_report() const = 0;
+  /// With ZeRO-1 (DataParallel::zero), the rank's share of the optimizer state; null otherwise.
+  virtual ZeroState* zero_state() const = 0;
 };
 
 }  // namespace troupe::actors

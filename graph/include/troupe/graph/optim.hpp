@@ -4,7 +4,9 @@
 // tensors; state_dict() holds everything needed to resume (moments, step counts, learning rates).
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,8 @@ class Optimizer {
   void zero_grad() const;
   /// Every parameter of every group.
   const std::vector<Var>& parameters() const { return all_params_; }
+  /// The names of the state slots each stepped parameter has ("exp_avg", "exp_avg_sq" for AdamW).
+  std::vector<std::string> slots() const { return slot_names(); }
   /// Learning rate of group `g` (schedulers read and set it).
   virtual double lr(std::size_t group = 0) const = 0;
   virtual void set_lr(double lr, std::size_t group = 0) = 0;
@@ -45,6 +49,10 @@ class Optimizer {
   /// none, slots match the parameter's shape and dtype, steps are one non-negative i64, and each
   /// group's lr is one finite, non-negative number.
   void load_state_dict(const std::map<std::string, Tensor>& state);
+  /// The same optimizer (its kind and each group's hyper-parameters) over other parameters: group
+  /// k's are `params(group k's parameters)`; no state is carried over. ZeRO-1 steps each rank's
+  /// pieces of the parameters with it.
+  virtual std::shared_ptr<Optimizer> regrouped(const std::function<std::vector<Var>(const std::vector<Var>&)>& params) const = 0;
 
  protected:
   /// One named state tensor of one parameter (momentum buffer, Adam moments, ...).
@@ -74,11 +82,18 @@ class GroupedOptimizer : public Optimizer {
  public:
   double lr(std::size_t group = 0) const override { return groups_.at(group).options.lr; }
   void set_lr(double lr, std::size_t group = 0) override { groups_.at(group).options.lr = lr; }
+  std::shared_ptr<Optimizer> regrouped(const std::function<std::vector<Var>(const std::vector<Var>&)>& params) const override {
+    std::vector<ParamGroup<Options>> groups = groups_;
+    for (ParamGroup<Options>& g : groups) g.params = params(g.params);
+    return make(std::move(groups));
+  }
 
  protected:
   GroupedOptimizer(std::vector<ParamGroup<Options>> groups, const char* name) : groups_(std::move(groups)) {
     for (const auto& g : groups_) add_params(g.params, name);
   }
+  /// An optimizer of the derived kind over `groups`.
+  virtual std::shared_ptr<Optimizer> make(std::vector<ParamGroup<Options>> groups) const = 0;
   std::vector<ParamGroup<Options>> groups_;
 
  private:
@@ -93,6 +108,9 @@ class SGD : public GroupedOptimizer<kernels::SgdParams> {
   void step() override;
 
  private:
+  std::shared_ptr<Optimizer> make(std::vector<ParamGroup<kernels::SgdParams>> groups) const override {
+    return std::make_shared<SGD>(std::move(groups));
+  }
   std::vector<std::string> slot_names() const override { return {"momentum_buffer"}; }
 };
 
@@ -104,6 +122,9 @@ class AdamW : public GroupedOptimizer<kernels::AdamWParams> {
   void step() override;
 
  private:
+  std::shared_ptr<Optimizer> make(std::vector<ParamGroup<kernels::AdamWParams>> groups) const override {
+    return std::make_shared<AdamW>(std::move(groups));
+  }
   std::vector<std::string> slot_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 };
 

@@ -1,0 +1,120 @@
+#include "zero_shard.hpp"
+
+#include <algorithm>
+
+#include "troupe/kernels/error.hpp"
+#include "troupe/transport/process_group.hpp"
+
+namespace troupe::actors {
+
+ZeroShard::ZeroShard(std::shared_ptr<const BucketPlan> buckets, const std::vector<Tensor>& parameters,
+                     const std::vector<std::string>& names, const graph::Optimizer& optimizer,
+                     std::shared_ptr<transport::Communicator> group)
+    : buckets_(std::move(buckets)), parameters_(parameters), names_(names), group_(std::move(group)) {
+  for (std::size_t b = 0; b < buckets_->buckets.size(); ++b) {
+    const auto [lo, hi] = slice(b);
+    for (const BucketEntry& e : buckets_->buckets[b]) {
+      const auto sink = static_cast<std::size_t>(e.sink);
+      const Tensor& p = parameters_.at(sink);
+      TROUPE_CHECK(p.is_contiguous(), invalid_argument, "ZeRO-1: parameter '", names[sink],
+                   "' is not contiguous; its optimizer state cannot be split into pieces");
+      const std::int64_t begin = std::max(lo, e.offset) - e.offset, end = std::min(hi, e.offset + shape_numel(e.shape)) - e.offset;
+      if (begin >= end) continue;
+      const std::string piece = names[sink] + "[" + std::to_string(begin) + ":" + std::to_string(end) + "]";
+      pieces_.push_back({names[sink], begin, end, graph::Var::leaf(p.reshape({p.numel()}).slice(0, begin, end), piece), b,
+                         e.offset + begin});
+    }
+  }
+  optimizer_ = optimizer.regrouped([&](const std::vector<graph::Var>& group) {
+    std::vector<graph::Var> out;
+    for (const Piece& piece : pieces_)
+      if (std::any_of(group.begin(), group.end(), [&](const graph::Var& p) { return p.name() == piece.name; }))
+        out.push_back(piece.var);
+    return out;
+  });
+}
+
+std::pair<std::int64_t, std::int64_t> ZeroShard::slice(std::size_t b) const {
+  const std::int64_t k = buckets_->numel[b] / group_->size();
+  return {group_->rank() * k, (group_->rank() + 1) * k};
+}
+
+void ZeroShard::step(const std::map<std::string, Tensor>& gradients) {
+  for (const Piece& piece : pieces_) {
+    const auto it = gradients.find(piece.name);
+    if (it == gradients.end()) {
+      piece.var.zero_grad();
+      continue;
+    }
+    const Tensor& g = it->second;
+    piece.var.set_grad(g.reshape({g.numel()}).slice(0, piece.begin, piece.end));
+  }
+  optimizer_->step();
+  optimizer_->zero_grad();
+  ++steps_;
+  all_gather_pieces([](const Piece& piece) { return piece.var.tensor(); },
+                    [&](std::size_t sink) { return parameters_[sink]; });
+}
+
+void ZeroShard::all_gather_pieces(const std::function<Tensor(const Piece&)>& piece_value,
+                                  const std::function<Tensor(std::size_t sink)>& whole_value) const {
+  group_->submit([&](transport::ProcessGroup& g) {
+          for (std::size_t b = 0; b < buckets_->buckets.size(); ++b) {
+            const auto [lo, hi] = slice(b);
+            const Tensor mine = Tensor::zeros({hi - lo});
+            for (const Piece& piece : pieces_)
+              if (piece.bucket == b)
+                mine.slice(0, piece.flat - lo, piece.flat - lo + piece.end - piece.begin).copy_from(piece_value(piece));
+            const Tensor all = g.all_gather(mine);
+            for (const BucketEntry& e : buckets_->buckets[b]) {
+              const Tensor whole = whole_value(static_cast<std::size_t>(e.sink));
+              whole.reshape({whole.numel()}).copy_from(all.slice(0, e.offset, e.offset + shape_numel(e.shape)));
+            }
+          }
+        })
+      .get();
+}
+
+std::map<std::string, Tensor> ZeroShard::gather() const {
+  std::map<std::string, Tensor> mine = optimizer_->state_dict(), out;
+  for (const auto& [key, value] : mine)
+    if (key.rfind("group", 0) == 0) out[key] = value;  // the groups' learning rates
+  if (steps_ == 0) return out;  // no state yet, on any rank
+  for (const std::string& slot : optimizer_->slots()) {
+    for (const std::vector<BucketEntry>& bucket : buckets_->buckets)
+      for (const BucketEntry& e : bucket) out[names_[static_cast<std::size_t>(e.sink)] + "." + slot] = Tensor::zeros(e.shape);
+    all_gather_pieces([&](const Piece& piece) { return mine.at(piece.var.name() + "." + slot); },
+                      [&](std::size_t sink) { return out.at(names_[sink] + "." + slot); });
+  }
+  for (const std::vector<BucketEntry>& bucket : buckets_->buckets)
+    for (const BucketEntry& e : bucket)
+      out[names_[static_cast<std::size_t>(e.sink)] + ".step"] = Tensor::from_vector<std::int64_t>({steps_}, {});
+  return out;
+}
+
+void ZeroShard::load(const std::map<std::string, Tensor>& whole) {
+  std::map<std::string, Tensor> mine;
+  for (const auto& [key, value] : whole)
+    if (key.rfind("group", 0) == 0) mine[key] = value;
+  for (const Piece& piece : pieces_) {
+    const auto step = whole.find(piece.name + ".step");
+    if (step == whole.end()) continue;  // not stepped yet
+    for (const std::string& slot : optimizer_->slots()) {
+      const auto it = whole.find(piece.name + "." + slot);
+      TROUPE_CHECK(it != whole.end(), invalid_argument, "ZeRO-1: the optimizer state has a step but no '", slot,
+                   "' for parameter '", piece.name, "'");
+      const Tensor& t = it->second;
+      TROUPE_CHECK(t.numel() >= piece.end, shape_mismatch, "ZeRO-1: the optimizer state's '", piece.name, ".", slot,
+                   "' has ", t.numel(), " elements, but the parameter has at least ", piece.end);
+      mine[piece.var.name() + "." + slot] = t.contiguous().reshape({t.numel()}).slice(0, piece.begin, piece.end).clone();
+    }
+    mine[piece.var.name() + ".step"] = step->second;
+  }
+  optimizer_->load_state_dict(mine);
+  // The parameters step together: any one's count is the run's, also on a rank without pieces.
+  steps_ = 0;
+  for (const auto& [key, value] : whole)
+    if (key.size() > 5 && key.compare(key.size() - 5, 5, ".step") == 0) steps_ = value.to_vector<std::int64_t>().at(0);
+}
+
+}  // namespace troupe::actors
