@@ -152,6 +152,7 @@ apps::TrainingSetup setup(const TrainFlags& f) {
   s.signature = {{"ids", {b, f.model.seq}, DType::i64}, {"targets", {b, f.model.seq}, DType::i64}};
   s.data_parallel = f.dp;
   s.tensor_parallel = std::max(1, f.plan.tp);
+  s.zero = f.plan.zero == 1;
   s.plan = [&f](const graph::TracedFunction& step, const apps::ParallelJob& job) {
     return apps::gpt_training_plan(f.plan, step, f.model.heads, job.dp_size(), job.tp_size(), f.batch, job.rank() == 0);
   };
@@ -296,8 +297,6 @@ int main(int argc, char** argv) {
   return apps::run_cli(app, argc, argv, "troupe-gpt", [&] {
     if (gen->parsed()) return generate(gf, *gen);
     if (tf.plan.plan_only) return apps::plan_only(tf.plan, tf.model, tf.batch, tf.dp.ranks, tf.seed);
-    TROUPE_CHECK(tf.plan.zero == 0, unsupported, "training with --zero 1 does not run yet; use --plan-only to see its "
-                 "plan, or train with --dp and --tp alone");
     TROUPE_CHECK(tf.plan.tp > 1 || (tf.plan.strategy_load.empty() && tf.plan.strategy_save.empty()), invalid_argument,
                  "--strategy-save and --strategy-load place a tensor-parallel run; give --tp too (or use them with --plan-only)");
     return train(tf, app);

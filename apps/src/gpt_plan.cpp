@@ -19,7 +19,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
   app.add_flag("--plan-only", f.plan_only,
                "print the hybrid-parallel plan (placements, collectives, memory per rank, predicted step time) as JSON, "
                "and do not train");
-  app.add_option("--zero", f.zero, "ZeRO stage: 1 shards the optimizer state over the data-parallel ranks (planned only, for now)")
+  app.add_option("--zero", f.zero, "ZeRO stage: 1 shards the optimizer state over the data-parallel ranks")
       ->capture_default_str()->check(CLI::IsMember({0, 1}));
   app.add_option("--devices", f.devices, "devices to plan for with --plan-only (default: dp x tp)")->check(in_range(1, 65536));
   app.add_option("--mem-per-rank", f.mem_per_rank, "memory budget per rank in bytes, for the planner (0: none)")
@@ -63,11 +63,12 @@ graph::ShardingPlan gpt_training_plan(const PlanFlags& f, const graph::TracedFun
                                       int tp, std::int64_t batch, bool write) {
   const graph::Mesh mesh = actors::job_mesh(dp, tp, dp * tp);
   const actors::PlacementRequest request =
-      f.strategy_load.empty() ? actors::megatron_gpt_placement(step, mesh, heads)
+      f.strategy_load.empty() ? actors::megatron_gpt_placement(step, mesh, heads, f.zero == 1)
                               : actors::strategy_request(actors::load_strategy(f.strategy_load), step, mesh, f.strategy_load);
+  // ZeRO-1 is the runtime's (DataParallel::zero): a strategy that splits the gradients over dp needs --zero 1.
   for (const auto& [v, p] : request.required)
-    TROUPE_CHECK(p[0].kind != graph::Placement::Kind::split, unsupported, "strategy file '", f.strategy_load,
-                 "' splits the gradients over dp (ZeRO-1), which does not train yet; plan without --zero 1");
+    TROUPE_CHECK(f.zero == 1 || dp == 1 || p[0].kind != graph::Placement::Kind::split, invalid_argument, "strategy file '",
+                 f.strategy_load, "' splits the gradients over dp (ZeRO-1); train it with --zero 1");
   if (write && !f.strategy_save.empty()) {
     const graph::SymBindings bindings{{"batch", batch * dp}};
     const graph::ShardingPlan whole = graph::propagate_sharding(step.graph(), mesh, request.given, request.required, bindings);

@@ -9,7 +9,7 @@
 
 namespace troupe::apps {
 
-ParallelJob::ParallelJob(int dp, int tp) : dp_(dp), tp_(tp) {
+ParallelJob::ParallelJob(int dp, int tp, bool zero) : dp_(dp), tp_(tp) {
   TROUPE_CHECK(dp >= 1, invalid_argument, "--dp must be >= 1, got ", dp);
   TROUPE_CHECK(tp >= 1, invalid_argument, "--tp must be >= 1, got ", tp);
   job_ = transport::JobInfo::from_environment();
@@ -30,6 +30,7 @@ ParallelJob::ParallelJob(int dp, int tp) : dp_(dp), tp_(tp) {
   if (dp > 1) {
     allreduce_ = group(dp_members, "allreduce", 0);
     allgather_ = group(dp_members, "allgather", 1);
+    if (zero) zero_ = group(dp_members, "zero", 4);
   }
   if (tp > 1) {
     tp_group_ = group(tp_members, "tp", 2);
@@ -41,6 +42,8 @@ actors::DataParallel ParallelJob::options(double fusion_mb) const {
   actors::DataParallel dp;
   dp.communicator = allreduce_;
   dp.fusion_mb = fusion_mb;
+  dp.zero = zero_ != nullptr;
+  dp.zero_group = zero_;
   return dp;
 }
 

@@ -32,9 +32,15 @@ struct Session {
   int ranks() const { return job ? job->size() : 1; }
   int replica() const { return job ? job->dp_rank() : 0; }
   int replicas() const { return job ? job->dp_size() : 1; }
-  /// With --tp, brings the model and the whole optimizer up to date from the group's shards (a
-  /// collective of the tp group: every rank calls it at the same point), for evaluation and checkpoints.
+  /// Whether the ranks hold parts of the model or of the optimizer state, which they gather
+  /// together for evaluation and checkpoints.
+  bool split() const { return sharded || step.zero_state(); }
+  /// Brings the model and the whole optimizer up to date: with ZeRO-1 from the dp ranks' slices of
+  /// the state, with --tp from the tp group's shards. A collective: every rank calls it at the same
+  /// point (evaluation, checkpoints).
   void gather_shards() {
+    graph::Optimizer& stepped = sharded ? *shard_optimizer : optimizer;  // the program's optimizer
+    if (actors::ZeroState* zero = step.zero_state()) stepped.load_state_dict(zero->gather());
     if (!sharded) return;
     std::map<std::string, Tensor> params;  // handles of the model's own tensors
     for (const auto& [name, p] : model.named_parameters()) params[name] = p.tensor();
@@ -77,9 +83,9 @@ LoopHooks loop_hooks(Session& s, const ForwardLoss& forward, std::int64_t& step_
     s.gather_shards();
     return s.parts.evaluate(forward);
   };
-  // The replicas hold the same model: rank 0 saves it, whole (with --tp, gathered from the shards
-  // by every rank), so any layout can resume it.
-  if (!s.flags.save.empty() && (s.rank() == 0 || s.sharded))
+  // The replicas hold the same model: rank 0 saves it, whole (with --tp or ZeRO-1, gathered by
+  // every rank), so any layout can resume it.
+  if (!s.flags.save.empty() && (s.rank() == 0 || s.split()))
     hooks.save = [&s](std::int64_t step) {
       s.gather_shards();
       if (s.rank() != 0) return false;
@@ -156,8 +162,12 @@ TrainingRun::TrainingRun(CLI::App& app, std::string name, RunFlags flags, std::s
 
 int TrainingRun::train(const TrainingSetup& setup, const TrainingParts& parts) {
   std::optional<ParallelJob> job;
-  if (setup.data_parallel || setup.tensor_parallel > 1)
-    job.emplace(setup.data_parallel ? setup.data_parallel->ranks : 1, setup.tensor_parallel);
+  const int replicas = setup.data_parallel ? setup.data_parallel->ranks : 1;
+  TROUPE_CHECK(!setup.zero || replicas > 1, invalid_argument, "--zero 1 splits the optimizer state among the "
+               "data-parallel replicas, and --dp 1 has one; use --dp 2 or more, or drop --zero");
+  TROUPE_CHECK(!setup.zero || (jit_ > 0 && mode_ == GradMode::advanced), invalid_argument, "--zero 1 runs on the actor "
+               "runtime's overlapped gradient path; unset JIT_LEVEL=0 and GRAD_MODE=standard");
+  if (setup.data_parallel || setup.tensor_parallel > 1) job.emplace(replicas, setup.tensor_parallel, setup.zero);
   if (!flags_.save.empty() && (!job || job->rank() == 0)) models::prepare_save_folder(flags_.save, flags_.resume);
   parts.load_data(job ? job->dp_size() : 1);
   graph::Module& model = parts.build_model();
@@ -180,6 +190,8 @@ int TrainingRun::train(const TrainingSetup& setup, const TrainingParts& parts) {
   announce(setup, parts, step_setup, start_step, job ? &*job : nullptr);
   TrainStep step(parts.loss, setup.signature, model, shards ? shards : optimizer, step_setup);
   restore_loss_scaler(step);
+  // ZeRO-1: each rank takes its slices of the (restored, or fresh) optimizer state.
+  if (actors::ZeroState* zero = step.zero_state()) zero->load((shards ? shards : optimizer)->state_dict());
   Session session{name_, flags_, setup, parts, job ? &*job : nullptr, model, *optimizer, step,
                   step_setup.tensor_parallel.step, shards};
   return run_loop(session, step_setup, start_step);
@@ -274,9 +286,12 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
                 "loss scale 1\n", name, level.c_str(), low, kernels::cpu_isa());
   if (resumed_) std::printf("%s: resuming '%s'; %s\n", name, flags_.resume.c_str(), settings_->summary().c_str());
   if (job && job->dp_size() > 1)
-    std::printf("%s: data parallel: replica %d of %d (%s), per-replica batch %lld, global batch %lld, fusion %.0f MiB\n",
+    std::printf("%s: data parallel: replica %d of %d (%s), per-replica batch %lld, global batch %lld, fusion %g MiB%s\n",
                 name, job->dp_rank(), job->dp_size(), job->source().c_str(), static_cast<long long>(setup.batch),
-                static_cast<long long>(setup.batch * job->dp_size()), setup.data_parallel->comm_fusion_mb);
+                static_cast<long long>(setup.batch * job->dp_size()), setup.data_parallel->comm_fusion_mb,
+                step.data_parallel.zero ? "; ZeRO-1: buckets reduce-scattered, each replica keeping its slice of the "
+                                          "optimizer state, parameters all-gathered"
+                                        : "");
   if (const auto& tp = step.tensor_parallel.step) {
     int all_reduces = 0, others = 0;
     for (const graph::Node& n : tp->local().graph().nodes()) {

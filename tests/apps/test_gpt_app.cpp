@@ -492,10 +492,10 @@ TEST(GptApp, PlanOnlyPrintsTheHybridParallelPlan) {
 }
 
 // --tp 2 under troupe-launch trains like one process (losses 1e-5 over 10 steps, and the held-out
-// loss, which runs on the weights gathered from the shards); dp2 x tp2 on 4 processes saves a
-// checkpoint, gathered whole, that one process and tp=2 both resume exactly as the uninterrupted
-// run goes on; a strategy file saved by one run and loaded by another gives the same losses; what
-// tensor parallelism cannot run yet is refused clearly.
+// loss, which runs on the weights gathered from the shards); dp2 x tp2 with ZeRO-1 on 4 processes
+// trains like it too and saves a checkpoint, gathered whole, that one process and tp=2 both resume
+// exactly as the uninterrupted run goes on; a strategy file saved by one run and loaded by another
+// gives the same losses; what tensor parallelism and ZeRO-1 cannot run yet is refused clearly.
 TEST(GptApp, TensorParallelEqualsOneProcessAndResumesUnderAnyLayout) {
   const std::string dir = test::fresh_dir("gpt_tp"), data = corpus_file(dir);
   const std::string common = " --d-model 32 --layers 1 --heads 2 --d-ff 64 --seq 16 --threads 1 --lr 3e-3 --eval-every 5"
@@ -509,9 +509,9 @@ TEST(GptApp, TensorParallelEqualsOneProcessAndResumesUnderAnyLayout) {
   EXPECT_NE(tp.output.find("[rank 1] troupe-gpt: tensor parallel: shard 1 of 2 (rank 1 of 2), plan tp=2: 4 all-reduces"),
             std::string::npos) << tp.output;
   const auto expected = test::csv_column(dir + "/single.csv", "loss");
-  const auto expect_losses = [&](const std::string& file, std::size_t from) {
+  const auto expect_losses = [&](const std::string& file, std::size_t from, std::size_t steps = 10) {
     const auto got = test::csv_column(file, "loss");
-    ASSERT_EQ(got.size(), expected.size() - from) << file;
+    ASSERT_EQ(got.size(), steps - from) << file;
     for (std::size_t i = 0; i < got.size(); ++i)
       EXPECT_NEAR(got[i], expected[from + i], 1e-5 * std::abs(expected[from + i])) << file << ", step " << from + i + 1;
   };
@@ -526,8 +526,12 @@ TEST(GptApp, TensorParallelEqualsOneProcessAndResumesUnderAnyLayout) {
   ASSERT_EQ(loaded.exit_code, 0) << loaded.output;
   EXPECT_EQ(test::csv_column(dir + "/loaded.csv", "loss"), test::csv_column(dir + "/tp.csv", "loss"));
 
-  const auto hybrid = run_app(launch + "4 -- " + kGpt + common + " --batch 2 --steps 5 --dp 2 --tp 2 --save " + dir + "/ck");
+  const auto hybrid = run_app(launch + "4 -- " + kGpt + common + " --batch 2 --steps 5 --dp 2 --tp 2 --zero 1 --save " + dir +
+                              "/ck --comm-fusion-mb 0.01 --metrics " + dir + "/hybrid.csv");
   ASSERT_EQ(hybrid.exit_code, 0) << hybrid.output;
+  EXPECT_NE(hybrid.output.find("[rank 3] troupe-gpt: data parallel: replica 1 of 2 (troupe-launch), per-replica batch 2, "
+                               "global batch 4, fusion 0.01 MiB; ZeRO-1"), std::string::npos) << hybrid.output;
+  expect_losses(dir + "/hybrid.csv", 0, 5);
   EXPECT_EQ(hybrid.output.find("[rank 1] step 5: checkpoint saved"), std::string::npos) << "rank 0 alone writes it";
   const auto one = run_app(kGpt + common + " --steps 10 --resume " + dir + "/ck --metrics " + dir + "/one.csv");
   ASSERT_EQ(one.exit_code, 0) << one.output;
@@ -539,7 +543,7 @@ TEST(GptApp, TensorParallelEqualsOneProcessAndResumesUnderAnyLayout) {
   test::expect_clear_failures({
       {kGpt + common + " --steps 1 --tp 2", "start it with troupe-launch -n 2"},
       {kGpt + common + " --steps 1 --strategy-load " + dir + "/plan.json", "give --tp too"},
-      {kGpt + common + " --steps 1 --zero 1", "training with --zero 1 does not run yet"},
+      {kGpt + common + " --steps 1 --zero 1", "--zero 1 splits the optimizer state among the data-parallel replicas"},
       {kGpt + common + " --steps 10 --dp 3 --resume " + dir + "/ck", "does not split among 3 data-parallel replicas"},
   });
   // Under troupe-launch each rank prints its error on its prefixed line and the launcher stops the job.
@@ -552,4 +556,8 @@ TEST(GptApp, TensorParallelEqualsOneProcessAndResumesUnderAnyLayout) {
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_NE(r.output.find(expect), std::string::npos) << r.output;
   }
+  const auto standard = run_app("GRAD_MODE=standard " + launch + "2 -- " + kGpt + common + " --steps 1 --dp 2 --zero 1");
+  EXPECT_EQ(standard.exit_code, 1) << standard.output;
+  EXPECT_NE(standard.output.find("--zero 1 runs on the actor runtime's overlapped gradient path"), std::string::npos)
+      << standard.output;
 }

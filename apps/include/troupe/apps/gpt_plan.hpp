@@ -32,8 +32,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& f);
 
 /// The plan a rank of a `dp` x `tp` training job runs (`batch` sequences per data-parallel rank):
 /// Megatron's placement of the traced `step` (a GPT of `heads` heads), or --strategy-load's, along
-/// the tp axis; the dp axis is the runtime's data parallelism. With --strategy-save and `write`,
-/// also writes the dp x tp plan there.
+/// the tp axis; the dp axis is the runtime's data parallelism (and ZeRO-1 with --zero 1). With
+/// --strategy-save and `write`, also writes the dp x tp plan there.
 graph::ShardingPlan gpt_training_plan(const PlanFlags& f, const graph::TracedFunction& step, std::int64_t heads, int dp,
                                       int tp, std::int64_t batch, bool write);
 

@@ -1,9 +1,9 @@
 #pragma once
 // The parallel side of a training app (--dp D, --tp T): joining the job of D x T processes that
 // troupe-launch, mpirun or Slurm started, and its communicators. Rank r is data-parallel rank
-// r / T and tensor-parallel rank r % T. Along dp: the gradient AllReduces and the small all-gathers
-// of --check-grads; along tp: the step's collectives and the clipping norm. Each has a transport
-// of its own, so the kinds of traffic never queue behind each other.
+// r / T and tensor-parallel rank r % T. Along dp: the gradient AllReduces, the small all-gathers
+// of --check-grads and ZeRO-1's parameter all-gathers; along tp: the step's collectives and the
+// clipping norm. Each has a transport of its own, so the kinds of traffic never queue behind each other.
 
 #include <cstdint>
 #include <memory>
@@ -26,9 +26,9 @@ struct DataParallelFlags {
 /// This process's place in a dp x tp job and its communicators.
 class ParallelJob {
  public:
-  /// Joins a job of `dp` x `tp` processes (1 x 1: a single process, nothing to join). Throws when
-  /// the environment describes another world size, naming both.
-  ParallelJob(int dp, int tp);
+  /// Joins a job of `dp` x `tp` processes (1 x 1: a single process, nothing to join), with ZeRO-1's
+  /// communicator when `zero`. Throws when the environment describes another world size, naming both.
+  ParallelJob(int dp, int tp, bool zero = false);
   int rank() const { return job_.rank; }
   int size() const { return job_.size; }
   /// This process's data-parallel replica (which rows of the batch it takes), and their count.
@@ -37,7 +37,8 @@ class ParallelJob {
   /// This process's tensor-parallel shard, and their count.
   int tp_rank() const { return job_.rank % tp_; }
   int tp_size() const { return tp_; }
-  /// The runtime's data-parallel options (communicator null without data parallelism).
+  /// The runtime's data-parallel options (communicator null without data parallelism; ZeRO-1 on
+  /// with its group when the job was joined for it).
   actors::DataParallel options(double fusion_mb) const;
   /// The tp group: the step's collectives (null without tensor parallelism).
   const std::shared_ptr<transport::Communicator>& tensor_parallel() const { return tp_group_; }
@@ -54,7 +55,7 @@ class ParallelJob {
   int dp_ = 1, tp_ = 1;
   transport::JobInfo job_;
   std::unique_ptr<transport::Bootstrap> bootstrap_;
-  std::shared_ptr<transport::Communicator> allreduce_, allgather_, tp_group_, tp_norms_;
+  std::shared_ptr<transport::Communicator> allreduce_, allgather_, zero_, tp_group_, tp_norms_;
 };
 
 }  // namespace troupe::apps

@@ -107,6 +107,8 @@ class TrainStep {
   /// The engine of the actor program (null in eager mode), for programs the app adds (evaluation).
   actors::Engine* engine() const { return engine_.get(); }
   /// JIT level 3: the planned and measured peak memory of the steps (empty otherwise).
+  /// With ZeRO-1, the rank's share of the optimizer state (checkpoints gather and load it); null otherwise.
+  actors::ZeroState* zero_state() const { return program_ ? program_->zero_state() : nullptr; }
   /// The dynamic loss scaler, or null without loss scaling (checkpoints save its state).
   graph::GradScaler* loss_scaler() const { return scaler_.get(); }
   std::optional<graph::MemoryPlanReport> memory_report() const {

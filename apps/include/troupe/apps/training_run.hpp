@@ -37,6 +37,7 @@ struct TrainingSetup {
   std::vector<graph::InputSpec> signature;          // of TrainingParts::loss
   std::optional<DataParallelFlags> data_parallel;   // the app's --dp flags; none: never joins a job
   int tensor_parallel = 1;                          // --tp: devices each replica's weights are split over
+  bool zero = false;                                // --zero 1: the optimizer state split over the dp replicas
   /// With tensor_parallel > 1: the plan of the traced training step (loss and gradients) on a mesh
   /// of one "tp" axis, for this rank of `job` (the app places its model, e.g. Megatron's GPT
   /// placement); called on every rank.
