@@ -28,6 +28,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
       ->capture_default_str()->check(open_range(0, 1e6, "GB/s"));
   app.add_option("--link-latency-us", f.link_latency_us, "the ranks' link latency per collective in microseconds")
       ->capture_default_str()->check(in_range(0, 1e7));
+  app.add_option("--gflops", f.gflops, "each device's GFLOP/s for the planner's cost model (0: measured on this machine)")
+      ->capture_default_str()->check(in_range(0, 1e9));
   app.add_option("--strategy-save", f.strategy_save, "write the chosen plan to this strategy file (JSON)");
   app.add_option("--strategy-load", f.strategy_load, "take the plan from this strategy file instead of planning")
       ->excludes(app.get_option("--strategy-save"));
@@ -91,7 +93,7 @@ int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t 
   // mesh with another dp splits the same sequences.
   const graph::SymBindings bindings{{"batch", batch * dp}};
   actors::CostModel cost;
-  cost.gflops = measured_gflops();
+  cost.gflops = f.gflops > 0 ? f.gflops : measured_gflops();
   cost.default_link = {f.link_gbps, f.link_latency_us};
   const int world = f.devices > 0 ? f.devices : dp * (f.tp > 0 ? f.tp : 1);
   nlohmann::json out{{"app", "troupe-gpt"}, {"plan_only", true}, {"devices", world}, {"global_batch", batch * dp}, {"zero", f.zero},

@@ -32,20 +32,29 @@ struct Session {
   int ranks() const { return job ? job->size() : 1; }
   int replica() const { return job ? job->dp_rank() : 0; }
   int replicas() const { return job ? job->dp_size() : 1; }
+  std::int64_t parameter_count = 0;  // the model's (its tensors are released between evaluations with --tp)
   /// Whether the ranks hold parts of the model or of the optimizer state, which they gather
   /// together for evaluation and checkpoints.
   bool split() const { return sharded || step.zero_state(); }
-  /// Brings the model and the whole optimizer up to date: with ZeRO-1 from the dp ranks' slices of
-  /// the state, with --tp from the tp group's shards. A collective: every rank calls it at the same
-  /// point (evaluation, checkpoints).
-  void gather_shards() {
-    graph::Optimizer& stepped = sharded ? *shard_optimizer : optimizer;  // the program's optimizer
-    if (actors::ZeroState* zero = step.zero_state()) stepped.load_state_dict(zero->gather());
+  /// With --tp, the model's tensors made whole from the tp group's shards (a collective: every rank
+  /// calls it at the same point), for evaluation and checkpoints; release_model() lets them go
+  /// again, so that a rank holds only its shards while it trains.
+  void gather_model() {
     if (!sharded) return;
-    std::map<std::string, Tensor> params;  // handles of the model's own tensors
-    for (const auto& [name, p] : model.named_parameters()) params[name] = p.tensor();
-    for (const auto& [name, whole] : sharded->gather(sharded->parameter_shards())) params.at(name).copy_from(whole);
-    optimizer.load_state_dict(sharded->gather(shard_optimizer->state_dict()));
+    std::map<std::string, graph::Var> params;
+    for (const auto& [name, p] : model.named_parameters()) params[name] = p;
+    for (const auto& [name, whole] : sharded->gather(sharded->parameter_shards())) params.at(name).set_value(whole);
+  }
+  void release_model() {
+    if (sharded)
+      for (const auto& [name, p] : model.named_parameters()) p.set_value(Tensor());
+  }
+  /// The whole optimizer state, as a single process's optimizer would hold it: with ZeRO-1 from the
+  /// dp replicas' slices, with --tp from the tp group's shards (collectives, like gather_model()).
+  std::map<std::string, Tensor> optimizer_state() {
+    const graph::Optimizer& stepped = sharded ? *shard_optimizer : optimizer;  // the program's optimizer
+    std::map<std::string, Tensor> state = step.zero_state() ? step.zero_state()->gather() : stepped.state_dict();
+    return sharded ? sharded->gather(state) : state;
   }
 };
 
@@ -80,15 +89,21 @@ LoopHooks loop_hooks(Session& s, const ForwardLoss& forward, std::int64_t& step_
   LoopHooks hooks;
   hooks.step = [&s, &step_number] { return one_step(s, ++step_number); };
   hooks.evaluate = [&s, &forward] {
-    s.gather_shards();
-    return s.parts.evaluate(forward);
+    s.gather_model();
+    const double score = s.parts.evaluate(forward);
+    s.release_model();
+    return score;
   };
   // The replicas hold the same model: rank 0 saves it, whole (with --tp or ZeRO-1, gathered by
   // every rank), so any layout can resume it.
   if (!s.flags.save.empty() && (s.rank() == 0 || s.split()))
     hooks.save = [&s](std::int64_t step) {
-      s.gather_shards();
-      if (s.rank() != 0) return false;
+      s.gather_model();
+      const std::map<std::string, Tensor> optimizer_state = s.optimizer_state();
+      if (s.rank() != 0) {
+        s.release_model();
+        return false;
+      }
       models::CheckpointState st;
       s.parts.store_settings(st);
       st.ints["step"] = step;
@@ -96,7 +111,8 @@ LoopHooks loop_hooks(Session& s, const ForwardLoss& forward, std::int64_t& step_
       st.strings["app"] = s.name;
       if (const graph::GradScaler* scaler = s.step.loss_scaler())
         for (const auto& [key, value] : scaler->state_dict()) st.strings["loss_scaler." + key] = value;
-      models::save_checkpoint(s.flags.save, step, s.model.state_dict(), s.optimizer.state_dict(), st);
+      models::save_checkpoint(s.flags.save, step, s.model.state_dict(), optimizer_state, st);
+      s.release_model();
       return true;
     };
   return hooks;
@@ -107,9 +123,22 @@ LoopHooks loop_hooks(Session& s, const ForwardLoss& forward, std::int64_t& step_
 void print_summary(const Session& s, const LoopSummary& summary) {
   std::string dp_fields;
   if (s.ranks() > 1) {
-    char buf[200];
-    std::snprintf(buf, sizeof buf, ",\"dp\":%d,\"tp\":%d,\"rank\":%d,\"comm_ms\":%.2f,\"exposed_comm_ms\":%.2f,\"hidden_fraction\":%.3f",
-                  s.replicas(), s.job->tp_size(), s.rank(), summary.comm_ms, summary.exposed_comm_ms,
+    // What this rank holds of the parameters (its shards) and of the optimizer state (its slices).
+    const auto bytes = [](const std::map<std::string, Tensor>& ts) {
+      std::size_t n = 0;
+      for (const auto& [name, t] : ts) n += t.nbytes();
+      return n;
+    };
+    std::map<std::string, Tensor> params;
+    for (const auto& [name, p] : s.model.named_parameters()) params[name] = p.tensor();
+    const std::size_t held_params = bytes(s.sharded ? s.sharded->parameter_shards() : params);
+    const std::size_t held_state = bytes(s.step.zero_state() ? s.step.zero_state()->kept()
+                                                             : (s.sharded ? *s.shard_optimizer : s.optimizer).state_dict());
+    char buf[320];
+    std::snprintf(buf, sizeof buf, ",\"dp\":%d,\"tp\":%d,\"zero\":%d,\"rank\":%d,\"held_parameter_bytes\":%zu,"
+                  "\"held_optimizer_bytes\":%zu,\"comm_ms\":%.2f,\"exposed_comm_ms\":%.2f,\"hidden_fraction\":%.3f",
+                  s.replicas(), s.job->tp_size(), s.step.zero_state() ? 1 : 0, s.rank(), held_params, held_state,
+                  summary.comm_ms, summary.exposed_comm_ms,
                   summary.comm_ms > 0 ? std::max(0.0, 1.0 - summary.exposed_comm_ms / summary.comm_ms) : 0.0);
     dp_fields = buf;
   }
@@ -118,7 +147,7 @@ void print_summary(const Session& s, const LoopSummary& summary) {
   const std::string fields = s.parts.summary_fields(summary);
   std::printf("{\"app\":\"%s\",\"steps\":%lld,%s,\"params\":%lld,\"peak_bytes\":%zu,\"skipped_steps\":%lld%s}\n",
               s.name.c_str(), static_cast<long long>(summary.steps), fields.c_str(),
-              static_cast<long long>(s.model.parameter_count()), cpu_allocator().stats().peak_bytes,
+              static_cast<long long>(s.parameter_count), cpu_allocator().stats().peak_bytes,
               static_cast<long long>(summary.skipped_steps), dp_fields.c_str());
 }
 
@@ -133,6 +162,8 @@ int run_loop(Session& s, const TrainStepOptions& step_setup, std::int64_t start_
         graph::trace(s.parts.loss, s.setup.signature).with_amp(step_setup.amp).optimized(step_setup.jit_level), options);
   }
   const ForwardLoss forward = forward_loss(s, forward_program.get());
+  s.release_model();  // (the forward program reads the parameters when it runs, gathered then)
+  cpu_allocator().reset_stats();  // peak_bytes: the training's peak, not the set-up's (a --tp rank's whole model)
   std::int64_t step_number = start_step;
   const LoopHooks hooks = loop_hooks(s, forward, step_number);
   LoopOptions lo = loop_options(s.flags);
@@ -193,7 +224,7 @@ int TrainingRun::train(const TrainingSetup& setup, const TrainingParts& parts) {
   // ZeRO-1: each rank takes its slices of the (restored, or fresh) optimizer state.
   if (actors::ZeroState* zero = step.zero_state()) zero->load((shards ? shards : optimizer)->state_dict());
   Session session{name_, flags_, setup, parts, job ? &*job : nullptr, model, *optimizer, step,
-                  step_setup.tensor_parallel.step, shards};
+                  step_setup.tensor_parallel.step, shards, model.parameter_count()};
   return run_loop(session, step_setup, start_step);
 }
 

@@ -87,6 +87,13 @@ const Tensor& Var::tensor() const {
   return impl().value;
 }
 
+void Var::set_value(const Tensor& t) const {
+  TROUPE_CHECK(!is_symbolic(), invalid_argument, "Var::set_value: value ", id(), " is symbolic (inside a trace)");
+  TROUPE_CHECK(!t.defined() || (to_sym(t.shape()) == shape() && t.dtype() == dtype()), shape_mismatch, "Var::set_value: '",
+               name(), "' is ", dtype_name(dtype()), sym_shape_str(shape()), ", given ", dtype_name(t.dtype()), shape_str(t.shape()));
+  impl().value = t;
+}
+
 SymDim Var::size(std::int64_t axis) const { return shape()[static_cast<std::size_t>(normalize_axis(axis, shape().size(), "size"))]; }
 
 Var Var::reshape(const SymShape& s) const { return graph::reshape(*this, s); }

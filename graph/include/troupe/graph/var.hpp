@@ -43,6 +43,9 @@ class Var {
   bool is_symbolic() const { return impl_ && impl_->graph; }
   /// The eager tensor; throws if symbolic.
   const Tensor& tensor() const;
+  /// Replaces an eager leaf's tensor by `t` of its shape and dtype, or by nothing (an undefined
+  /// tensor: its memory released; a tensor-parallel rank holds only its shards between evaluations).
+  void set_value(const Tensor& t) const;
   /// Element type.
   DType dtype() const { return impl().info.dtype; }
   /// Symbolic shape (all static in eager mode).
