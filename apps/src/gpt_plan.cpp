@@ -10,6 +10,7 @@
 #include "troupe/apps/cli.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/kernels/optim.hpp"
 
 namespace troupe::apps {
 
@@ -30,6 +31,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
       ->capture_default_str()->check(in_range(0, 1e7));
   app.add_option("--gflops", f.gflops, "each device's GFLOP/s for the planner's cost model (0: measured on this machine)")
       ->capture_default_str()->check(in_range(0, 1e9));
+  app.add_option("--update-gbps", f.update_gbps,
+                 "each device's memory bandwidth in GB/s for the optimizer's update, for the cost model (0: measured here)")
+      ->capture_default_str()->check(in_range(0, 1e6));
   app.add_option("--strategy-save", f.strategy_save, "write the chosen plan to this strategy file (JSON)");
   app.add_option("--strategy-load", f.strategy_load, "take the plan from this strategy file instead of planning")
       ->excludes(app.get_option("--strategy-save"));
@@ -53,6 +57,24 @@ double measured_gflops() {
     for (int i = 0; i < reps; ++i) (void)graph::matmul(a, b).tensor();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::max(best, 2.0 * 256 * 256 * 256 * reps / s / 1e9);
+  }
+  return best;
+}
+
+// This machine's bandwidth at AdamW's update, in GB/s of the 28 bytes an element it streams: the
+// best of five updates of 4M elements (larger than the caches, as a model's parameters are).
+double measured_update_gbps() {
+  constexpr std::int64_t n = 1 << 22;
+  Generator gen(2);
+  Tensor p = Tensor::empty({n}), g = Tensor::empty({n}), m = Tensor::zeros({n}), v = Tensor::zeros({n});
+  gen.uniform_(p, -1, 1);
+  gen.uniform_(g, -1, 1);
+  double best = 0;
+  for (int round = 0; round < 6; ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    kernels::adamw_update_(p, g, m, v, kernels::AdamWParams{}, round + 1);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (round > 0) best = std::max(best, 28.0 * n / s / 1e9);
   }
   return best;
 }
@@ -94,10 +116,11 @@ int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t 
   const graph::SymBindings bindings{{"batch", batch * dp}};
   actors::CostModel cost;
   cost.gflops = f.gflops > 0 ? f.gflops : measured_gflops();
+  cost.update_gbps = f.update_gbps > 0 ? f.update_gbps : measured_update_gbps();
   cost.default_link = {f.link_gbps, f.link_latency_us};
   const int world = f.devices > 0 ? f.devices : dp * (f.tp > 0 ? f.tp : 1);
   nlohmann::json out{{"app", "troupe-gpt"}, {"plan_only", true}, {"devices", world}, {"global_batch", batch * dp}, {"zero", f.zero},
-                     {"gflops", cost.gflops},
+                     {"gflops", cost.gflops}, {"update_gbps", cost.update_gbps},
                      {"link_gbps", f.link_gbps}, {"link_latency_us", f.link_latency_us}};
 
   graph::Mesh mesh;
@@ -145,8 +168,10 @@ int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t 
                            {"axis", axis}, {"collective", graph::to_string(t.collective)}, {"from", t.from.str()},
                            {"to", t.to.str()}, {"bytes", t.bytes}});
   }
-  std::printf("troupe-gpt: plan %s on %d devices: predicted step %.3f ms (compute %.3f, communication %.3f)\n",
-              mesh.str().c_str(), world, time.total() * 1e3, time.compute * 1e3, time.communication * 1e3);
+  std::printf("troupe-gpt: plan %s on %d devices: predicted step %.3f ms (compute %.3f, communication %.3f, "
+              "optimizer %.3f)\n",
+              mesh.str().c_str(), world, time.total() * 1e3, time.compute * 1e3, time.communication * 1e3,
+              time.optimizer * 1e3);
   std::printf("troupe-gpt: memory per rank %.2f MiB: parameters %.2f, gradients %.2f, optimizer state %.2f, "
               "activations %.2f\n", mib(memory.total()), mib(memory.parameters), mib(memory.gradients),
               mib(memory.optimizer_state), mib(memory.activations));
@@ -165,6 +190,7 @@ int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t 
   out["predicted_ms"] = time.total() * 1e3;
   out["predicted_compute_ms"] = time.compute * 1e3;
   out["predicted_communication_ms"] = time.communication * 1e3;
+  out["predicted_optimizer_ms"] = time.optimizer * 1e3;
   out["memory_per_rank"] = {{"parameters", memory.parameters}, {"gradients", memory.gradients},
                             {"optimizer_state", memory.optimizer_state}, {"activations", memory.activations},
                             {"total", memory.total()}};

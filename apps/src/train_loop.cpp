@@ -50,6 +50,7 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
     m.grad_variance = out.grad_variance;
     const AllocatorStats st = cpu_allocator().stats();
     m.peak_bytes = st.peak_bytes;
+    summary.step_peak_bytes = st.peak_bytes;
     m.current_bytes = st.current_bytes;
     m.step_ms = ms;
     m.loss_scale = out.loss_scale;

@@ -145,9 +145,10 @@ void print_summary(const Session& s, const LoopSummary& summary) {
   // At JIT level 3 the steps ran in a planned arena: the planned peak next to the measured one.
   if (const auto memory = s.step.memory_report()) std::printf("%s: memory: %s\n", s.name.c_str(), memory->describe().c_str());
   const std::string fields = s.parts.summary_fields(summary);
-  std::printf("{\"app\":\"%s\",\"steps\":%lld,%s,\"params\":%lld,\"peak_bytes\":%zu,\"skipped_steps\":%lld%s}\n",
+  std::printf("{\"app\":\"%s\",\"steps\":%lld,%s,\"params\":%lld,\"peak_bytes\":%zu,\"step_peak_bytes\":%zu,"
+              "\"skipped_steps\":%lld%s}\n",
               s.name.c_str(), static_cast<long long>(summary.steps), fields.c_str(),
-              static_cast<long long>(s.parameter_count), cpu_allocator().stats().peak_bytes,
+              static_cast<long long>(s.parameter_count), cpu_allocator().stats().peak_bytes, summary.step_peak_bytes,
               static_cast<long long>(summary.skipped_steps), dp_fields.c_str());
 }
 

@@ -62,12 +62,19 @@ PlanTime plan_time(const graph::TracedFunction& step, const graph::ShardingPlan&
   };
   for (const graph::Transition& tr : plan.transitions)
     if (tr.collective != graph::Collective::local) send(static_cast<std::size_t>(tr.mesh_axis), tr.bytes);
+  // The optimizer updates the gradient elements the device holds once the plan is done (a shard with ZeRO-1).
+  const std::map<graph::ValueId, graph::NdPlacement> done = plan.final_placements();
+  for (std::size_t k = step.output_count(); k < g.outputs().size(); ++k) {
+    const graph::Value& grad = g.value(g.outputs()[k]);
+    const double elements = graph::held_bytes(bind(grad.info.shape, bindings), grad.info.dtype, done.at(grad.id), plan.mesh) /
+                            static_cast<double>(dtype_size(grad.info.dtype));
+    t.optimizer += elements * cost.update_bytes_per_element / (cost.update_gbps * 1e9);
+  }
   // ZeRO-1: a parameter whose gradient the device holds a shard of (split where the parameter is
   // not) is all-gathered after its update.
-  const std::map<graph::ValueId, graph::NdPlacement> final = plan.final_placements();
   for (std::size_t k = 0; k < step.gradient_parameters().size(); ++k) {
     const graph::ValueId param = g.parameters()[step.gradient_parameters()[k]];
-    const graph::NdPlacement &held = final.at(g.outputs()[step.output_count() + k]), &whole = plan.placements.at(param);
+    const graph::NdPlacement &held = done.at(g.outputs()[step.output_count() + k]), &whole = plan.placements.at(param);
     for (std::size_t a = 0; a < held.size(); ++a) {
       if (held[a].kind != graph::Placement::Kind::split || whole[a] == held[a] || plan.mesh.axes[a].second == 1) continue;
       const double bytes = graph::held_bytes(bind(g.value(param).info.shape, bindings), g.value(param).info.dtype, whole,

@@ -129,12 +129,15 @@ PlanMemory plan_memory(const graph::TracedFunction& step, const graph::ShardingP
     const ValueId v = g.parameters()[p];
     m.parameters += held_bytes(g, v, final.at(v), plan.mesh, bindings);
   }
-  // The optimizer keeps state for what the device updates: its gradients (a shard of them with ZeRO-1).
+  // The optimizer keeps state for what the device updates: its gradients (a shard of them with
+  // ZeRO-1, which still holds its parameters' gradients whole: their reduce-scatter writes its slice
+  // into a whole buffer).
   for (std::size_t k = step.output_count(); k < g.outputs().size(); ++k) {
     const ValueId v = g.outputs()[k];
-    const double bytes = held_bytes(g, v, final.at(v), plan.mesh, bindings);
-    m.gradients += bytes;
-    m.optimizer_state += bytes / dtype_size(g.value(v).info.dtype) * optimizer_bytes_per_parameter;
+    const ValueId param = g.parameters()[step.gradient_parameters()[k - step.output_count()]];
+    m.gradients += held_bytes(g, v, plan.placements.at(param), plan.mesh, bindings);
+    m.optimizer_state += held_bytes(g, v, final.at(v), plan.mesh, bindings) / dtype_size(g.value(v).info.dtype) *
+                         optimizer_bytes_per_parameter;
   }
   std::set<ValueId> kept;  // forward values a backward node reads
   for (const graph::Node& node : g.nodes())

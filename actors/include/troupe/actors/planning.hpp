@@ -51,7 +51,7 @@ std::pair<graph::Mesh, PlacementRequest> project_request(const PlacementRequest&
 /// What one device holds of a planned step, in bytes.
 struct PlanMemory {
   double parameters = 0;
-  double gradients = 0;
+  double gradients = 0;         // whole gradients of the device's parameters (ZeRO-1 splits only the state)
   double optimizer_state = 0;  // `optimizer_bytes_per_parameter` times the elements of the gradients the
                                // device updates (a ZeRO-1 shard along dp)
   double activations = 0;      // forward values the backward reads (kept between them)
@@ -67,6 +67,10 @@ PlanMemory plan_memory(const graph::TracedFunction& step, const graph::ShardingP
 /// What the cost model knows of the machines: compute speed, and each mesh axis' link.
 struct CostModel {
   double gflops = 50;                  // per device, at the step's products
+  /// Per device, the memory bandwidth (GB/s) the optimizer's update streams at: AdamW reads a
+  /// parameter, its gradient and two moments and writes three of them, 28 bytes an element in f32.
+  double update_gbps = 20;
+  double update_bytes_per_element = 28;
   /// Per mesh axis name: bandwidth in GB/s and latency in microseconds per collective; an axis
   /// not listed uses `default_link`.
   struct Link {
@@ -86,8 +90,9 @@ double node_flops(const graph::Graph& g, const graph::Node& node, const graph::S
 struct PlanTime {
   double compute = 0;        // each node's FLOPs at CostModel::gflops, divided by the devices it is split over
   double communication = 0;  // each transition's latency plus its bytes at its axis' bandwidth
-  /// Compute and communication one after the other (the overlap the runtime finds is not counted).
-  double total() const { return compute + communication; }
+  double optimizer = 0;      // the update of the parameter elements the device updates, at CostModel::update_gbps
+  /// One after the other (the overlap the runtime finds is not counted).
+  double total() const { return compute + communication + optimizer; }
 };
 
 /// The predicted time of `plan` for `step` (a TracedFunction with gradients), with ZeRO-1's

@@ -24,6 +24,7 @@ struct PlanFlags {
   double mem_per_rank = 0;     // bytes; 0: no budget
   double link_gbps = 10, link_latency_us = 20;  // of the devices' links, for the cost model
   double gflops = 0;                           // each device's speed for the cost model; 0: measured here
+  double update_gbps = 0;                      // each device's bandwidth for the optimizer's update; 0: measured here
   std::string strategy_save, strategy_load;
 };
 

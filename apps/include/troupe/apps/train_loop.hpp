@@ -53,6 +53,7 @@ struct LoopSummary {
   double items_per_s = 0;
   double comm_ms = 0, exposed_comm_ms = 0;  // means per step, warm-up excluded like ms_per_step
   std::int64_t skipped_steps = 0;           // loss scaling: steps whose update an Inf or NaN gradient skipped
+  std::size_t step_peak_bytes = 0;          // the allocator's peak through the last step, before its evaluation
 };
 
 /// Runs steps start_step + 1 .. steps.
