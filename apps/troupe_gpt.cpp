@@ -273,7 +273,8 @@ int main(int argc, char** argv) {
   app.add_option("--load-weights", tf.load_weights, "start from these weights (.safetensors, Troupe or nanoGPT names)");
   app.add_option("--dp", tf.dp.ranks, "data-parallel ranks (run under troupe-launch -n N, mpirun or Slurm)")
       ->capture_default_str()->check(apps::in_range(1, 1024));
-  app.add_option("--comm-fusion-mb", tf.dp.comm_fusion_mb, "AllReduce bucket size limit in MiB")
+  app.add_option("--comm-fusion-mb", tf.dp.comm_fusion_mb,
+                 "AllReduce bucket size limit in MiB (0: chosen from the data-parallel ranks' link, measured at start)")
       ->capture_default_str()->check(apps::open_range(0, 1 << 20, "MiB"));
   app.add_flag("--check-grads", tf.dp.check_grads, "compare the ranks' post-reduce gradient norms every step and warn when they differ");
   apps::add_plan_flags(app, tf.plan);

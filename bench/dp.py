@@ -5,8 +5,10 @@ UCX over TCP; needs root), 1 scheduler thread per rank, per-rank batch 8), GRAD_
 all-reduced during backward, parallel clip) against standard (tensor-by-tensor AllReduce after the
 step, naive clip), alternating (on the link for fusion thresholds 64/4/2/1 MiB); a fusion-threshold
 sweep over shared memory; and the scaling efficiency of DP=2 against
-one process at the same per-rank batch, next to torch DDP (gloo) measured the same way. One JSON line
-per measurement. usage: dp.py BUILD [scaling]   (scaling: only the scaling row)"""
+one process at the same per-rank batch, next to torch DDP (gloo) measured the same way; and the
+buckets troupe-gpt sizes from the measured link when --comm-fusion-mb is not given ("auto"):
+against the 64 MiB default over shared memory, advanced against standard over the link. One JSON
+line per measurement. usage: dp.py BUILD [scaling|auto]   (only the scaling, or only the auto rows)"""
 import json, os, socket, statistics, subprocess, sys
 
 ROUNDS, STEPS = 2, 12
@@ -23,7 +25,9 @@ def run(build, env_extra, args):
 
 
 def gpt_args(build, fusion):
-    return [os.path.join(build, "apps", "troupe-gpt"), "--dp", "2", "--comm-fusion-mb", str(fusion), "--steps", str(STEPS),
+    """fusion None: troupe-gpt sizes the buckets from the link it measures."""
+    buckets = [] if fusion is None else ["--comm-fusion-mb", str(fusion)]
+    return [os.path.join(build, "apps", "troupe-gpt"), "--dp", "2", *buckets, "--steps", str(STEPS),
             "--eval-every", "100000", "--val-batches", "1", "--threads", "1", "--micro-batches", "1", "--amp", "O0"]
 
 
@@ -83,10 +87,38 @@ def scaling(build):
                       "torch_ddp2_ms": round(td, 2), "torch_ddp_efficiency": round(ts / td, 3)}), flush=True)
 
 
+def auto_rows(build):
+    """The link-sized buckets: over shared memory against today's 64 MiB default (alternating, medians),
+    and over the 1 Gbit/s link advanced against standard (when root can make it)."""
+    shm = {"auto": [], "default": []}
+    for _ in range(ROUNDS + 1):
+        shm["auto"].append(dp(build, "advanced", None))
+        shm["default"].append(dp(build, "advanced", 64))
+    med = lambda k, i: statistics.median(x[i] for x in shm[k])
+    print(json.dumps({"bench": "dp-auto-buckets-vs-default", "config": "shm-2ranks", "auto_ms": round(med("auto", 0), 2),
+                      "default_fusion64_ms": round(med("default", 0), 2), "ratio": round(med("auto", 0) / med("default", 0), 3),
+                      "hidden_fraction_auto": round(med("auto", 2), 3), "hidden_fraction_default": round(med("default", 2), 3)}),
+          flush=True)
+    here = os.path.dirname(os.path.abspath(__file__))
+    if subprocess.run([os.path.join(here, "netns.sh"), "up"], capture_output=True).returncode != 0:
+        print(json.dumps({"bench": "dp-advanced-vs-standard", "config": "netns-1gbit-auto", "skipped": "needs root for ip netns and tc"}))
+        return
+    try:
+        res = {"advanced": [], "standard": []}
+        for _ in range(NETNS_ROUNDS):
+            for mode in ("advanced", "standard"):
+                res[mode].append(dp(build, mode, None if mode == "advanced" else 64, netns=True))
+        print(json.dumps(versus_row("netns-1gbit-auto", res)), flush=True)
+    finally:
+        subprocess.run([os.path.join(here, "netns.sh"), "down"])
+
+
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     if len(sys.argv) > 2 and sys.argv[2] == "scaling":
         return scaling(build)
+    if len(sys.argv) > 2 and sys.argv[2] == "auto":
+        return auto_rows(build)
     results = {"advanced": [], "standard": []}
     for _ in range(ROUNDS):
         for mode in ("advanced", "standard"):
@@ -110,6 +142,7 @@ def main():
                 print(json.dumps(versus_row(f"netns-1gbit-fusion{fusion}", res)), flush=True)
         finally:
             subprocess.run([os.path.join(here, "netns.sh"), "down"])
+    auto_rows(build)
     scaling(build)
 
 

@@ -38,10 +38,18 @@ ParallelJob::ParallelJob(int dp, int tp, bool zero) : dp_(dp), tp_(tp) {
   }
 }
 
-actors::DataParallel ParallelJob::options(double fusion_mb) const {
+actors::DataParallel ParallelJob::options(double fusion_mb) {
   actors::DataParallel dp;
   dp.communicator = allreduce_;
   dp.fusion_mb = fusion_mb;
+  if (fusion_mb == 0 && allreduce_) {
+    link_ = actors::measure_link(*allreduce_);
+    const actors::BucketSizes sizes = actors::choose_buckets(link_);
+    dp.fusion_mb = sizes.fusion_mb;
+    dp.first_bucket_mb = sizes.first_mb;
+  } else if (fusion_mb == 0) {
+    dp.fusion_mb = 64;  // (no data parallelism: unused)
+  }
   dp.zero = zero_ != nullptr;
   dp.zero_group = zero_;
   return dp;

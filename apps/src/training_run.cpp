@@ -317,13 +317,21 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
     std::printf("%s: mixed precision: %s, every op in %s on %s (statistics and the loss in f32), f32 master weights, "
                 "loss scale 1\n", name, level.c_str(), low, kernels::cpu_isa());
   if (resumed_) std::printf("%s: resuming '%s'; %s\n", name, flags_.resume.c_str(), settings_->summary().c_str());
-  if (job && job->dp_size() > 1)
-    std::printf("%s: data parallel: replica %d of %d (%s), per-replica batch %lld, global batch %lld, fusion %g MiB%s\n",
+  if (job && job->dp_size() > 1) {
+    char buckets[160];
+    if (setup.data_parallel->comm_fusion_mb > 0)
+      std::snprintf(buckets, sizeof buckets, "fusion %g MiB", step.data_parallel.fusion_mb);
+    else
+      std::snprintf(buckets, sizeof buckets, "buckets of %.2f MiB, the first %.2f MiB (the link measured %.3f GB/s, %.0f us)",
+                    step.data_parallel.fusion_mb, step.data_parallel.first_bucket_mb, job->link().gbytes_per_s,
+                    job->link().latency_us);
+    std::printf("%s: data parallel: replica %d of %d (%s), per-replica batch %lld, global batch %lld, %s%s\n",
                 name, job->dp_rank(), job->dp_size(), job->source().c_str(), static_cast<long long>(setup.batch),
-                static_cast<long long>(setup.batch * job->dp_size()), setup.data_parallel->comm_fusion_mb,
+                static_cast<long long>(setup.batch * job->dp_size()), buckets,
                 step.data_parallel.zero ? "; ZeRO-1: buckets reduce-scattered, each replica keeping its slice of the "
                                           "optimizer state, parameters all-gathered"
                                         : "");
+  }
   if (const auto& tp = step.tensor_parallel.step) {
     int all_reduces = 0, others = 0;
     for (const graph::Node& n : tp->local().graph().nodes()) {

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "expect_error.hpp"
 #include "tiny_gpt.hpp"
@@ -20,6 +21,8 @@
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/transport/inprocess.hpp"
+#include "troupe/transport/process_group.hpp"
 
 using namespace troupe;
 using namespace troupe::graph;
@@ -293,4 +296,30 @@ TEST(Planning, ZeroOneShardsTheOptimizerStateOverDataParallelRanks) {
   EXPECT_NEAR(t1.communication, t0.communication, 1e-12);
   EXPECT_NEAR(t1.optimizer, t0.optimizer / 2, 1e-15);
   EXPECT_GT(t0.optimizer, 0);
+}
+
+// Bucket sizes from a link: latency at most 1% of a bucket's transfer, within 0.25-64 MiB; the
+// measured link is the ranks' mean, the same on every rank.
+TEST(Planning, BucketSizesFollowTheMeasuredLink) {
+  const actors::BucketSizes shm = actors::choose_buckets({6.4, 17}), tcp = actors::choose_buckets({0.12, 95});
+  EXPECT_NEAR(shm.fusion_mb, 99 * 17e-6 * 6.4e9 / (1 << 20), 1e-9);  // 10.3 MiB
+  EXPECT_DOUBLE_EQ(shm.first_mb, 1);
+  EXPECT_NEAR(tcp.fusion_mb, 1.076, 1e-3);
+  EXPECT_DOUBLE_EQ(actors::choose_buckets({0.01, 1}).fusion_mb, 0.25);
+  EXPECT_DOUBLE_EQ(actors::choose_buckets({0.01, 1}).first_mb, 0.25);
+  EXPECT_DOUBLE_EQ(actors::choose_buckets({100, 1000}).fusion_mb, 64);
+
+  auto world = transport::make_inprocess_world(2);
+  std::vector<actors::CostModel::Link> links(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      transport::Communicator comm(std::move(world[static_cast<std::size_t>(r)]), "allreduce");
+      links[static_cast<std::size_t>(r)] = actors::measure_link(comm);
+    });
+  for (std::thread& t : ranks) t.join();
+  EXPECT_GT(links[0].gbytes_per_s, 0);
+  EXPECT_GT(links[0].latency_us, 0);
+  EXPECT_EQ(links[0].gbytes_per_s, links[1].gbytes_per_s);
+  EXPECT_EQ(links[0].latency_us, links[1].latency_us);
 }

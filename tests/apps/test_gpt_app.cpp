@@ -323,6 +323,13 @@ TEST(GptApp, DataParallelEqualsOneProcessAtTheGlobalBatch) {
       finals.push_back(nlohmann::json::parse(line.substr(line.find('{'))).at("train_loss").get<double>());
   ASSERT_EQ(finals.size(), 2u);
   EXPECT_EQ(finals[0], finals[1]);
+  // Without --comm-fusion-mb the buckets are sized from the ranks' link, measured at start.
+  const std::string measured = common.substr(0, common.find(" --comm-fusion-mb")) + " --amp O0 --data " + data;
+  const auto link = run_app(std::string(TROUPE_LAUNCH_BIN) + " -n 2 --timeout 20 -- " + kGpt + measured + " --batch 4 --dp 2");
+  ASSERT_EQ(link.exit_code, 0) << link.output;
+  EXPECT_NE(link.output.find("[rank 1] troupe-gpt: data parallel: replica 1 of 2 (troupe-launch), per-replica batch 4, "
+                             "global batch 8, buckets of "), std::string::npos) << link.output;
+  EXPECT_NE(link.output.find("(the link measured "), std::string::npos) << link.output;
   // --dp without the job around it is refused, naming what to do.
   const auto alone = run_app(kGpt + common + " --batch 4 --dp 2");
   EXPECT_EQ(alone.exit_code, 1);

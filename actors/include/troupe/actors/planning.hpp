@@ -12,6 +12,10 @@
 #include "troupe/graph/sharding.hpp"
 #include "troupe/graph/trace.hpp"
 
+namespace troupe::transport {
+class Communicator;
+}
+
 namespace troupe::actors {
 
 /// The mesh {"dp", dp} x {"tp", tp} of a job of `world` processes; every device is used
@@ -80,6 +84,24 @@ struct CostModel {
   std::map<std::string, Link> links;
   Link default_link;
 };
+
+/// The link of a group of ranks, measured: the latency of an all-reduce of a few bytes (the median
+/// of 20) and the bandwidth each rank sends at in a 4 MiB one (2 (n-1)/n of it; the best of 3). A
+/// collective of the communicator's ranks, every one calling it, which all get the ranks' mean (so
+/// that they plan the same buckets); about 20 round trips and 12 MiB sent per rank (0.1 s over
+/// 1 Gbit/s).
+CostModel::Link measure_link(transport::Communicator& comm);
+
+/// The data-parallel buckets for a link: how large a bucket may grow and how large the first is.
+struct BucketSizes {
+  double fusion_mb = 64, first_mb = 1;
+};
+/// Buckets whose latency is at most 1% of their transfer (fusion: 99 x latency x bandwidth, within
+/// 0.25-64 MiB), so they cost what one large transfer costs while each starts as soon as backward
+/// fills it; the first 1 MiB, or the fusion size when smaller. Over shared memory (17 us, 6.4 GB/s)
+/// that is 10 MiB; over 1 Gbit/s TCP (95 us, 120 MB/s) 1.1 MiB: the fastest sizes measured on each
+/// (docs/PERFORMANCE.md).
+BucketSizes choose_buckets(const CostModel::Link& link);
 
 /// The floating-point operations of `node` with its symbolic dims sized by `bindings`: 2mnk for a
 /// product (its batch dims included), 4T^2D per head for attention, one per element for

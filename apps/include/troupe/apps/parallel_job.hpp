@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "troupe/actors/planning.hpp"
 #include "troupe/actors/program.hpp"
 #include "troupe/transport/bootstrap.hpp"
 #include "troupe/transport/process_group.hpp"
@@ -19,7 +20,7 @@ namespace troupe::apps {
 /// The flags of an app that trains data-parallel (troupe-gpt's --dp, --comm-fusion-mb, --check-grads).
 struct DataParallelFlags {
   int ranks = 1;
-  double comm_fusion_mb = 64;  // AllReduce bucket size limit
+  double comm_fusion_mb = 0;   // AllReduce bucket size limit; 0: chosen from the dp group's measured link
   bool check_grads = false;    // compare the ranks' post-reduce gradient norms every step
 };
 
@@ -38,8 +39,11 @@ class ParallelJob {
   int tp_rank() const { return job_.rank % tp_; }
   int tp_size() const { return tp_; }
   /// The runtime's data-parallel options (communicator null without data parallelism; ZeRO-1 on
-  /// with its group when the job was joined for it).
-  actors::DataParallel options(double fusion_mb) const;
+  /// with its group when the job was joined for it). `fusion_mb` 0: the bucket sizes are chosen
+  /// from the dp group's link, measured now (a collective of the dp group; link() says what it found).
+  actors::DataParallel options(double fusion_mb);
+  /// The dp group's link as options() measured it (zeros when it did not).
+  const actors::CostModel::Link& link() const { return link_; }
   /// The tp group: the step's collectives (null without tensor parallelism).
   const std::shared_ptr<transport::Communicator>& tensor_parallel() const { return tp_group_; }
   /// The tp group again, for the clipping norm, which the clip actor sums while the step's
@@ -53,6 +57,7 @@ class ParallelJob {
 
  private:
   int dp_ = 1, tp_ = 1;
+  actors::CostModel::Link link_{0, 0};
   transport::JobInfo job_;
   std::unique_ptr<transport::Bootstrap> bootstrap_;
   std::shared_ptr<transport::Communicator> allreduce_, allgather_, zero_, tp_group_, tp_norms_;
