@@ -5,16 +5,11 @@
 #include <thread>
 
 #include "actor_kinds.hpp"
+#include "engine_impl.hpp"
 #include "program_actor.hpp"
 #include "troupe/kernels/error.hpp"
 
 namespace troupe::actors {
-
-struct Engine::Impl {
-  caf::actor_system_config config;
-  std::unique_ptr<caf::actor_system> system;
-  std::size_t threads = 1;
-};
 
 namespace {
 

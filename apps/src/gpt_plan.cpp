@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "troupe/actors/planner.hpp"
 #include "troupe/actors/strategy.hpp"
 #include "troupe/apps/cli.hpp"
 #include "troupe/graph/ops.hpp"
@@ -134,8 +135,11 @@ int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t 
     mesh = actors::job_mesh(world / f.tp, f.tp, world);
     request = actors::megatron_gpt_placement(step, mesh, config.heads, f.zero == 1);
   } else {
+    // The planner actor searches; this thread could go on meanwhile (training loads its data).
+    actors::Engine engine(actors::EngineOptions{1});
+    actors::Planner planner(engine);
     const std::vector<actors::MeshCandidate> candidates =
-        actors::search_gpt_meshes(step, world, config.heads, bindings, cost, f.mem_per_rank, 8, f.zero == 1);
+        planner.ask({step, world, config.heads, bindings, cost, f.mem_per_rank, 8, f.zero == 1}).get();
     out["candidates"] = nlohmann::json::array();
     for (const actors::MeshCandidate& c : candidates) {
       std::printf("troupe-gpt: candidate dp=%d x tp=%d: predicted %.3f ms, %.2f MiB per rank%s\n", c.dp, c.tp,

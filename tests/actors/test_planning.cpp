@@ -16,6 +16,7 @@
 
 #include "expect_error.hpp"
 #include "tiny_gpt.hpp"
+#include "troupe/actors/planner.hpp"
 #include "troupe/actors/planning.hpp"
 #include "troupe/actors/strategy.hpp"
 #include "troupe/graph/nn.hpp"
@@ -322,4 +323,28 @@ TEST(Planning, BucketSizesFollowTheMeasuredLink) {
   EXPECT_GT(links[0].latency_us, 0);
   EXPECT_EQ(links[0].gbytes_per_s, links[1].gbytes_per_s);
   EXPECT_EQ(links[0].latency_us, links[1].latency_us);
+}
+
+// The planner actor answers on the engine's threads with what the search gives, and passes the
+// search's errors on through the future.
+TEST(Planning, ThePlannerActorAnswersWithTheSearch) {
+  Generator gen(9);
+  test::TinyGpt model(gen);
+  const TracedFunction step = model.step();
+  actors::CostModel cost;
+  cost.gflops = 0.001;  // compute dominates: dp=4 first
+  actors::Engine engine(actors::EngineOptions{1});
+  actors::Planner planner(engine);
+  std::future<std::vector<actors::MeshCandidate>> answer = planner.ask({step, 4, 4, {{"batch", 4}}, cost});
+  std::future<std::vector<actors::MeshCandidate>> refused = planner.ask({step, 4, 4, {{"batch", 4}}, cost, 1.0});
+  const std::vector<actors::MeshCandidate> direct = actors::search_gpt_meshes(step, 4, 4, {{"batch", 4}}, cost, 0, 8);
+  const std::vector<actors::MeshCandidate> got = answer.get();
+  ASSERT_EQ(got.size(), direct.size());
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    EXPECT_EQ(got[k].dp, direct[k].dp);
+    EXPECT_EQ(got[k].tp, direct[k].tp);
+    EXPECT_DOUBLE_EQ(got[k].time.total(), direct[k].time.total());
+  }
+  EXPECT_EQ(got.front().dp, 4);
+  test::expect_error_mentions([&] { refused.get(); }, {"no mesh of 4 devices fits"});
 }

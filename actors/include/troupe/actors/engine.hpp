@@ -42,6 +42,7 @@ class Engine {
   struct Impl;
 
  private:
+  friend class Planner;  // spawns its actor on the engine's system
   std::shared_ptr<Impl> impl_;
 };
 
