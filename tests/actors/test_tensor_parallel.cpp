@@ -47,6 +47,13 @@ kernels::AdamWParams adamw() {
   return hp;
 }
 
+// Megatron's plan of `step` on a mesh of tp devices, at `batch` rows per step.
+ShardingPlan megatron_tp_plan(const TracedFunction& step, int tp, std::int64_t batch) {
+  const Mesh mesh{{{"tp", tp}}};
+  const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
+  return propagate_sharding(step.graph(), mesh, request.given, request.required, {{"batch", batch}});
+}
+
 // The trained parameters of a step's (local) function.
 std::vector<Var> trained(const TracedFunction& f) {
   std::vector<Var> out;
@@ -85,7 +92,6 @@ Training train_single(const Tensor& ids, const Tensor& targets) {
 // The weights come back whole through TensorParallelStep::gather, which also takes the optimizer
 // state apart and back together (shard(gather(state)) is each device's own state).
 Training train_hybrid(int dp, int tp, const Tensor& ids, const Tensor& targets, actors::ClipMode clip_mode) {
-  const Mesh mesh{{{"tp", tp}}};
   const std::int64_t rows = kBatch / dp;
   std::vector<std::vector<std::unique_ptr<transport::Transport>>> tp_worlds, norm_worlds, dp_worlds;
   for (int i = 0; i < dp; ++i) tp_worlds.push_back(transport::make_inprocess_world(tp));
@@ -101,10 +107,8 @@ Training train_hybrid(int dp, int tp, const Tensor& ids, const Tensor& targets, 
       Generator gen(7);
       test::TinyGpt model(gen);
       const TracedFunction step = model.step();
-      const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
-      const actors::TensorParallelStep device(
-          step, propagate_sharding(step.graph(), mesh, request.given, request.required, {{"batch", rows}}),
-          std::make_shared<transport::Communicator>(std::move(tp_worlds[i][j]), "tp"));
+      const actors::TensorParallelStep device(step, megatron_tp_plan(step, tp, rows),
+                                              std::make_shared<transport::Communicator>(std::move(tp_worlds[i][j]), "tp"));
       actors::Engine engine(actors::EngineOptions{1});
       actors::ProgramOptions po;
       auto optimizer = std::make_shared<AdamW>(device.trained(), adamw());
@@ -191,10 +195,7 @@ TEST(TensorParallel, EachDeviceRunsThePlansCollectivesInOneChain) {
   Generator gen(7);
   test::TinyGpt model(gen);
   const TracedFunction step = model.step();
-  const Mesh mesh{{{"tp", 2}}};
-  const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
-  const ShardingPlan plan = propagate_sharding(step.graph(), mesh, request.given, request.required, {{"batch", 2}});
-  const TracedFunction device = shard_step(step, plan, MeshDevice{{1}, {42}});
+  const TracedFunction device = shard_step(step, megatron_tp_plan(step, 2, 2), MeshDevice{{1}, {42}});
   const Graph& local = device.graph();
   std::vector<const Node*> collectives;
   for (const Node& n : local.nodes()) {
@@ -214,7 +215,6 @@ TEST(TensorParallel, EachDeviceRunsThePlansCollectivesInOneChain) {
 // A tensor-parallel device that stops after one step makes its peer's next step fail within the
 // transport's timeout, with an error naming the op, the group and the silent rank: no hang.
 TEST(TensorParallel, ADeviceThatStopsFailsItsPeerNamingIt) {
-  const Mesh mesh{{{"tp", 2}}};
   std::vector<std::unique_ptr<transport::Transport>> world = transport::make_inprocess_world(2);
   for (auto& t : world) t->timeout = std::chrono::milliseconds(300);
   const Tensor ids = tokens(5), targets = tokens(6);
@@ -225,9 +225,8 @@ TEST(TensorParallel, ADeviceThatStopsFailsItsPeerNamingIt) {
       Generator gen(7);
       test::TinyGpt model(gen);
       const TracedFunction step = model.step();
-      const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
       const actors::TensorParallelStep device(
-          step, propagate_sharding(step.graph(), mesh, request.given, request.required, {{"batch", kBatch}}),
+          step, megatron_tp_plan(step, 2, kBatch),
           std::make_shared<transport::Communicator>(std::move(world[static_cast<std::size_t>(d)]), "tp"));
       actors::Engine engine(actors::EngineOptions{1});
       auto program = engine.compile(device.local());
