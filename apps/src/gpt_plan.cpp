@@ -30,6 +30,11 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
       ->capture_default_str()->check(open_range(0, 1e6, "GB/s"));
   app.add_option("--link-latency-us", f.link_latency_us, "the ranks' link latency per collective in microseconds")
       ->capture_default_str()->check(in_range(0, 1e7));
+  app.add_option("--tp-link-gbps", f.tp_link_gbps,
+                 "the tp ranks' link in GB/s when it differs from --link-gbps (tensor parallelism within a host; 0: the same)")
+      ->capture_default_str()->check(in_range(0, 1e6));
+  app.add_option("--tp-link-latency-us", f.tp_link_latency_us, "the tp ranks' link latency per collective (0: --link-latency-us)")
+      ->capture_default_str()->check(in_range(0, 1e7));
   app.add_option("--gflops", f.gflops, "each device's GFLOP/s for the planner's cost model (0: measured on this machine)")
       ->capture_default_str()->check(in_range(0, 1e9));
   app.add_option("--update-gbps", f.update_gbps,
@@ -119,6 +124,9 @@ int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t 
   cost.gflops = f.gflops > 0 ? f.gflops : measured_gflops();
   cost.update_gbps = f.update_gbps > 0 ? f.update_gbps : measured_update_gbps();
   cost.default_link = {f.link_gbps, f.link_latency_us};
+  if (f.tp_link_gbps > 0 || f.tp_link_latency_us > 0)
+    cost.links["tp"] = {f.tp_link_gbps > 0 ? f.tp_link_gbps : f.link_gbps,
+                        f.tp_link_latency_us > 0 ? f.tp_link_latency_us : f.link_latency_us};
   const int world = f.devices > 0 ? f.devices : dp * (f.tp > 0 ? f.tp : 1);
   nlohmann::json out{{"app", "troupe-gpt"}, {"plan_only", true}, {"devices", world}, {"global_batch", batch * dp}, {"zero", f.zero},
                      {"gflops", cost.gflops}, {"update_gbps", cost.update_gbps},

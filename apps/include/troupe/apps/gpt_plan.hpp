@@ -23,6 +23,7 @@ struct PlanFlags {
   int devices = 0;             // 0: dp x tp (or dp when searching)
   double mem_per_rank = 0;     // bytes; 0: no budget
   double link_gbps = 10, link_latency_us = 20;  // of the devices' links, for the cost model
+  double tp_link_gbps = 0, tp_link_latency_us = 0;  // the tp axis' link when it differs (tp within a host); 0: the same
   double gflops = 0;                           // each device's speed for the cost model; 0: measured here
   double update_gbps = 0;                      // each device's bandwidth for the optimizer's update; 0: measured here
   std::string strategy_save, strategy_load;
