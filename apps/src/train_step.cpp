@@ -120,6 +120,7 @@ TrainStep::TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputS
       optimizer_(std::move(optimizer)),
       clip_(options.clip),
       dp_(std::move(options.data_parallel)),
+      tp_(options.tensor_parallel),
       measure_(options.measure_gradients) {
   if (options.jit_level == 0) return;
   engine_ = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(options.threads)});
@@ -146,6 +147,19 @@ TrainStep::TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputS
       po);
 }
 
+GradientSums TrainStep::tensor_parallel_sums(const std::map<std::string, Tensor>& shards) const {
+  // Each rank's shards, the gradients its group holds whole counted 1/n; the group adds the sums.
+  const std::vector<std::string>& whole = tp_.step->replicated();
+  const double n = tp_.norms->size();
+  const GradientSums mine = gradient_sums(shards, [&](const std::string& name) {
+    return std::find(whole.begin(), whole.end(), name) != whole.end() ? 1.0 / n : 1.0;
+  });
+  const Tensor sums = Tensor::from_vector(std::vector<double>{mine.squares, mine.sum, mine.count}, {3});
+  tp_.norms->submit([&](transport::ProcessGroup& g) { g.all_reduce(sums); }).get();
+  const std::vector<double> v = sums.to_vector<double>();
+  return {v[0], v[1], v[2]};
+}
+
 StepOutcome TrainStep::operator()(const std::vector<Tensor>& inputs) {
   StepOutcome out;
   if (program_) {
@@ -157,7 +171,7 @@ StepOutcome TrainStep::operator()(const std::vector<Tensor>& inputs) {
     out.loss_scale = scaler_ ? r.loss_scale : 0;
     out.skipped = r.skipped;
     if (!measure_) return out;
-    auto [norm, variance] = gradient_stats(r.gradients);
+    auto [norm, variance] = gradient_stats(tp_.step ? tensor_parallel_sums(r.gradients) : gradient_sums(r.gradients));
     // The returned gradients are clipped; report the norm and variance from before clipping.
     const double scale = clip_ > 0 ? kernels::clip_coefficient(r.grad_norm, clip_) : 1.0;
     out.grad_norm = clip_ > 0 ? r.grad_norm : norm;

@@ -523,6 +523,12 @@ TEST(GptApp, TensorParallelEqualsOneProcessAndResumesUnderAnyLayout) {
       EXPECT_NEAR(got[i], expected[from + i], 1e-5 * std::abs(expected[from + i])) << file << ", step " << from + i + 1;
   };
   expect_losses(dir + "/tp.csv", 0);
+  // The metrics measure the whole model's gradients: the ranks' shards add up (the replicated ones once).
+  for (const char* column : {"grad_norm", "grad_variance"}) {
+    const auto one = test::csv_column(dir + "/single.csv", column), two = test::csv_column(dir + "/tp.csv", column);
+    ASSERT_EQ(one.size(), two.size());
+    for (std::size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(two[i], one[i], 1e-4 * std::abs(one[i])) << column << ", step " << i + 1;
+  }
   double val_loss = 0;  // rank 0's final line
   for (const auto& line : tp.lines())
     if (line.rfind("[rank 0] {\"app\"", 0) == 0) val_loss = nlohmann::json::parse(line.substr(9)).at("val_loss").get<double>();

@@ -13,6 +13,7 @@
 #include "troupe/actors/engine.hpp"
 #include "troupe/actors/tensor_parallel.hpp"
 #include "troupe/apps/grad_mode.hpp"
+#include "troupe/apps/metrics.hpp"
 #include "troupe/apps/train_loop.hpp"
 #include "troupe/graph/amp.hpp"
 #include "troupe/graph/module.hpp"
@@ -121,6 +122,9 @@ class TrainStep {
   std::shared_ptr<graph::Optimizer> optimizer_;
   double clip_;
   actors::DataParallel dp_;
+  TensorParallelStepOptions tp_;
+  // With --tp, the sums of the group's gradients (the measured norm and variance are the whole model's).
+  GradientSums tensor_parallel_sums(const std::map<std::string, Tensor>& shards) const;
   bool measure_;
   std::unique_ptr<actors::Engine> engine_;
   std::unique_ptr<actors::Program> program_;
