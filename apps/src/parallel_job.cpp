@@ -69,7 +69,7 @@ std::vector<std::string> ParallelJob::compare_bucket_norms(std::int64_t step, co
       const double diff = std::abs(a - x) / std::max(std::abs(a), 1e-30);
       if (diff > 1e-5) {
         char buf[200];
-        std::snprintf(buf, sizeof buf, "warning: step %lld bucket %zu: rank 0 gradient norm %.9g, rank %d %.9g (relative difference %.3g)",
+        std::snprintf(buf, sizeof buf, "warning: step %lld bucket %zu: replica 0 gradient norm %.9g, replica %d %.9g (relative difference %.3g)",
                       static_cast<long long>(step), b, a, r, x, diff);
         warnings.emplace_back(buf);
       }

@@ -303,7 +303,10 @@ void Communicator::loop() {
     try {
       job.first(group_);
     } catch (const Error& e) {
-      error = std::make_exception_ptr(Error(e.kind(), name_ + " communicator (" + transport_->backend() + "), rank " + std::to_string(rank()) + ": " + e.message()));
+      // The transport's own errors already start with the rank (its job rank, in a subgroup).
+      const bool ranked = e.message().rfind("rank ", 0) == 0;
+      error = std::make_exception_ptr(Error(e.kind(), name_ + " communicator (" + transport_->backend() + "), " +
+                                                          (ranked ? "" : "rank " + std::to_string(rank()) + ": ") + e.message()));
     } catch (...) {
       error = std::current_exception();
     }
