@@ -529,10 +529,22 @@ TEST(GptApp, TensorParallelEqualsOneProcessAndResumesUnderAnyLayout) {
     ASSERT_EQ(one.size(), two.size());
     for (std::size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(two[i], one[i], 1e-4 * std::abs(one[i])) << column << ", step " << i + 1;
   }
-  double val_loss = 0;  // rank 0's final line
-  for (const auto& line : tp.lines())
-    if (line.rfind("[rank 0] {\"app\"", 0) == 0) val_loss = nlohmann::json::parse(line.substr(9)).at("val_loss").get<double>();
-  EXPECT_NEAR(val_loss, single.last_json().at("val_loss").get<double>(), 1e-5);
+  // Rank 0's final line of a launched run.
+  const auto rank0 = [](const test::AppRun& r) {
+    for (const auto& line : r.lines())
+      if (line.rfind("[rank 0] {\"app\"", 0) == 0) return nlohmann::json::parse(line.substr(9));
+    ADD_FAILURE() << "no final line from rank 0:\n" << r.output;
+    return nlohmann::json::object();
+  };
+  const nlohmann::json tp_line = rank0(tp);
+  EXPECT_NEAR(tp_line.at("val_loss").get<double>(), single.last_json().at("val_loss").get<double>(), 1e-5);
+  // What a shard holds: of the 25504 parameters, the block's qkv (3072 + 96), attention projection
+  // (1024), fc (2048 + 64) and MLP projection (2048) weights are split in two; AdamW keeps two
+  // moments of each element it holds (and a step count per parameter, a learning rate).
+  const double held = tp_line.at("held_parameter_bytes").get<double>();
+  EXPECT_EQ(held, 4 * (25504 - 8352 / 2));
+  EXPECT_GE(tp_line.at("held_optimizer_bytes").get<double>(), 2 * held);
+  EXPECT_LT(tp_line.at("held_optimizer_bytes").get<double>(), 2 * held + 1024);
 
   const auto loaded = run_app(launch + "2 -- " + kGpt + common + " --batch 4 --steps 10 --tp 2 --strategy-load " + dir +
                               "/plan.json --metrics " + dir + "/loaded.csv");
@@ -545,6 +557,11 @@ TEST(GptApp, TensorParallelEqualsOneProcessAndResumesUnderAnyLayout) {
   EXPECT_NE(hybrid.output.find("[rank 3] troupe-gpt: data parallel: replica 1 of 2 (troupe-launch), per-replica batch 2, "
                                "global batch 4, fusion 0.01 MiB; ZeRO-1"), std::string::npos) << hybrid.output;
   expect_losses(dir + "/hybrid.csv", 0, 5);
+  // ZeRO-1 on 2 replicas: each keeps half of its shards' optimizer state (up to the buckets' padding
+  // and the pieces' step counts).
+  const nlohmann::json hybrid_line = rank0(hybrid);
+  EXPECT_EQ(hybrid_line.at("held_parameter_bytes").get<double>(), held);
+  EXPECT_NEAR(hybrid_line.at("held_optimizer_bytes").get<double>(), held, 0.05 * held);
   EXPECT_EQ(hybrid.output.find("[rank 1] step 5: checkpoint saved"), std::string::npos) << "rank 0 alone writes it";
   const auto one = run_app(kGpt + common + " --steps 10 --resume " + dir + "/ck --metrics " + dir + "/one.csv");
   ASSERT_EQ(one.exit_code, 0) << one.output;
