@@ -199,6 +199,7 @@ int TrainingRun::train(const TrainingSetup& setup, const TrainingParts& parts) {
                "data-parallel replicas, and --dp 1 has one; use --dp 2 or more, or drop --zero");
   TROUPE_CHECK(!setup.zero || (jit_ > 0 && mode_ == GradMode::advanced), invalid_argument, "--zero 1 runs on the actor "
                "runtime's overlapped gradient path; unset JIT_LEVEL=0 and GRAD_MODE=standard");
+  if (setup.tensor_parallel > 1) check_tensor_parallel(setup);  // before joining: every rank refuses alike, at once
   if (setup.data_parallel || setup.tensor_parallel > 1) job.emplace(replicas, setup.tensor_parallel, setup.zero);
   if (!flags_.save.empty() && (!job || job->rank() == 0)) models::prepare_save_folder(flags_.save, flags_.resume);
   parts.load_data(job ? job->dp_size() : 1);
@@ -229,19 +230,24 @@ int TrainingRun::train(const TrainingSetup& setup, const TrainingParts& parts) {
   return run_loop(session, step_setup, start_step);
 }
 
-std::shared_ptr<graph::Optimizer> TrainingRun::shard_step(const TrainingSetup& setup, const TrainingParts& parts,
-                                                          ParallelJob& job, const graph::Optimizer& whole,
-                                                          TrainStepOptions& step) const {
+void TrainingRun::check_tensor_parallel(const TrainingSetup& setup) const {
   const int tp = setup.tensor_parallel;
   TROUPE_CHECK(jit_ > 0, invalid_argument, "--tp ", tp, " shards the traced step, and JIT_LEVEL=0 runs eagerly; use "
                "JIT_LEVEL=1 or more");
   TROUPE_CHECK(flags_.amp.level == "auto" || flags_.amp.level == "O0", unsupported, "--tp ", tp, " trains in f32 so far; "
                "use --amp O0 (or auto)");
-  TROUPE_CHECK(!step.loss_scaling, unsupported, "--tp ", tp, " trains without loss scaling so far; use --loss-scale off");
+  TROUPE_CHECK(flags_.loss_scale != "dynamic", unsupported, "--tp ", tp, " trains without loss scaling so far; use "
+               "--loss-scale off");
   TROUPE_CHECK(flags_.micro_batches <= 1, unsupported, "--tp ", tp, " runs one micro-batch per step (the ranks must meet "
                "in their collectives in one order); use --micro-batches 1");
   TROUPE_CHECK(setup.plan != nullptr, invalid_argument, name_, " has no plan for --tp");
-  step.amp = graph::AmpOptions{};
+}
+
+std::shared_ptr<graph::Optimizer> TrainingRun::shard_step(const TrainingSetup& setup, const TrainingParts& parts,
+                                                          ParallelJob& job, const graph::Optimizer& whole,
+                                                          TrainStepOptions& step) const {
+  step.amp = graph::AmpOptions{};  // (check_tensor_parallel refused every other setting)
+  step.loss_scaling = false;
   step.micro_batches = 1;
   const graph::TracedFunction traced = graph::trace(parts.loss, setup.signature).with_gradients();
   step.tensor_parallel.step = std::make_shared<actors::TensorParallelStep>(traced, setup.plan(traced, job), job.tensor_parallel());

@@ -113,8 +113,10 @@ class TrainingRun {
   /// The start-up lines: the app's, then the gradient path, resuming and data parallelism.
   void announce(const TrainingSetup& setup, const TrainingParts& parts, const TrainStepOptions& step,
                 std::int64_t start_step, const ParallelJob* job) const;
-  /// With --tp: checks that the run's settings can shard (actor runtime, f32, no loss scaling, one
-  /// micro-batch) and builds this rank's sharded step, its optimizer over the shards (holding the
+  /// With --tp: refuses settings a sharded step cannot run yet (the eager mode, mixed precision,
+  /// loss scaling, several micro-batches), before the job is joined.
+  void check_tensor_parallel(const TrainingSetup& setup) const;
+  /// With --tp: builds this rank's sharded step, its optimizer over the shards (holding the
   /// restored state's shards) and the options that run it.
   std::shared_ptr<graph::Optimizer> shard_step(const TrainingSetup& setup, const TrainingParts& parts, ParallelJob& job,
                                                const graph::Optimizer& whole, TrainStepOptions& step) const;
