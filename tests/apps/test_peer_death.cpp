@@ -1,5 +1,5 @@
-// Two ranks of troupe-gpt --dp 2 started by hand, as mpirun or Slurm would start them (no
-// troupe-launch to stop the survivor): one rank is killed (or stopped) at a random moment, from
+// Two ranks of troupe-gpt --dp 2 (or --tp 2) started by hand, as mpirun or Slurm would start them
+// (no troupe-launch to stop the survivor): one rank is killed (or stopped) at a random moment, from
 // the rendezvous to mid-training, and the survivor must exit non-zero, naming the dead rank,
 // within TROUPE_TIMEOUT plus a fixed bound, every time. The moments come from a fixed seed.
 #include <gtest/gtest.h>
@@ -33,8 +33,9 @@ struct Rank {
   std::string log;
 };
 
-// Starts rank `rank` of a 2-rank job with the environment a launcher-less user sets by hand.
-Rank start_rank(int rank, int port, const std::string& dir, const std::string& data) {
+// Starts rank `rank` of a 2-rank job with the environment a launcher-less user sets by hand;
+// `parallel` is "--dp" (data parallel) or "--tp" (tensor parallel).
+Rank start_rank(int rank, int port, const std::string& dir, const std::string& data, const char* parallel) {
   Rank r;
   r.log = dir + "/rank" + std::to_string(rank) + ".log";
   const pid_t pid = ::fork();
@@ -48,8 +49,8 @@ Rank start_rank(int rank, int port, const std::string& dir, const std::string& d
     if (!std::freopen(r.log.c_str(), "w", stdout) || ::dup2(STDOUT_FILENO, STDERR_FILENO) < 0) std::_Exit(126);
     const std::string bin = TROUPE_GPT_BIN;
     ::execl(bin.c_str(), bin.c_str(), "--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64", "--seq", "16",
-            "--batch", "4", "--threads", "1", "--steps", "1000000", "--eval-every", "0", "--val-batches", "1", "--dp", "2",
-            "--data", data.c_str(), static_cast<char*>(nullptr));
+            "--batch", "4", "--threads", "1", "--steps", "1000000", "--eval-every", "0", "--val-batches", "1", parallel, "2",
+            "--amp", "O0", "--data", data.c_str(), static_cast<char*>(nullptr));
     std::_Exit(127);
   }
   r.pid = pid;
@@ -65,9 +66,9 @@ std::string read_file(const std::string& path) {
 
 // One run: start both ranks, deliver `signal` to `victim` after `moment`, and check the survivor.
 void kill_and_expect_clear_exit(int victim, int signal, std::chrono::milliseconds moment, const std::string& dir,
-                                const std::string& data) {
+                                const std::string& data, const char* parallel) {
   const int port = transport::free_local_port();
-  Rank ranks[2] = {start_rank(0, port, dir, data), start_rank(1, port, dir, data)};
+  Rank ranks[2] = {start_rank(0, port, dir, data, parallel), start_rank(1, port, dir, data, parallel)};
   std::this_thread::sleep_for(moment);
   ::kill(ranks[victim].pid, signal);
   const Rank& survivor = ranks[1 - victim];
@@ -94,8 +95,9 @@ void kill_and_expect_clear_exit(int victim, int signal, std::chrono::millisecond
       << "the error does not name rank " << victim << ": " << line;
 }
 
-void kill_at_random_moments(int victim, int signal, int runs, std::uint32_t seed) {
-  const std::string dir = test::fresh_dir("peer_death_" + std::to_string(victim) + "_" + std::to_string(signal));
+void kill_at_random_moments(int victim, int signal, int runs, std::uint32_t seed, const char* parallel = "--dp") {
+  const std::string dir = test::fresh_dir("peer_death_" + std::string(parallel + 2) + std::to_string(victim) + "_" +
+                                          std::to_string(signal));
   const std::string data = dir + "/corpus.txt";
   std::ofstream(data) << apps::generated_corpus(20000);
   std::mt19937 rng(seed);
@@ -104,7 +106,7 @@ void kill_at_random_moments(int victim, int signal, int runs, std::uint32_t seed
   for (int k = 0; k < runs; ++k) {
     const std::chrono::milliseconds moment(moment_ms(rng));
     SCOPED_TRACE("run " + std::to_string(k) + ", signal at " + std::to_string(moment.count()) + " ms");
-    kill_and_expect_clear_exit(victim, signal, moment, dir, data);
+    kill_and_expect_clear_exit(victim, signal, moment, dir, data, parallel);
     if (::testing::Test::HasFatalFailure()) return;
   }
 }
@@ -114,6 +116,14 @@ void kill_at_random_moments(int victim, int signal, int runs, std::uint32_t seed
 TEST(PeerDeath, KillingRank1NeverHangsRank0) { kill_at_random_moments(1, SIGKILL, 20, 101); }
 
 TEST(PeerDeath, KillingRank0TheRendezvousHostNeverHangsRank1) { kill_at_random_moments(0, SIGKILL, 20, 202); }
+
+// A tensor-parallel rank that dies or stalls: its peer is waiting in one of the step's activation
+// all-reduces (or at the rendezvous), and exits naming it.
+TEST(PeerDeath, ATensorParallelPeerThatDiesOrStallsIsNamed) {
+  kill_at_random_moments(1, SIGKILL, 4, 505, "--tp");
+  kill_at_random_moments(0, SIGKILL, 3, 606, "--tp");
+  kill_at_random_moments(1, SIGSTOP, 2, 707, "--tp");
+}
 
 // A stalled peer (SIGSTOP) answers nothing but keeps its connections open: only the timeout can
 // catch it.
