@@ -122,11 +122,15 @@ class Session : public std::enable_shared_from_this<Session> {
         return answer(std::move(r), keep_alive_);
       }
     }
+    // The reply keeps the session alive until it answers, then lets go: a handler may keep copies of
+    // it (on threads of its own) after the server is gone, and their end must not touch the session.
     auto once = std::make_shared<std::atomic<bool>>(false);
-    Reply reply = [self = shared_from_this(), once](Response r) {
+    auto session = std::make_shared<std::shared_ptr<Session>>(shared_from_this());
+    Reply reply = [session, once](Response r) {
       if (once->exchange(true)) return;  // answered already
-      asio::post(self->stream_.get_executor(),
-                 [self, r = std::move(r)]() mutable { self->answer(std::move(r), self->keep_alive_); });
+      std::shared_ptr<Session> self = std::move(*session);  // only the first caller gets here
+      auto executor = self->stream_.get_executor();
+      asio::post(executor, [self = std::move(self), r = std::move(r)]() mutable { self->answer(std::move(r), self->keep_alive_); });
     };
     try {
       server_->handler(request_, reply);
