@@ -55,14 +55,15 @@ std::vector<std::string> replicated_parameters(const graph::TracedFunction& step
 
 TensorParallelStep::TensorParallelStep(const graph::TracedFunction& step, graph::ShardingPlan plan,
                                        std::shared_ptr<transport::Communicator> comm)
-    : plan_(std::move(plan)), comm_(std::move(comm)) {
+    : plan_(std::move(plan)) {
   TROUPE_CHECK(plan_.mesh.axes.size() == 1, invalid_argument, "tensor parallel step: the plan's mesh ", plan_.mesh.str(),
                " must have one axis");
   const auto& [axis, size] = plan_.mesh.axes[0];
-  TROUPE_CHECK(comm_ && comm_->size() == size, invalid_argument, "tensor parallel step: the '", axis, "' group has ",
-               comm_ ? comm_->size() : 0, " devices, but the plan's mesh ", plan_.mesh.str(), " needs ", size);
-  group_ = std::make_unique<graph::GroupRegistration>(communicator_group(comm_, axis));
-  local_ = graph::shard_step(step, plan_, graph::MeshDevice{{comm_->rank()}, {group_->id()}});
+  TROUPE_CHECK(comm && comm->size() == size, invalid_argument, "tensor parallel step: the '", axis, "' group has ",
+               comm ? comm->size() : 0, " devices, but the plan's mesh ", plan_.mesh.str(), " needs ", size);
+  const int rank = comm->rank();
+  group_ = std::make_unique<graph::GroupRegistration>(communicator_group(std::move(comm), axis));
+  local_ = graph::shard_step(step, plan_, graph::MeshDevice{{rank}, {group_->id()}});
   for (std::size_t k = 0; k < step.parameters().size(); ++k) {
     const graph::Placement& p = plan_.placements.at(step.graph().parameters()[k])[0];
     if (size > 1 && p.kind == graph::Placement::Kind::split) splits_[step.parameters()[k].name()] = p;
@@ -105,12 +106,7 @@ std::map<std::string, Tensor> TensorParallelStep::gather(const std::map<std::str
       out[key] = shard;
       continue;
     }
-    const Tensor piece = shard.contiguous();
-    Tensor all;
-    comm_->submit([&](transport::ProcessGroup& g) { all = g.all_gather(piece.reshape({1, piece.numel()})); }).get();
-    std::vector<Tensor> pieces;
-    for (std::int64_t r = 0; r < all.size(0); ++r) pieces.push_back(all.slice(0, r, r + 1).reshape(piece.shape()));
-    out[key] = graph::join_block_slices(pieces, p->dim, p->blocks);
+    out[key] = graph::gather_block_slices(*group_->group(), shard, p->dim, p->blocks);
   }
   return out;
 }
@@ -119,7 +115,7 @@ std::map<std::string, Tensor> TensorParallelStep::shard(const std::map<std::stri
   std::map<std::string, Tensor> out;
   for (const auto& [key, t] : whole) {
     const graph::Placement* p = split_of(key);
-    out[key] = !p || t.dim() <= p->dim ? t : graph::block_slice(t, p->dim, p->blocks, comm_->size(), comm_->rank()).clone();
+    out[key] = !p || t.dim() <= p->dim ? t : graph::block_slice(t, p->dim, p->blocks, group_->group()->size(), group_->group()->rank()).clone();
   }
   return out;
 }

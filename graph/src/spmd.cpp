@@ -28,6 +28,14 @@ Tensor join_block_slices(const std::vector<Tensor>& pieces, int dim, int blocks)
   return kernels::concat(parts, dim);
 }
 
+Tensor gather_block_slices(CollectiveGroup& group, const Tensor& piece, int dim, int blocks) {
+  const Tensor dense = piece.contiguous();
+  const Tensor all = group.all_gather(dense.reshape({1, dense.numel()}));
+  std::vector<Tensor> pieces;
+  for (std::int64_t r = 0; r < all.size(0); ++r) pieces.push_back(all.slice(0, r, r + 1).reshape(dense.shape()));
+  return join_block_slices(pieces, dim, blocks);
+}
+
 Tensor shard_of(const Tensor& full, const NdPlacement& p, const Mesh& mesh, const std::vector<int>& coords) {
   TROUPE_CHECK(p.size() == mesh.axes.size() && coords.size() == mesh.axes.size(), invalid_argument, "shard_of: placement ",
                placement_str(p), " and ", coords.size(), " coordinates for the mesh ", mesh.str());
@@ -246,6 +254,9 @@ class Lowering {
     const auto keep_on_first = [&](ValueId y) {  // a partial sum of a whole value: all of it on device 0
       return index == 0 ? y : out_.node(out_.add_node("zeros_like", {y})).outputs[0];
     };
+    const auto local_shard = [&](ValueId y) {  // this device's slice of a whole value, placed `to`
+      return out_.node(out_.add_node("local_shard", {y}, split_attrs(to).set("index", static_cast<std::int64_t>(index)))).outputs[0];
+    };
     ValueId y = x;
     switch (from.kind) {
       case Kind::partial_sum:
@@ -253,12 +264,11 @@ class Lowering {
         break;
       case Kind::split:
         y = collective("all_gather", x, axis, split_attrs(from));
-        if (to.kind == Kind::split) y = out_.node(out_.add_node("local_shard", {y}, split_attrs(to).set("index", static_cast<std::int64_t>(index)))).outputs[0];
+        if (to.kind == Kind::split) y = local_shard(y);
         if (to.kind == Kind::partial_sum) y = keep_on_first(y);
         break;
       case Kind::broadcast:
-        y = to.kind == Kind::split ? out_.node(out_.add_node("local_shard", {x}, split_attrs(to).set("index", static_cast<std::int64_t>(index)))).outputs[0]
-                                   : keep_on_first(x);
+        y = to.kind == Kind::split ? local_shard(x) : keep_on_first(x);
         break;
     }
     cur[axis] = to;

@@ -13,6 +13,7 @@
 #include "troupe/graph/op_def.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/sharding.hpp"
+#include "troupe/graph/spmd.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/kernels/layout.hpp"
@@ -29,37 +30,17 @@ Placement S(int d, int blocks = 1) { return Placement::split(d, blocks); }
 // One value as each of the devices holds it.
 using Shards = std::vector<Tensor>;
 
-// `full` as n devices hold it under `p` (a partial sum: all of it on device 0, zeros elsewhere; a
-// split in blocks: slice r of every block on device r).
+// `full` as the n devices of a 1-D mesh hold it under `p` (graph::shard_of: a partial sum all on
+// device 0, zeros elsewhere; a split in blocks, slice r of every block on device r).
 Shards place(const Tensor& full, const Placement& p, int n) {
+  const Mesh mesh{{{"x", n}}};
   Shards s;
-  for (int r = 0; r < n; ++r) {
-    if (p.kind == Kind::split) {
-      const std::int64_t block = full.size(p.dim) / p.blocks, len = block / n;
-      std::vector<Tensor> parts;
-      for (int b = 0; b < p.blocks; ++b) parts.push_back(full.slice(p.dim, b * block + r * len, b * block + (r + 1) * len));
-      s.push_back(kernels::concat(parts, p.dim));
-    } else {
-      s.push_back(p.kind == Kind::broadcast || r == 0 ? full : Tensor::zeros(full.shape(), full.dtype()));
-    }
-  }
+  for (int r = 0; r < n; ++r) s.push_back(shard_of(full, {p}, mesh, {r}));
   return s;
 }
 
-// The value the devices' shards make up under `p`.
-Tensor whole(const Shards& s, const Placement& p) {
-  if (p.kind == Kind::broadcast) return s[0];
-  if (p.kind == Kind::split) {
-    const std::int64_t len = s[0].size(p.dim) / p.blocks;
-    std::vector<Tensor> parts;
-    for (int b = 0; b < p.blocks; ++b)
-      for (const Tensor& shard : s) parts.push_back(shard.slice(p.dim, b * len, (b + 1) * len));
-    return kernels::concat(parts, p.dim);
-  }
-  Var sum = s[0];
-  for (std::size_t r = 1; r < s.size(); ++r) sum = sum + s[r];
-  return sum.tensor();
-}
+// The value the devices' shards make up under `p` (graph::assemble).
+Tensor whole(const Shards& s, const Placement& p) { return assemble(s, {p}, Mesh{{{"x", static_cast<int>(s.size())}}}); }
 
 // Runs `g` as `plan` places it on a 1-D mesh: every node on every device on its own shards, under
 // the node's chosen signature; a transition takes the whole value and places it anew, which is what

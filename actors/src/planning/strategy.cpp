@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "troupe/graph/spmd.hpp"
 #include "troupe/kernels/error.hpp"
 
 namespace troupe::actors {
@@ -50,12 +51,8 @@ namespace {
 
 // What device `device` (row-major mesh coordinates) holds of a value of `shape` placed `p`: its
 // shard shape and where its first block of each dim starts.
-std::pair<Shape, Shape> shard_of(const Shape& shape, const NdPlacement& p, const graph::Mesh& mesh, int device) {
-  std::vector<int> coords(mesh.axes.size());
-  for (std::size_t a = mesh.axes.size(); a-- > 0;) {
-    coords[a] = device % mesh.axes[a].second;
-    device /= mesh.axes[a].second;
-  }
+std::pair<Shape, Shape> layout_of(const Shape& shape, const NdPlacement& p, const graph::Mesh& mesh, int device) {
+  const std::vector<int> coords = graph::mesh_coords(mesh, device);
   Shape local = shape, offset(shape.size(), 0);
   for (std::size_t d = 0; d < shape.size(); ++d) {
     std::int64_t blocks = 1;
@@ -114,7 +111,7 @@ Strategy make_strategy(const graph::TracedFunction& step, const graph::Mesh& mes
     l.shape = graph::to_static(g.value(v).info.shape, "a parameter");
     l.placement = plan.placements.at(v);
     for (int d = 0; d < mesh.devices(); ++d) {
-      const auto [local, offset] = shard_of(l.shape, l.placement, mesh, d);
+      const auto [local, offset] = layout_of(l.shape, l.placement, mesh, d);
       l.shard_shape = local;
       l.offsets.push_back(offset);
     }

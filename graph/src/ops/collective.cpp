@@ -94,11 +94,7 @@ std::vector<Tensor> compute_all_reduce(const std::vector<Tensor>& in, const Comp
 
 std::vector<Tensor> compute_all_gather(const std::vector<Tensor>& in, const ComputeContext& c) {
   return {on_group("all_gather", c, [&](CollectiveGroup& g) {
-    const Tensor piece = in[0].contiguous();
-    const Tensor all = g.all_gather(piece.reshape({1, piece.numel()}));
-    std::vector<Tensor> pieces;
-    for (std::int64_t r = 0; r < all.size(0); ++r) pieces.push_back(all.slice(0, r, r + 1).reshape(piece.shape()));
-    return join_block_slices(pieces, int_attr(c, "dim"), int_attr(c, "blocks"));
+    return gather_block_slices(g, in[0], int_attr(c, "dim"), int_attr(c, "blocks"));
   })};
 }
 

@@ -63,8 +63,7 @@ class TensorParallelStep {
   // The split placement of the parameter whose tensor `key` is (null: taken whole).
   const graph::Placement* split_of(const std::string& key) const;
   graph::ShardingPlan plan_;
-  std::shared_ptr<transport::Communicator> comm_;
-  std::unique_ptr<graph::GroupRegistration> group_;
+  std::unique_ptr<graph::GroupRegistration> group_;  // the device's group along the axis (its communicator)
   graph::TracedFunction local_;
   std::map<std::string, graph::Placement> splits_;  // the split parameters' placements
   std::vector<std::string> replicated_;
