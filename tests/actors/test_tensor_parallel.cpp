@@ -26,26 +26,7 @@ constexpr int kSteps = 5;
 constexpr std::int64_t kBatch = 4;
 constexpr double kClip = 0.5;  // below the norms of the first steps, so clipping scales them
 
-// Token ids in [0, 32) of shape [kBatch, 8], from a fixed sequence.
-Tensor tokens(std::uint64_t seed) {
-  std::vector<std::int64_t> v;
-  for (int i = 0; i < kBatch * 8; ++i) {
-    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-    v.push_back(static_cast<std::int64_t>(seed >> 59));
-  }
-  return Tensor::from_vector(v, {kBatch, 8});
-}
-
-// AdamW at a learning rate that moves the weights visibly in 5 steps. Its eps is 1e-4, not 1e-8:
-// the keys' bias has a gradient that is zero but for rounding (attention does not change when
-// every key moves by the same vector), and at eps 1e-8 AdamW turns that noise, which differs
-// with the order of any sum, into steps of the learning rate's size in either direction.
-kernels::AdamWParams adamw() {
-  kernels::AdamWParams hp;
-  hp.lr = 1e-2;
-  hp.eps = 1e-4;
-  return hp;
-}
+Tensor tokens(std::uint64_t seed) { return test::tiny_gpt_tokens(kBatch, seed); }
 
 // Megatron's plan of `step` on a mesh of tp devices, at `batch` rows per step.
 ShardingPlan megatron_tp_plan(const TracedFunction& step, int tp, std::int64_t batch) {
@@ -74,7 +55,7 @@ Training train_single(const Tensor& ids, const Tensor& targets) {
   const TracedFunction step = model.step();
   actors::Engine engine(actors::EngineOptions{1});
   actors::ProgramOptions po;
-  po.optimizers = {std::make_shared<AdamW>(trained(step), adamw())};
+  po.optimizers = {std::make_shared<AdamW>(trained(step), test::tiny_gpt_adamw())};
   po.clip_grad_norm = kClip;
   auto program = engine.compile(step, po);
   Training run;
@@ -111,7 +92,7 @@ Training train_hybrid(int dp, int tp, const Tensor& ids, const Tensor& targets, 
                                               std::make_shared<transport::Communicator>(std::move(tp_worlds[i][j]), "tp"));
       actors::Engine engine(actors::EngineOptions{1});
       actors::ProgramOptions po;
-      auto optimizer = std::make_shared<AdamW>(device.trained(), adamw());
+      auto optimizer = std::make_shared<AdamW>(device.trained(), test::tiny_gpt_adamw());
       po.optimizers = {optimizer};
       po.clip_grad_norm = kClip;
       po.clip_mode = clip_mode;

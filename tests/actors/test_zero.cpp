@@ -23,15 +23,6 @@ namespace {
 
 constexpr int kSteps = 5;
 
-Tensor tokens(std::int64_t rows, std::uint64_t seed) {
-  std::vector<std::int64_t> v;
-  for (std::int64_t i = 0; i < rows * 8; ++i) {
-    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-    v.push_back(static_cast<std::int64_t>(seed >> 59));
-  }
-  return Tensor::from_vector(v, {rows, 8});
-}
-
 struct RankRun {
   std::vector<double> losses, norms;
   std::map<std::string, Tensor> params, state;  // state: the optimizer's (plain) or the gathered one (ZeRO-1)
@@ -47,10 +38,7 @@ std::vector<RankRun> train(int world, bool zero, const Tensor& ids, const Tensor
     ranks.emplace_back([&, r] {
       Generator gen(7);
       test::TinyGpt model(gen);
-      kernels::AdamWParams hp;
-      hp.lr = 1e-2;
-      hp.eps = 1e-4;  // (test_tensor_parallel.cpp says why)
-      auto optimizer = std::make_shared<AdamW>(model.parameters(), hp);
+      auto optimizer = std::make_shared<AdamW>(model.parameters(), test::tiny_gpt_adamw());
       actors::ProgramOptions po;
       po.optimizers = {optimizer};
       po.clip_grad_norm = 0.5;
@@ -96,7 +84,7 @@ std::int64_t slot_elements(const std::map<std::string, Tensor>& state) {
 }  // namespace
 
 TEST(Zero, EqualsPlainDataParallelAndKeepsOneNthOfTheState) {
-  const Tensor ids = tokens(6, 1), targets = tokens(6, 2);
+  const Tensor ids = test::tiny_gpt_tokens(6, 1), targets = test::tiny_gpt_tokens(6, 2);
   for (int world : {2, 3}) {
     SCOPED_TRACE(std::to_string(world) + " ranks");
     const std::vector<RankRun> plain = train(world, false, ids, targets), zero = train(world, true, ids, targets);

@@ -1,8 +1,10 @@
 #pragma once
 // A small GPT for the hybrid-parallel tests: token embeddings, two Transformer blocks of 4 heads
-// (d_model 16, sequences of 8), a final LayerNorm and a head over 32 tokens, and its training step.
+// (d_model 16, sequences of 8), a final LayerNorm and a head over 32 tokens, its training step, the
+// token batches and the AdamW the tests train it with.
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/ops.hpp"
+#include "troupe/graph/optim.hpp"
 #include "troupe/graph/trace.hpp"
 
 namespace troupe::test {
@@ -34,5 +36,27 @@ struct TinyGpt : graph::Module {
   std::shared_ptr<graph::LayerNorm> ln_f;
   std::shared_ptr<graph::Linear> head;
 };
+
+/// Token ids in [0, 32) of shape [rows, 8], from a fixed sequence.
+inline Tensor tiny_gpt_tokens(std::int64_t rows, std::uint64_t seed) {
+  std::vector<std::int64_t> v;
+  for (std::int64_t i = 0; i < rows * 8; ++i) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    v.push_back(static_cast<std::int64_t>(seed >> 59));
+  }
+  return Tensor::from_vector(v, {rows, 8});
+}
+
+/// AdamW at a learning rate that moves the weights visibly in 5 steps. Its eps is 1e-4, not 1e-8:
+/// the keys' bias has a gradient that is zero but for rounding (attention does not change when
+/// every key moves by the same vector), and at eps 1e-8 AdamW turns that noise, which differs
+/// with the order of any sum, into steps of the learning rate's size in either direction: two
+/// correct runs that sum in other orders would part there.
+inline kernels::AdamWParams tiny_gpt_adamw() {
+  kernels::AdamWParams hp;
+  hp.lr = 1e-2;
+  hp.eps = 1e-4;
+  return hp;
+}
 
 }  // namespace troupe::test
