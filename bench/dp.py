@@ -11,6 +11,8 @@ against the 64 MiB default over shared memory, advanced against standard over th
 line per measurement. usage: dp.py BUILD [scaling|auto]   (only the scaling, or only the auto rows)"""
 import json, os, socket, statistics, subprocess, sys
 
+from netns import HOST_A, HOST_B, on_hosts
+
 ROUNDS, STEPS = 2, 12
 NETNS_ROUNDS = 3  # the link rows vary more from run to run (TCP, tc) than the shared-memory ones
 
@@ -36,14 +38,8 @@ def dp(build, mode, fusion, netns=False):
         cmd = [os.path.join(build, "apps", "troupe-launch"), "-n", "2", "--", *gpt_args(build, fusion)]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=dict(os.environ, GRAD_MODE=mode)).stdout
     else:
-        # Two "hosts" (bench/netns.sh): each rank in its namespace, UCX over TCP through the 1 Gbit/s veth.
-        procs = []
-        for rank, (ns, dev) in enumerate([("troupe0", "troupe-a"), ("troupe1", "troupe-b")]):
-            env = dict(os.environ, GRAD_MODE=mode, TROUPE_RANK=str(rank), TROUPE_WORLD_SIZE="2", TROUPE_MASTER_ADDR="10.77.0.1",
-                       TROUPE_MASTER_PORT="29600", TROUPE_JOB_TOKEN="netns-bench", UCX_TLS="tcp,self", UCX_NET_DEVICES=dev)
-            procs.append(subprocess.Popen(["ip", "netns", "exec", ns, *gpt_args(build, fusion)], env=env,
-                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
-        out = "".join(p.communicate()[0] for p in procs)
+        # Two "hosts" (bench/netns.sh): one rank in each namespace, UCX over TCP through the 1 Gbit/s veth.
+        out = on_hosts(gpt_args(build, fusion), [HOST_A, HOST_B], 29600, {"GRAD_MODE": mode})
     rows = [json.loads(l[l.index("{"):]) for l in out.splitlines() if '"app":"troupe-gpt"' in l]
     step = max(r["ms_per_step"] for r in rows)  # the job runs at its slowest rank
     comm = statistics.mean(r["comm_ms"] for r in rows)

@@ -18,30 +18,19 @@ line per plan and setting. usage: hybrid.py BUILD"""
 import json, os, subprocess, sys
 
 from jit import machine  # the CPU and its instruction set, as every benchmark line names them
+from netns import HOST_A, HOST_B, on_hosts
 
 MODEL = ["--d-model", "1024", "--layers", "8", "--heads", "16", "--d-ff", "4096", "--seq", "128"]
 RANKS, GLOBAL_BATCH, STEPS = 4, 4, 4
 PLANS = [("dp4", ["--dp", "4", "--tp", "1"]), ("dp2xtp2", ["--dp", "2", "--tp", "2"]), ("tp4", ["--dp", "1", "--tp", "4"]),
          ("dp4-zero1", ["--dp", "4", "--tp", "1", "--zero", "1"])]
-# The two "hosts": rank r runs in namespace HOSTS[r] on its end of the veth. Within a host the ranks
-# reach each other over the loopback, between hosts over the 1 Gbit/s veth.
-HOSTS = [("troupe0", "troupe-a"), ("troupe0", "troupe-a"), ("troupe1", "troupe-b"), ("troupe1", "troupe-b")]
+# The two "hosts" (bench/netns.py): ranks 0 and 1 on one, 2 and 3 on the other.
+HOSTS = [HOST_A, HOST_A, HOST_B, HOST_B]
+NETNS_ENV = {"JIT_LEVEL": "1", "TROUPE_TIMEOUT": "600"}
 
 
 def gpt(build):
     return os.path.join(build, "apps", "troupe-gpt")
-
-
-def on_hosts(cmd, hosts, port):
-    """Runs `cmd` as one rank per entry of `hosts` (namespace, device); returns their stdout."""
-    procs = []
-    for rank, (ns, dev) in enumerate(hosts):
-        env = dict(os.environ, JIT_LEVEL="1", TROUPE_RANK=str(rank), TROUPE_WORLD_SIZE=str(len(hosts)),
-                   TROUPE_MASTER_ADDR="10.77.0.1" if hosts[0][0] == "troupe0" else "10.77.0.2", TROUPE_MASTER_PORT=str(port),
-                   TROUPE_JOB_TOKEN="netns-hybrid", TROUPE_TIMEOUT="600", UCX_TLS="tcp,self", UCX_NET_DEVICES=dev)
-        procs.append(subprocess.Popen(["ip", "netns", "exec", ns, *cmd], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, text=True))
-    return "".join(p.communicate()[0] for p in procs)
 
 
 def json_lines(out, key):
@@ -61,7 +50,7 @@ def train(build, args, batch, ranks, netns=False):
     cmd = [gpt(build), *MODEL, "--batch", str(batch), "--steps", str(STEPS), "--eval-every", "0", "--val-batches", "1",
            "--threads", "1", "--micro-batches", "1", "--amp", "O0", *args]
     if netns:
-        out = on_hosts(cmd, HOSTS[:ranks], 29650)
+        out = on_hosts(cmd, HOSTS[:ranks], 29650, NETNS_ENV)
     else:
         if ranks > 1:
             cmd = [os.path.join(build, "apps", "troupe-launch"), "-n", str(ranks), "--timeout", "600", "--", *cmd]
@@ -82,7 +71,7 @@ def measured_link(build, hosts=None):
                              check=True, capture_output=True, text=True).stdout
     else:
         n = len(hosts)
-        out = on_hosts(bench, hosts, 29651)
+        out = on_hosts(bench, hosts, 29651, NETNS_ENV)
     rows = json_lines(out, '"impl"')
     large, small = next(r for r in rows if r["bytes"] > 1 << 20), next(r for r in rows if r["bytes"] < 1 << 20)
     return large["bytes"] * 2 * (n - 1) / n / (large["ms"] / 1e3) / 1e9, small["ms"] * 1e3
