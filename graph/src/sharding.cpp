@@ -1,6 +1,7 @@
 #include "troupe/graph/sharding.hpp"
 
 #include <limits>
+#include <tuple>
 
 #include "troupe/graph/op_def.hpp"
 #include "troupe/kernels/error.hpp"
@@ -166,6 +167,15 @@ ShardingPlan propagate_sharding(const Graph& g, const Mesh& mesh, const std::map
     return best;
   };
 
+  // Where an op output must end up: pinned, or required of the step's outputs; null: anywhere.
+  const auto destination = [&](ValueId v) -> const NdPlacement* {
+    for (const auto* placed : {&given, &required}) {
+      const auto it = placed->find(v);
+      if (it != placed->end() && it->second.size() == axes) return &it->second;
+    }
+    return nullptr;
+  };
+
   // Brings `v` to `want` along every axis where it is placed otherwise (`how`: "pinned" or "required").
   const auto require = [&](ValueId v, const NdPlacement& want, const char* how) {
     TROUPE_CHECK(want.size() == axes, invalid_argument, "sharding: ", name_of(v), " is ", how, " ", placement_str(want),
@@ -193,10 +203,11 @@ ShardingPlan propagate_sharding(const Graph& g, const Mesh& mesh, const std::map
       std::vector<ShardSignature> candidates;
       if (def.sharding) candidates = def.sharding(ShardContext{node.op, in_infos, out_infos, node.attrs, current});
       candidates.push_back({std::vector<Placement>(node.inputs.size()), std::vector<Placement>(node.outputs.size())});
-          // The cost of a signature: the bytes its input transitions send, then how many placements
-      // it changes (so a free B -> P is not taken when keeping B costs nothing either).
+      // The cost of a signature: the bytes its input transitions send, then how many placements
+      // it changes (so a free B -> P is not taken when keeping B costs nothing either); between
+      // equals, the bytes and changes that bring its outputs to where they are pinned or required.
       const ShardSignature* best = nullptr;
-      std::pair<double, int> best_cost{std::numeric_limits<double>::infinity(), 0};
+      std::tuple<double, int, double, int> best_cost{std::numeric_limits<double>::infinity(), 0, 0, 0};
       for (const ShardSignature& sig : candidates) {
         bool legal = sig.inputs.size() == node.inputs.size() && sig.outputs.size() == node.outputs.size();
         for (std::size_t i = 0; legal && i < sig.inputs.size(); ++i)
@@ -204,11 +215,22 @@ ShardingPlan propagate_sharding(const Graph& g, const Mesh& mesh, const std::map
         for (std::size_t o = 0; legal && o < sig.outputs.size(); ++o)
           legal = fits(sig.outputs[o], a, made[o], shape_of(node.outputs[o]), mesh);
         if (!legal) continue;
-        std::pair<double, int> cost{0, 0};
+        std::tuple<double, int, double, int> cost{0, 0, 0, 0};
         for (std::size_t i = 0; i < sig.inputs.size(); ++i) {
           const Move m = cheapest(node.inputs[i], a, sig.inputs[i]);
-          cost.first += m.bytes;
-          cost.second += m.collective != Collective::none;
+          std::get<0>(cost) += m.bytes;
+          std::get<1>(cost) += m.collective != Collective::none;
+        }
+        for (std::size_t o = 0; o < sig.outputs.size() && mesh.axes[a].second > 1; ++o) {
+          const NdPlacement* want = destination(node.outputs[o]);
+          if (!want || (*want)[a] == sig.outputs[o]) continue;
+          NdPlacement held = made[o];
+          held[a] = sig.outputs[o];
+          const Value& v = g.value(node.outputs[o]);
+          std::get<2>(cost) += collective_bytes(collective_between(sig.outputs[o], (*want)[a]),
+                                                held_bytes(shape_of(v.id), v.info.dtype, held, mesh, static_cast<int>(a)),
+                                                mesh.axes[a].second);
+          std::get<3>(cost) += 1;
         }
         if (cost < best_cost) {
           best_cost = cost;

@@ -153,10 +153,14 @@ class Lowering {
     for (std::size_t o = 0; o < node.outputs.size(); ++o)
       for (std::size_t a = 0; a < sigs.size(); ++a) made[o][a] = sigs[a].outputs[o];
     for (NdPlacement& m : made) m = normal(m);
-    const NodeId id = out_.add_node(node.op, inputs, local_attrs(node, sigs), local_target(node, made));
-    out_.mutable_node(id).label = node.label;
-    out_.mutable_node(id).backward = node.backward;
-    const std::vector<ValueId> local_outputs = out_.node(id).outputs;  // (adding nodes below moves the node list)
+    const int axis = expanding_axis(node, sigs);
+    std::vector<ValueId> local_outputs;
+    if (axis >= 0) {
+      Expansion expansion(*this, node, static_cast<std::size_t>(axis));
+      local_outputs = sigs[static_cast<std::size_t>(axis)].expand(expansion, inputs, node.attrs);
+    } else {
+      local_outputs = add_like(node, node.op, inputs, local_attrs(node, sigs), local_target(node, made));
+    }
     double scale = 1;  // a mean over split rows counts only this device's: its share is 1/n of it
     for (std::size_t a = 0; a < sigs.size(); ++a)
       if (sigs[a].mean_of_split) scale /= mesh_.axes[a].second;
@@ -183,6 +187,65 @@ class Lowering {
   std::vector<Var>& parameters() { return params_; }
 
  private:
+  // The device's graph as an expanding signature along `axis` builds on it (ShardSignature::expand).
+  class Expansion final : public LocalGraph {
+   public:
+    Expansion(Lowering& l, const Node& node, std::size_t axis) : l_(l), node_(node), axis_(axis) {}
+    std::vector<ValueId> add(const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs) override {
+      return l_.add_like(node_, op, inputs, attrs, {});
+    }
+    const ValueInfo& info(ValueId v) const override { return l_.out_.value(v).info; }
+    ValueId all_reduce(ValueId x) override { return l_.collective("all_reduce", x, axis_, {}); }
+    ValueId all_gather(ValueId x, int dim) override {
+      return l_.collective("all_gather", x, axis_, split_attrs(Placement::split(dim), devices()));
+    }
+    int index() const override { return l_.device_.coords[axis_]; }
+    int devices() const override { return l_.mesh_.axes[axis_].second; }
+
+   private:
+    Lowering& l_;
+    const Node& node_;
+    std::size_t axis_;
+  };
+
+  // Adds `op` as part of the step's `node` (its label, forward or backward); its outputs.
+  std::vector<ValueId> add_like(const Node& node, const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs,
+                                const SymShape& target) {
+    const NodeId id = out_.add_node(op, inputs, attrs, target);
+    out_.mutable_node(id).label = node.label;
+    out_.mutable_node(id).backward = node.backward;
+    return out_.node(id).outputs;
+  }
+
+  // The mesh axis along which `node` runs expanded (ShardSignature::expand), or -1. The expansion
+  // sees its slices' offsets along that axis alone: no other axis may expand the node or split a
+  // dim that axis splits.
+  int expanding_axis(const Node& node, const std::vector<ShardSignature>& sigs) const {
+    int axis = -1;
+    for (std::size_t a = 0; a < sigs.size(); ++a) {
+      if (!sigs[a].expand || mesh_.axes[a].second == 1) continue;
+      TROUPE_CHECK(axis < 0, invalid_argument, "shard_step: op '", node.op, "' (node ", node.id, ") runs expanded along mesh axes '",
+                   mesh_.axes[static_cast<std::size_t>(axis)].first, "' and '", mesh_.axes[a].first,
+                   "'; place it so that one axis at most splits what it needs whole");
+      axis = static_cast<int>(a);
+    }
+    if (axis < 0) return axis;
+    const ShardSignature& e = sigs[static_cast<std::size_t>(axis)];
+    const auto clash = [](const Placement& x, const Placement& y) {
+      return x.kind == Kind::split && y.kind == Kind::split && x.dim == y.dim;
+    };
+    for (std::size_t b = 0; b < sigs.size(); ++b) {
+      if (static_cast<int>(b) == axis || mesh_.axes[b].second == 1) continue;
+      bool same_dim = false;
+      for (std::size_t i = 0; i < e.inputs.size(); ++i) same_dim |= clash(e.inputs[i], sigs[b].inputs[i]);
+      for (std::size_t o = 0; o < e.outputs.size(); ++o) same_dim |= clash(e.outputs[o], sigs[b].outputs[o]);
+      TROUPE_CHECK(!same_dim, invalid_argument, "shard_step: op '", node.op, "' (node ", node.id, ") runs expanded along mesh axis '",
+                   mesh_.axes[static_cast<std::size_t>(axis)].first, "' while axis '", mesh_.axes[b].first,
+                   "' splits the same dim; split it along one axis");
+    }
+    return axis;
+  }
+
   std::string name_of(ValueId v) const {
     return g_.value(v).name.empty() ? "value " + std::to_string(v) : "'" + g_.value(v).name + "'";
   }
@@ -226,6 +289,14 @@ class Lowering {
     return target;
   }
 
+  // The attributes of a collective or slice of `p` among `parts` devices.
+  static Attrs split_attrs(const Placement& p, int parts) {
+    return Attrs()
+        .set("dim", static_cast<std::int64_t>(p.dim))
+        .set("blocks", static_cast<std::int64_t>(p.blocks))
+        .set("parts", static_cast<std::int64_t>(parts));
+  }
+
   // A collective op, chained after this device's previous one.
   ValueId collective(const std::string& op, ValueId x, std::size_t axis, Attrs attrs) {
     std::vector<ValueId> inputs{x};
@@ -248,22 +319,19 @@ class Lowering {
                      "' while the inner axis '", mesh_.axes[b].first, "' splits the same dim ", p->dim,
                      "; place the inner axis first");
     }
-    const auto split_attrs = [&](const Placement& p) {
-      return Attrs().set("dim", static_cast<std::int64_t>(p.dim)).set("blocks", static_cast<std::int64_t>(p.blocks)).set("parts", static_cast<std::int64_t>(n));
-    };
     const auto keep_on_first = [&](ValueId y) {  // a partial sum of a whole value: all of it on device 0
       return index == 0 ? y : out_.node(out_.add_node("zeros_like", {y})).outputs[0];
     };
     const auto local_shard = [&](ValueId y) {  // this device's slice of a whole value, placed `to`
-      return out_.node(out_.add_node("local_shard", {y}, split_attrs(to).set("index", static_cast<std::int64_t>(index)))).outputs[0];
+      return out_.node(out_.add_node("local_shard", {y}, split_attrs(to, n).set("index", static_cast<std::int64_t>(index)))).outputs[0];
     };
     ValueId y = x;
     switch (from.kind) {
       case Kind::partial_sum:
-        y = to.kind == Kind::broadcast ? collective("all_reduce", x, axis, {}) : collective("reduce_scatter", x, axis, split_attrs(to));
+        y = to.kind == Kind::broadcast ? collective("all_reduce", x, axis, {}) : collective("reduce_scatter", x, axis, split_attrs(to, n));
         break;
       case Kind::split:
-        y = collective("all_gather", x, axis, split_attrs(from));
+        y = collective("all_gather", x, axis, split_attrs(from, n));
         if (to.kind == Kind::split) y = local_shard(y);
         if (to.kind == Kind::partial_sum) y = keep_on_first(y);
         break;

@@ -1,6 +1,6 @@
 // Planning a hybrid-parallel step (troupe/actors/planning.hpp, strategy.hpp): the job's mesh uses
 // every device; Megatron's placement of a GPT training step needs four all-reduces per block on a
-// tensor-parallel axis and, on a data-parallel one, the loss' and the gradients' once and nothing
+// tensor-parallel axis (and two at its vocab-parallel tables) and, on a data-parallel one, the loss' and the gradients' once and nothing
 // inside the step; heads that do not split are refused; tensor parallelism divides the split
 // weights' bytes per device; ZeRO-1 halves the optimizer state on dp=2 for the same bytes; a
 // strategy file saved and loaded gives the identical plan, and one
@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cstdio>
 #include <filesystem>
@@ -65,7 +67,9 @@ TEST(Planning, TheJobMeshUsesEveryDevice) {
   EXPECT_THROW(actors::job_mesh(0, 4, 4), Error);
 }
 
-TEST(Planning, MegatronGptNeedsFourAllReducesPerBlockOnTheTensorAxis) {
+// Along tp, 4 all-reduces of an activation per block (Megatron's g and f) and 2 at the vocabulary
+// (the embedding's lookup, the head's input gradient); the tables split by vocabulary rows.
+TEST(Planning, MegatronGptAllReducesFourActivationsPerBlockAndTwoAtTheVocabulary) {
   Generator gen(1);
   test::TinyGpt model(gen);
   const TracedFunction step = model.step();
@@ -77,7 +81,14 @@ TEST(Planning, MegatronGptNeedsFourAllReducesPerBlockOnTheTensorAxis) {
     EXPECT_DOUBLE_EQ(t.bytes, 2 * 8 * 16 * 4) << "2 (n-1)/n of an activation [2, 8, 16] f32";
     ++tensor_axis;
   }
-  EXPECT_EQ(tensor_axis, 4 * 2);
+  EXPECT_EQ(tensor_axis, 4 * 2 + 2);
+  const auto named = [&](const std::string& name) {
+    for (ValueId v : step.graph().parameters())
+      if (step.graph().value(v).name == name) return v;
+    return ValueId{-1};
+  };
+  EXPECT_EQ(placement_str(request.given.at(named("wte.weight"))), "(B, S(0))");
+  EXPECT_EQ(placement_str(request.given.at(named("head.weight"))), "(B, S(0))");
   // Every gradient is placed like its parameter.
   const Graph& g = step.graph();
   for (std::size_t k = 0; k < step.gradient_parameters().size(); ++k)
@@ -120,7 +131,8 @@ TEST(Planning, TensorParallelismDividesTheSplitWeightsPerDevice) {
   double all = 0, split = 0;  // parameter bytes, and those of the weights Megatron splits
   for (const auto& [name, t] : model.state_dict()) {
     all += static_cast<double>(t.nbytes());
-    for (const char* s : {"qkv.weight", "qkv.bias", "attn.proj.weight", "fc.weight", "fc.bias", "mlp.proj.weight"})
+    for (const char* s : {"qkv.weight", "qkv.bias", "attn.proj.weight", "fc.weight", "fc.bias", "mlp.proj.weight", "wte.weight",
+                          "head.weight"})
       if (name.find(s) != std::string::npos) split += static_cast<double>(t.nbytes());
   }
   const auto memory = [&](int tp) {
@@ -237,9 +249,10 @@ TEST(CostModel, TensorParallelismTradesComputeForAllReduces) {
   const actors::PlanTime one = time(1), two = time(2);
   EXPECT_DOUBLE_EQ(one.communication, 0);
   EXPECT_LT(two.compute, one.compute);
-  EXPECT_GT(two.compute, one.compute / 2);  // embeddings, LayerNorms and the head stay whole
-  // 8 all-reduces of an activation [2, 8, 16] f32 (1024 bytes, sent once each way on 2 devices).
-  EXPECT_NEAR(two.communication, 8 * (20e-6 + 1024 / 10e9), 1e-12);
+  EXPECT_GT(two.compute, one.compute / 2);  // LayerNorms and the residual sums stay whole
+  // 10 all-reduces of an activation [2, 8, 16] f32 (1024 bytes, sent once each way on 2 devices),
+  // and the vocab-parallel cross-entropy's 4 collectives of a few bytes a row, at their latency.
+  EXPECT_NEAR(two.communication, 10 * (20e-6 + 1024 / 10e9) + 4 * 20e-6, 1e-12);
 }
 
 TEST(CostModel, TheSearchPicksTheFastestMeshThatFits) {
@@ -256,10 +269,12 @@ TEST(CostModel, TheSearchPicksTheFastestMeshThatFits) {
   slow_links.gflops = 1e6;
   slow_links.default_link = {1e-3, 0};
   c = actors::search_gpt_meshes(step, 4, 4, batch, slow_links, 0, 8);
-  EXPECT_EQ(c[0].tp, 4);
+  EXPECT_EQ(c.back().dp, 4);
   for (std::size_t i = 1; i < c.size(); ++i) EXPECT_LE(c[i - 1].time.total(), c[i].time.total());
-  // A budget only tensor parallelism fits: it comes first, whatever its time.
-  const double tp4 = c[0].memory.total();
+  // A budget only tp4 fits (it holds the least: a quarter of the weights and of the batch's logits): it comes first, whatever its time.
+  const auto tp4_mesh = std::find_if(c.begin(), c.end(), [](const actors::MeshCandidate& m) { return m.tp == 4; });
+  ASSERT_NE(tp4_mesh, c.end());
+  const double tp4 = tp4_mesh->memory.total();
   c = actors::search_gpt_meshes(step, 4, 4, batch, slow_compute, tp4, 8);
   EXPECT_EQ(c[0].tp, 4);
   EXPECT_TRUE(c[0].fits);

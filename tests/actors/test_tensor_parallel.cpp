@@ -5,6 +5,7 @@
 // naive clip path; each device holds only its shards of the split weights.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <thread>
 
 #include "kernels/reference.hpp"
@@ -152,12 +153,15 @@ TEST(TensorParallel, TwoAndFourShardsTrainLikeOneProcess) {
     SCOPED_TRACE("tp=" + std::to_string(tp) + (mode == actors::ClipMode::naive ? ", naive clip" : ", parallel clip"));
     const Training run = train_hybrid(1, tp, ids, targets, mode);
     expect_same_training(run, single);
-    // Each device holds 1/tp of the split weights (qkv rows, fc rows, the projections' columns), all of the rest.
+    // Each device holds 1/tp of the split weights (qkv rows, fc rows, the projections' columns, the
+    // tables' vocabulary rows), all of the rest.
     EXPECT_EQ(run.shard_shapes.at("blocks.0.attn.qkv.weight"), (Shape{48 / tp, 16}));
     EXPECT_EQ(run.shard_shapes.at("blocks.1.attn.proj.weight"), (Shape{16, 16 / tp}));
     EXPECT_EQ(run.shard_shapes.at("blocks.0.mlp.fc.weight"), (Shape{64 / tp, 16}));
     EXPECT_EQ(run.shard_shapes.at("blocks.0.mlp.proj.weight"), (Shape{16, 64 / tp}));
-    EXPECT_EQ(run.shard_shapes.at("wte.weight"), (Shape{32, 16}));
+    EXPECT_EQ(run.shard_shapes.at("wte.weight"), (Shape{32 / tp, 16}));
+    EXPECT_EQ(run.shard_shapes.at("head.weight"), (Shape{32 / tp, 16}));
+    EXPECT_EQ(run.shard_shapes.at("ln_f.weight"), (Shape{16}));
   }
 }
 
@@ -170,8 +174,10 @@ TEST(TensorParallel, DataAndTensorParallelTogetherTrainLikeOneProcess) {
   }
 }
 
-// The device's graph has the plan's collectives and no others, in one chain: on tp=2, 8
-// all-reduces of an activation (Megatron's g and f, 4 per block), each after the one before it.
+// The device's graph has the plan's collectives and no others, in one chain: on tp=2, 10
+// all-reduces of an activation (Megatron's g and f, 4 per block; the embedding's lookup and the
+// head's input gradient), and the vocab-parallel cross-entropy's, forward and backward: an
+// all-gather of each row's maximum and an all-reduce of its sums. The logits are never gathered.
 TEST(TensorParallel, EachDeviceRunsThePlansCollectivesInOneChain) {
   Generator gen(7);
   test::TinyGpt model(gen);
@@ -179,12 +185,20 @@ TEST(TensorParallel, EachDeviceRunsThePlansCollectivesInOneChain) {
   const TracedFunction device = shard_step(step, megatron_tp_plan(step, 2, 2), MeshDevice{{1}, {42}});
   const Graph& local = device.graph();
   std::vector<const Node*> collectives;
+  std::map<std::string, int> count;
   for (const Node& n : local.nodes()) {
-    EXPECT_NE(n.op, "all_gather");
     EXPECT_NE(n.op, "reduce_scatter");
-    if (n.op == "all_reduce") collectives.push_back(&n);
+    EXPECT_NE(n.op, "cross_entropy");  // run as its vocab-parallel parts
+    if (n.op == "all_gather") EXPECT_EQ(local.value(n.outputs[0]).info.shape.back(), SymDim(2)) << "a maximum per row and device";
+    if (n.op == "cross_entropy_parts")
+      EXPECT_EQ(local.value(n.inputs[0]).info.shape.back(), SymDim(16)) << "the device's half of the logits";
+    if (n.op == "all_reduce" || n.op == "all_gather") collectives.push_back(&n);
+    ++count[n.op];
   }
-  ASSERT_EQ(collectives.size(), 8u);
+  EXPECT_EQ(count["all_reduce"], 12);
+  EXPECT_EQ(count["all_gather"], 2);
+  EXPECT_EQ(count["cross_entropy_parts"], 2);
+  ASSERT_EQ(collectives.size(), 14u);
   EXPECT_EQ(collectives[0]->inputs.size(), 1u);
   for (std::size_t c = 1; c < collectives.size(); ++c) {
     ASSERT_EQ(collectives[c]->inputs.size(), 2u);

@@ -450,10 +450,10 @@ TEST(GptApp, MixedPrecisionTracksF32AndResumesAcrossLevels) {
 }
 
 // --plan-only prints the hybrid-parallel plan as JSON without training: Megatron's four
-// all-reduces per block on the tensor axis, the qkv rows grouped by head, the memory per rank
-// (halved optimizer state with --zero 1 on two data-parallel ranks); a
-// strategy file saved and loaded gives the same plan, and one for another model is refused; without
-// --tp the meshes are searched; heads that do not split are refused.
+// all-reduces per block on the tensor axis and two at the vocab-parallel tables, the qkv rows
+// grouped by head, the memory per rank (halved optimizer state with --zero 1 on two data-parallel
+// ranks); a strategy file saved and loaded gives the same plan, and one for another model is
+// refused; without --tp the meshes are searched; heads that do not split are refused.
 TEST(GptApp, PlanOnlyPrintsTheHybridParallelPlan) {
   const std::string dir = test::fresh_dir("gpt_plan"), data = corpus_file(dir);
   const std::string plan = tiny(data) + " --plan-only --dp 2 --tp 2";
@@ -463,7 +463,7 @@ TEST(GptApp, PlanOnlyPrintsTheHybridParallelPlan) {
   EXPECT_EQ(j.at("mesh"), "dp=2 x tp=2");
   int tensor_axis = 0;
   for (const auto& c : j.at("collectives")) tensor_axis += c.at("axis") == "tp";
-  EXPECT_EQ(tensor_axis, 4) << "one block: two all-reduces forward, two backward";
+  EXPECT_EQ(tensor_axis, 6) << "one block: two all-reduces forward, two backward; the embedding's lookup, the head's input gradient";
   bool grouped = false;
   for (const auto& p : j.at("parameters"))
     if (p.at("name") == "blocks.0.attn.qkv.weight") grouped = p.at("placement") == nlohmann::json::array({"B", "S(0)x3"});
@@ -513,7 +513,7 @@ TEST(GptApp, TensorParallelEqualsOneProcessAndResumesUnderAnyLayout) {
   const auto tp = run_app(launch + "2 -- " + kGpt + common + " --batch 4 --steps 10 --tp 2 --strategy-save " + dir +
                           "/plan.json --metrics " + dir + "/tp.csv");
   ASSERT_EQ(tp.exit_code, 0) << tp.output;
-  EXPECT_NE(tp.output.find("[rank 1] troupe-gpt: tensor parallel: shard 1 of 2 (rank 1 of 2), plan tp=2: 4 all-reduces"),
+  EXPECT_NE(tp.output.find("[rank 1] troupe-gpt: tensor parallel: shard 1 of 2 (rank 1 of 2), plan tp=2: 8 all-reduces and 2 other"),
             std::string::npos) << tp.output;
   const auto expected = test::csv_column(dir + "/single.csv", "loss");
   const auto expect_losses = [&](const std::string& file, std::size_t from, std::size_t steps = 10) {
@@ -539,10 +539,11 @@ TEST(GptApp, TensorParallelEqualsOneProcessAndResumesUnderAnyLayout) {
   const nlohmann::json tp_line = rank0(tp);
   EXPECT_NEAR(tp_line.at("val_loss").get<double>(), single.last_json().at("val_loss").get<double>(), 1e-5);
   // What a shard holds: of the 25504 parameters, the block's qkv (3072 + 96), attention projection
-  // (1024), fc (2048 + 64) and MLP projection (2048) weights are split in two; AdamW keeps two
-  // moments of each element it holds (and a step count per parameter, a learning rate).
+  // (1024), fc (2048 + 64) and MLP projection (2048) weights and the token embedding and head (256
+  // x 32 each, by vocabulary rows) are split in two; AdamW keeps two moments of each element it
+  // holds (and a step count per parameter, a learning rate).
   const double held = tp_line.at("held_parameter_bytes").get<double>();
-  EXPECT_EQ(held, 4 * (25504 - 8352 / 2));
+  EXPECT_EQ(held, 4 * (25504 - (8352 + 2 * 8192) / 2));
   EXPECT_GE(tp_line.at("held_optimizer_bytes").get<double>(), 2 * held);
   EXPECT_LT(tp_line.at("held_optimizer_bytes").get<double>(), 2 * held + 1024);
 

@@ -2,7 +2,8 @@
 // their bytes; Megatron's MLP on a tensor-parallel axis needs one all-reduce, where Megatron has it,
 // and Megatron's Transformer block (qkv rows grouped by head) two each way, nothing else;
 // a data-parallel training graph needs exactly its gradients' all-reduce; heads split through
-// reshape, permute and softmax stay local; a 2-D mesh places each axis; bad placements are refused.
+// reshape, permute and softmax stay local; a 2-D mesh places each axis; bad placements are refused;
+// vocab-parallel tables run their lookup and loss expanded, without gathering the logits.
 // Every 1-D plan is also run: each device runs each node on its own slices under the chosen
 // signature, transitions move the slices, and the result equals the unsharded run.
 #include <gtest/gtest.h>
@@ -55,6 +56,7 @@ std::vector<Tensor> run_sharded(const Graph& g, const ShardingPlan& plan, const 
   for (const Node& node : g.nodes()) {
     const OpDef& def = OpRegistry::instance().get(node.op);
     const ShardSignature& sig = plan.signatures.at(node.id).at(0);
+    if (sig.expand) ADD_FAILURE() << node.op << " runs expanded: its collectives run in shard_step's graphs (test_tensor_parallel)";
     std::vector<Shards> in;
     for (std::size_t i = 0; i < node.inputs.size(); ++i)
       in.push_back(place(whole(held.at(node.inputs[i]), plan.placements.at(node.inputs[i])[0]), sig.inputs[i], n));
@@ -412,4 +414,59 @@ TEST(Sharding, MeansOverSplitRowsComputeTheSame) {
   EXPECT_LE(test::scaled_max_error(got[0], loss), 1e-6);
   for (std::size_t k = 0; k < f.gradient_parameters().size(); ++k)
     EXPECT_LE(test::scaled_max_error(got[1 + k], f.parameters()[f.gradient_parameters()[k]].grad()), 1e-6) << "gradient " << k;
+}
+
+// Megatron's vocab-parallel tables: with the token embedding and the head split by vocabulary rows
+// (and the head's input gradient all-reduced where it is made, Megatron's f), the lookup, the loss
+// and their gradients run expanded (ShardSignature::expand): the lookup gives partial sums, the
+// loss is whole on every device and the logits are never gathered; the tables' gradients stay
+// split where they are required so. The position table, replicated, keeps its whole
+// gradient (no all-gather). An op expanded along two mesh axes is refused where it is lowered.
+TEST(Sharding, VocabParallelTablesRunExpanded) {
+  struct Lm : Module {
+    explicit Lm(Generator& gen)
+        : wte(register_module("wte", std::make_shared<Embedding>(8, 4, gen))),
+          wpe(register_module("wpe", std::make_shared<Embedding>(3, 4, gen))),
+          head(register_module("head", std::make_shared<Linear>(4, 8, gen, false))) {}
+    std::shared_ptr<Embedding> wte, wpe;
+    std::shared_ptr<Linear> head;
+  };
+  Generator gen(13);
+  Lm lm(gen);
+  const TracedFunction f =
+      trace(
+          [&](const std::vector<Var>& in) {
+            const Var pos = (*lm.wpe)(Tensor::from_vector(std::vector<std::int64_t>{0, 1, 2}, {3}));
+            return std::vector<Var>{cross_entropy((*lm.head)((*lm.wte)(in[0]) + pos), in[1])};
+          },
+          {{"ids", {3}, DType::i64}, {"targets", {3}, DType::i64}})
+          .with_gradients();
+  const Graph& g = f.graph();
+  std::map<ValueId, NdPlacement> given{{named(g, "wte.weight"), {S(0)}}, {named(g, "head.weight"), {S(0)}}}, required;
+  for (ValueId v : g.outputs()) required[v] = {B};
+  for (const Node& node : g.nodes())
+    if (node.backward && node.op == "matmul" && node.inputs[1] == named(g, "head.weight")) given[node.outputs[0]] = {B};
+  for (std::size_t k = 0; k < f.gradient_parameters().size(); ++k) {
+    const ValueId param = g.parameters()[f.gradient_parameters()[k]];
+    if (given.count(param)) required[g.outputs()[1 + k]] = given.at(param);
+  }
+  const ShardingPlan plan = propagate_sharding(g, Mesh{{{"tp", 2}}}, given, required, {});
+  std::map<std::string, int> expanded;
+  for (const Node& node : g.nodes()) {
+    const bool wte_table = node.op == "embedding" && node.inputs[0] == named(g, "wte.weight");
+    if (plan.signatures.at(node.id)[0].expand) ++expanded[node.op + (wte_table ? " (wte)" : "")];
+  }
+  EXPECT_EQ(expanded, (std::map<std::string, int>{{"cross_entropy", 1}, {"cross_entropy_backward", 1}, {"embedding (wte)", 1},
+                                                   {"embedding_backward", 1}}));
+  for (const Transition& t : communicating(plan)) {
+    EXPECT_EQ(t.collective, Collective::all_reduce) << "value " << t.value;  // the lookup's and the head's input gradient
+    EXPECT_DOUBLE_EQ(t.bytes, 3 * 4 * 4) << "an activation [3, 4], not the logits [3, 8]";
+  }
+  EXPECT_EQ(communicating(plan).size(), 2u);
+
+  const Mesh two_axes{{{"a", 2}, {"b", 2}}};
+  std::map<ValueId, NdPlacement> both{{named(g, "wte.weight"), {S(0), S(0)}}};
+  const ShardingPlan twice = propagate_sharding(g, two_axes, both, {}, {});
+  test::expect_error_mentions([&] { shard_step(f, twice, MeshDevice{{0, 1}, {1, 2}}); },
+                              {"shard_step: op 'embedding'", "runs expanded along mesh axes 'a' and 'b'"});
 }

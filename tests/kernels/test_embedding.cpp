@@ -36,3 +36,36 @@ TEST(Embedding, BadInput) {
   EXPECT_THROW(kernels::embedding(w, test::random_tensor({2}, 3)), Error);
   EXPECT_THROW(kernels::embedding_backward(test::random_tensor({3, 2}, 3), Tensor::zeros({2}, DType::i64), 4), Error);
 }
+
+// Megatron's vocab-parallel lookup: devices holding rows [0, 2), [2, 4) and [4, 6) of a table look
+// up only their ids (zero rows elsewhere), so their results add up to the whole lookup; likewise
+// their slices of the table's gradient join into the whole gradient.
+TEST(Embedding, SlicesOfTheTableAddUpToTheWholeLookup) {
+  const Tensor w = test::random_tensor({6, 3}, 4), g = test::random_tensor({2, 3, 3}, 5);
+  const Tensor ids = Tensor::from_vector<std::int64_t>({5, 0, 2, 2, 1, 4}, {2, 3});
+  std::vector<double> sum(18, 0.0), dw;
+  for (std::int64_t first = 0; first < 6; first += 2) {
+    const kernels::TableSlice slice{first, 6};
+    const std::vector<double> part = test::values(kernels::embedding(w.slice(0, first, first + 2), ids, slice));
+    for (std::size_t i = 0; i < part.size(); ++i) sum[i] += part[i];
+    const std::vector<double> rows = test::values(kernels::embedding_backward(g, ids, 2, slice));
+    dw.insert(dw.end(), rows.begin(), rows.end());
+  }
+  test::expect_close(kernels::embedding(w, ids), sum, {2, 3, 3});
+  test::expect_close(kernels::embedding_backward(g, ids, 6), dw, {6, 3});
+}
+
+// A slice still checks every id against the whole table, and must lie within it.
+TEST(Embedding, ASliceRefusesIdsOutsideTheWholeTable) {
+  const Tensor w = test::random_tensor({2, 3}, 6);
+  try {
+    kernels::embedding(w, Tensor::from_vector<std::int64_t>({1, 6}, {2}), {2, 6});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::out_of_range);
+    EXPECT_NE(std::string(e.what()).find("id 6 at position [1] is outside [0, 6)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(kernels::embedding(w, Tensor::from_vector<std::int64_t>({1}, {1}), {5, 6}), Error);
+  EXPECT_THROW(kernels::embedding_backward(test::random_tensor({1, 3}, 7), Tensor::from_vector<std::int64_t>({1}, {1}), 2, {-1, 6}),
+               Error);
+}

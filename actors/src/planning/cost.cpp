@@ -62,6 +62,12 @@ PlanTime plan_time(const graph::TracedFunction& step, const graph::ShardingPlan&
   };
   for (const graph::Transition& tr : plan.transitions)
     if (tr.collective != graph::Collective::local) send(static_cast<std::size_t>(tr.mesh_axis), tr.bytes);
+  // An expanded op's own collectives (the vocab-parallel cross-entropy's maxima and sums) carry a
+  // few bytes a row: their latency counts.
+  for (const auto& [node, sigs] : plan.signatures)
+    for (std::size_t a = 0; a < sigs.size(); ++a)
+      if (sigs[a].expand && plan.mesh.axes[a].second > 1)
+        for (int k = 0; k < sigs[a].expand_collectives; ++k) send(a, 0);
   // The optimizer updates the gradient elements the device holds once the plan is done (a shard with ZeRO-1).
   const std::map<graph::ValueId, graph::NdPlacement> done = plan.final_placements();
   for (std::size_t k = step.output_count(); k < g.outputs().size(); ++k) {

@@ -29,6 +29,32 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 // The index of the mesh axis called `name`, or -1.
+// A language model's tables over the vocabulary in a traced step: the token embedding (the table
+// of a lookup of a step input), its lookup's output, and the head (the weight of the product whose
+// output, reshaped or not, is the cross-entropy's logits); -1 where absent.
+struct VocabTables {
+  ValueId embedding = -1, lookup = -1, head = -1;
+};
+VocabTables vocab_tables(const graph::Graph& g) {
+  VocabTables t;
+  const auto is_input = [&](ValueId v) { return g.value(v).kind == graph::ValueKind::input; };
+  const auto is_parameter = [&](ValueId v) { return g.value(v).kind == graph::ValueKind::parameter; };
+  for (const graph::Node& node : g.nodes()) {
+    if (node.backward) continue;
+    if (node.op == "embedding" && t.embedding < 0 && is_parameter(node.inputs[0]) && is_input(node.inputs[1])) {
+      t.embedding = node.inputs[0];
+      t.lookup = node.outputs[0];
+    }
+    if (node.op != "cross_entropy" || t.head >= 0) continue;
+    graph::NodeId n = g.value(node.inputs[0]).producer;
+    while (n >= 0 && g.node(n).op == "reshape") n = g.value(g.node(n).inputs[0]).producer;
+    if (n >= 0 && g.node(n).op == "matmul" && g.node(n).inputs.size() == 2 && is_parameter(g.node(n).inputs[1]) &&
+        g.node(n).attrs.has("trans_b") && g.node(n).attrs.get_int("trans_b") != 0)
+      t.head = g.node(n).inputs[1];
+  }
+  return t;
+}
+
 int axis_named(const graph::Mesh& mesh, const std::string& name) {
   for (std::size_t a = 0; a < mesh.axes.size(); ++a)
     if (mesh.axes[a].first == name) return static_cast<int>(a);
@@ -75,7 +101,16 @@ PlacementRequest megatron_gpt_placement(const graph::TracedFunction& step, const
   PlacementRequest r;
   std::set<ValueId> row_parallel, column_parallel;  // weights
   for (ValueId v : g.inputs()) r.given[v] = nd(batch, B);
+  // Vocab-parallel: the token embedding and the head split by vocabulary rows where tp divides them.
+  const VocabTables vocab = vocab_tables(g);
+  for (ValueId v : {vocab.embedding, vocab.head}) {
+    if (v < 0 || !g.value(v).info.shape[0].is_static() || g.value(v).info.shape[0].size() % tp_size != 0) continue;
+    r.given[v] = nd(B, Placement::split(0));
+    if (v == vocab.head) column_parallel.insert(v);
+  }
+  if (vocab.lookup >= 0 && r.given.count(vocab.embedding)) r.given[vocab.lookup] = nd(batch, B);  // all-reduced where looked up
   for (ValueId v : g.parameters()) {
+    if (r.given.count(v)) continue;
     Placement on_tp = B;
     for (const auto& [suffix, p] : tensor_parallel)
       if (ends_with(g.value(v).name, suffix)) on_tp = p;

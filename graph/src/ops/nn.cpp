@@ -125,8 +125,12 @@ std::vector<ValueInfo> infer_embedding(const InferContext& c) {
   out.push_back(c.inputs[0].shape[1]);
   return one(c.inputs[0].dtype, out);
 }
-std::vector<Tensor> compute_embedding(const std::vector<Tensor>& in, const ComputeContext&) {
-  return {kernels::embedding(in[0], in[1])};
+// The table's slice that a vocab-parallel device holds (attributes "first" and "table"; none: the whole table).
+kernels::TableSlice table_slice(const Attrs& a) {
+  return a.has("table") ? kernels::TableSlice{a.get_int("first"), a.get_int("table")} : kernels::TableSlice{};
+}
+std::vector<Tensor> compute_embedding(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return {kernels::embedding(in[0], in[1], table_slice(c.attrs))};
 }
 std::vector<Var> grad_embedding(const GradContext& c) {
   const Attrs a = Attrs().set("num", c.inputs[0].size(0).size());
@@ -138,7 +142,7 @@ std::vector<ValueInfo> infer_embedding_backward(const InferContext& c) {
   return one(c.inputs[0].dtype, {c.attrs.get_int("num"), c.inputs[0].shape.back()});
 }
 std::vector<Tensor> compute_embedding_backward(const std::vector<Tensor>& in, const ComputeContext& c) {
-  return {kernels::embedding_backward(in[0], in[1], c.attrs.get_int("num"))};
+  return {kernels::embedding_backward(in[0], in[1], c.attrs.get_int("num"), table_slice(c.attrs))};
 }
 
 // cross_entropy(logits[..., C], targets[...]): the kernels take rows, so leading dims are flattened.
@@ -151,7 +155,6 @@ std::vector<ValueInfo> infer_cross_entropy(const InferContext& c) {
     shape_error(c, "expected logits [..., classes] and targets [...] with the same leading dims");
   return one(accumulation_dtype(c.inputs[0].dtype), {});
 }
-Tensor rows_of(const Tensor& logits) { return logits.reshape({logits.numel() / logits.shape().back(), logits.shape().back()}); }
 std::vector<Tensor> compute_cross_entropy(const std::vector<Tensor>& in, const ComputeContext&) {
   return {kernels::cross_entropy(rows_of(in[0]), in[1].reshape({in[1].numel()}))};
 }
@@ -308,8 +311,8 @@ std::vector<Tensor> compute_causal_attention_backward(const std::vector<Tensor>&
 
 // Sharding of embedding (weight [num, dim], ids): ids split give rows split alike; the table split
 // by columns gives the looked-up rows split by columns; lookups are linear in the table, so a
-// partial-sum table gives partial sums. (A table split by rows needs lookups that know their
-// shard's first row: not an option here.)
+// partial-sum table gives partial sums; the table split by rows (the vocabulary) gives partial
+// sums too, each device looking up the ids of its rows (Megatron's vocab-parallel embedding).
 std::vector<ShardSignature> shard_embedding(const ShardContext& c) {
   const int ids_rank = static_cast<int>(c.inputs[1].shape.size());
   const Placement B = Placement::broadcast(), P = Placement::partial_sum();
@@ -317,10 +320,12 @@ std::vector<ShardSignature> shard_embedding(const ShardContext& c) {
   for (int d = 0; d < ids_rank; ++d) out.push_back({{B, Placement::split(d)}, {Placement::split(d)}});
   out.push_back({{Placement::split(1), B}, {Placement::split(ids_rank)}});
   out.push_back({{P, B}, {P}});
+  out.push_back({{Placement::split(0), B}, {P}, false, expand_vocab_embedding});
   return out;
 }
 // Sharding of embedding_backward (grad [..., dim], ids): rows split alike scatter into the whole
-// table as partial sums; columns split give the table's columns; partial sums pass through grad.
+// table as partial sums; columns split give the table's columns; partial sums pass through grad;
+// whole rows give each device its rows of the table (vocab-parallel).
 std::vector<ShardSignature> shard_embedding_backward(const ShardContext& c) {
   const int ids_rank = static_cast<int>(c.inputs[1].shape.size());
   const Placement B = Placement::broadcast(), P = Placement::partial_sum();
@@ -328,6 +333,7 @@ std::vector<ShardSignature> shard_embedding_backward(const ShardContext& c) {
   for (int d = 0; d < ids_rank; ++d) out.push_back({{Placement::split(d), Placement::split(d)}, {P}});
   out.push_back({{Placement::split(ids_rank), B}, {Placement::split(1)}});
   out.push_back({{P, B}, {P}});
+  out.push_back({{B, B}, {Placement::split(0)}, false, expand_vocab_embedding_backward});
   return out;
 }
 // Sharding of layer_norm (x, gamma, beta): rows of x, the weights whole.
@@ -346,25 +352,35 @@ std::vector<ShardSignature> shard_layer_norm_backward(const ShardContext& c) {
   return out;
 }
 // Sharding of cross_entropy (logits [..., classes], targets [...]): rows split alike give each
-// device the mean over its rows, scaled to its share of the mean over all (mean_of_split).
+// device the mean over its rows, scaled to its share of the mean over all (mean_of_split); the
+// classes split give every device the whole loss, the devices exchanging each row's maximum and
+// sums (vocab-parallel: the logits are never gathered).
 std::vector<ShardSignature> shard_cross_entropy(const ShardContext& c) {
+  const int classes = static_cast<int>(c.inputs[0].shape.size()) - 1;
   std::vector<ShardSignature> out;
-  for (std::size_t d = 0; d + 1 < c.inputs[0].shape.size(); ++d) {
-    const Placement split = Placement::split(static_cast<int>(d));
+  for (int d = 0; d < classes; ++d) {
+    const Placement split = Placement::split(d);
     out.push_back({{split, split}, {Placement::partial_sum()}, true});
   }
+  if (classes >= 0 && c.inputs[0].shape.back().is_static())
+    out.push_back({{Placement::split(classes), Placement::broadcast()}, {Placement::broadcast()}, false,
+                   expand_vocab_cross_entropy, 2});
   return out;
 }
 // Sharding of cross_entropy_backward (dloss, logits, targets): rows split alike, each device's
-// gradient divided by its own row count, so scaled to its share (mean_of_split); linear in dloss.
+// gradient divided by its own row count, so scaled to its share (mean_of_split); linear in dloss;
+// the classes split give the gradient's columns alike (vocab-parallel).
 std::vector<ShardSignature> shard_cross_entropy_backward(const ShardContext& c) {
   const Placement B = Placement::broadcast(), P = Placement::partial_sum();
+  const int classes = static_cast<int>(c.inputs[1].shape.size()) - 1;
   std::vector<ShardSignature> out;
-  for (std::size_t d = 0; d + 1 < c.inputs[1].shape.size(); ++d) {
-    const Placement split = Placement::split(static_cast<int>(d));
+  for (int d = 0; d < classes; ++d) {
+    const Placement split = Placement::split(d);
     out.push_back({{B, split, split}, {split}, true});
   }
   out.push_back({{P, B, B}, {P}});
+  if (classes >= 0 && c.inputs[1].shape.back().is_static())
+    out.push_back({{B, Placement::split(classes), B}, {Placement::split(classes)}, false, expand_vocab_cross_entropy_backward, 2});
   return out;
 }
 // Sharding of causal_mask: each [queries, keys] square stays whole; batch and head dims split.

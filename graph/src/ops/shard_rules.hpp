@@ -29,4 +29,19 @@ std::vector<ShardSignature> shard_all_but_axis(const ShardContext& c);
 /// input 0's rank or of its leading dims alone (per-row statistics), are split alike.
 std::vector<ShardSignature> shard_rows(const ShardContext& c, int row_dims, int row_inputs);
 
+// Megatron's vocab-parallel ops (ShardSignature::expand; ops/vocab_parallel.cpp), for a vocabulary
+// split evenly along one mesh axis alone.
+
+/// embedding (table [V_l, D], ids): the device's rows of the table looked up, zero rows for ids
+/// outside them (a partial sum).
+std::vector<ValueId> expand_vocab_embedding(LocalGraph& g, const std::vector<ValueId>& in, const Attrs& attrs);
+/// embedding_backward (grad, ids): the device's rows of the table's gradient.
+std::vector<ValueId> expand_vocab_embedding_backward(LocalGraph& g, const std::vector<ValueId>& in, const Attrs& attrs);
+/// cross_entropy (logits [..., C_l], targets): the rows' maximum all-gathered, their parts
+/// (kernels::cross_entropy_parts) all-reduced, the whole loss on every device.
+std::vector<ValueId> expand_vocab_cross_entropy(LocalGraph& g, const std::vector<ValueId>& in, const Attrs& attrs);
+/// cross_entropy_backward (dloss, logits [..., C_l], targets): the maximum and parts as in the
+/// forward, then the gradient of the device's columns.
+std::vector<ValueId> expand_vocab_cross_entropy_backward(LocalGraph& g, const std::vector<ValueId>& in, const Attrs& attrs);
+
 }  // namespace troupe::graph::detail

@@ -60,6 +60,30 @@ struct Mesh {
   std::string str() const;
 };
 
+/// One device's graph as a sharded step's lowering builds it (graph/spmd.hpp), for the ops whose
+/// signature along a mesh axis runs as more than the op on the device's slices
+/// (ShardSignature::expand): their devices need each other's values, or their slice's offset.
+class LocalGraph {
+ public:
+  virtual ~LocalGraph() = default;
+  /// Adds `op` on local values (attributes as the op reads them locally); its outputs.
+  virtual std::vector<ValueId> add(const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs) = 0;
+  /// A local value's dtype and shape (its slice's).
+  virtual const ValueInfo& info(ValueId v) const = 0;
+  /// `x` summed over the axis's devices (an all-reduce).
+  virtual ValueId all_reduce(ValueId x) = 0;
+  /// The devices' `x`, joined along `dim` in device order (an all-gather).
+  virtual ValueId all_gather(ValueId x, int dim) = 0;
+  /// This device's index along the axis.
+  virtual int index() const = 0;
+  /// The axis's device count.
+  virtual int devices() const = 0;
+};
+
+/// Builds one device's part of a node along one axis on `g`: `inputs` are the node's local
+/// values placed as the signature says, `attrs` its attributes; returns its local outputs.
+using ExpandFn = std::vector<ValueId> (*)(LocalGraph& g, const std::vector<ValueId>& inputs, const Attrs& attrs);
+
 /// One way an op can run along a mesh axis: the placement of each input and of each output.
 struct ShardSignature {
   std::vector<Placement> inputs, outputs;
@@ -67,6 +91,11 @@ struct ShardSignature {
   /// gradients): each device's result counts only its own rows, so the runtime divides it by the
   /// axis's device count (the split being even) to make it its share.
   bool mean_of_split = false;
+  /// Along this axis the op runs as what `expand` builds rather than as itself on its slices
+  /// (Megatron's vocab-parallel embedding and cross-entropy); null: as itself.
+  ExpandFn expand = nullptr;
+  /// The collectives `expand` runs, each on a value of the rows' size: the planner counts their latency.
+  int expand_collectives = 0;
 };
 
 /// What an op's sharding rule sees of a node.
