@@ -42,6 +42,7 @@ struct TrainFlags {
   std::string data, load_weights;
   apps::DataParallelFlags dp;
   apps::PlanFlags plan;
+  bool mesh_given = false;  // --dp or --tp: otherwise a launched job's mesh is searched, and --batch is global
   TrainFlags() { run.clip = 1.0; }
 };
 
@@ -97,10 +98,11 @@ void validate(const models::GptConfig& m, const std::string& state_file) {
 // What troupe-gpt trains and validates on: the corpus split into training and held-out bytes, and
 // a window sampler over each. The samplers refer to the bytes, so this never moves.
 struct GptData {
-  GptData(const TrainFlags& f, int ranks)
+  // The training batches of `ranks` ranks of `batch` rows each; the held-out ones of --batch rows.
+  GptData(const TrainFlags& f, int ranks, std::int64_t batch)
       : corpus(apps::load_corpus(f.data)),
         split(apps::split_corpus(corpus.bytes, f.val_fraction, f.model.seq, corpus.source)),
-        train(split.first, f.model.seq, f.batch * ranks, f.seed, "the training split"),
+        train(split.first, f.model.seq, batch * ranks, f.seed, "the training split"),
         val(split.second, f.model.seq, f.batch, f.seed + 1, "the held-out split") {}
   GptData(const GptData&) = delete;
   GptData& operator=(const GptData&) = delete;
@@ -154,8 +156,13 @@ apps::TrainingSetup setup(const TrainFlags& f) {
   s.tensor_parallel = std::max(1, f.plan.tp);
   s.zero = f.plan.zero == 1;
   s.plan = [&f](const graph::TracedFunction& step, const apps::ParallelJob& job) {
-    return apps::gpt_training_plan(f.plan, step, f.model.heads, job.dp_size(), job.tp_size(), f.batch, job.rank() == 0);
+    const std::int64_t replica_batch = f.batch * f.dp.ranks / job.dp_size();  // (a searched mesh splits the global --batch)
+    return apps::gpt_training_plan(f.plan, step, f.model.heads, job.dp_size(), job.tp_size(), replica_batch, job.rank() == 0);
   };
+  if (!f.mesh_given)
+    s.search = [&f](const graph::TracedFunction& step, transport::Communicator& world, bool tensor_parallel) {
+      return apps::search_training_mesh(f.plan, step, f.model.heads, f.batch, world, tensor_parallel);
+    };
   s.weights_advice = kWeightsAdvice;
   s.forward_program = true;  // the held-out loss runs as an actor program too
   s.items_per_step = static_cast<double>(f.batch * f.model.seq);
@@ -166,7 +173,7 @@ apps::TrainingSetup setup(const TrainFlags& f) {
 // troupe-gpt's parts of the run; `data` and `model` are built by the run and live in train().
 apps::TrainingParts parts(const TrainFlags& f, std::optional<GptData>& data, std::optional<models::Gpt>& model) {
   apps::TrainingParts p;
-  p.load_data = [&](int ranks) { data.emplace(f, ranks); };
+  p.load_data = [&](int ranks, std::int64_t batch) { data.emplace(f, ranks, batch); };
   p.build_model = [&]() -> graph::Module& {
     Generator gen(f.seed);
     return model.emplace(f.model, gen);
@@ -260,7 +267,8 @@ int main(int argc, char** argv) {
   CLI::App app{"troupe-gpt: train a byte-level GPT on the actor runtime, or sample text from a checkpoint"};
   TrainFlags tf;
   add_model_flags(app, tf.model);
-  app.add_option("--batch", tf.batch, "sequences per step")->capture_default_str()->check(apps::in_range(1, 1 << 20));
+  app.add_option("--batch", tf.batch, "sequences per step (per data-parallel replica with --dp; the whole step's when a launched "
+                 "job's mesh is searched)")->capture_default_str()->check(apps::in_range(1, 1 << 20));
   app.add_option("--lr", tf.lr, "AdamW learning rate")->capture_default_str()->check(apps::open_range(0, 10));
   app.add_option("--weight-decay", tf.weight_decay, "AdamW decoupled weight decay")
       ->capture_default_str()->check(apps::in_range(0, 10));
@@ -298,6 +306,7 @@ int main(int argc, char** argv) {
   return apps::run_cli(app, argc, argv, "troupe-gpt", [&] {
     if (gen->parsed()) return generate(gf, *gen);
     if (tf.plan.plan_only) return apps::plan_only(tf.plan, tf.model, tf.batch, tf.dp.ranks, tf.seed);
+    tf.mesh_given = app.count("--dp") > 0 || tf.plan.tp > 0;
     TROUPE_CHECK(tf.plan.tp > 1 || (tf.plan.strategy_load.empty() && tf.plan.strategy_save.empty()), invalid_argument,
                  "--strategy-save and --strategy-load place a tensor-parallel run; give --tp too (or use them with --plan-only)");
     return train(tf, app);

@@ -137,7 +137,7 @@ apps::TrainingSetup setup(const TrainFlags& f, bool plain_gradient) {
 apps::TrainingParts parts(const TrainFlags& f, const models::SrConfig& config, std::optional<apps::SrData>& data,
                           std::optional<models::SrLite>& model) {
   apps::TrainingParts p;
-  p.load_data = [&](int) { data.emplace(f.data); };
+  p.load_data = [&](int, std::int64_t) { data.emplace(f.data); };
   p.build_model = [&]() -> graph::Module& {
     Generator gen(f.data.seed);
     return model.emplace(config, gen);

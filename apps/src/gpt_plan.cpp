@@ -87,7 +87,61 @@ double measured_update_gbps() {
 
 double mib(double bytes) { return bytes / (1 << 20); }
 
+// The cost model the flags give: --gflops and --update-gbps (measured on this machine when 0), the
+// links of --link-gbps and --link-latency-us, the tp axis' of --tp-link-gbps and --tp-link-latency-us.
+actors::CostModel flag_cost_model(const PlanFlags& f) {
+  actors::CostModel cost;
+  cost.gflops = f.gflops > 0 ? f.gflops : measured_gflops();
+  cost.update_gbps = f.update_gbps > 0 ? f.update_gbps : measured_update_gbps();
+  cost.default_link = {f.link_gbps, f.link_latency_us};
+  if (f.tp_link_gbps > 0 || f.tp_link_latency_us > 0)
+    cost.links["tp"] = {f.tp_link_gbps > 0 ? f.tp_link_gbps : cost.default_link.gbytes_per_s,
+                        f.tp_link_latency_us > 0 ? f.tp_link_latency_us : cost.default_link.latency_us};
+  return cost;
+}
+
+// The planner actor's candidates for `world` devices, fastest first among those that fit, each
+// printed when `print` (troupe-gpt: candidate dp=.. x tp=..: predicted .. ms, .. MiB per rank).
+std::vector<actors::MeshCandidate> ask_planner(const PlanFlags& f, const graph::TracedFunction& step, int world,
+                                               std::int64_t heads, const graph::SymBindings& bindings,
+                                               const actors::CostModel& cost, bool print) {
+  actors::Engine engine(actors::EngineOptions{1});
+  actors::Planner planner(engine);
+  const std::vector<actors::MeshCandidate> candidates =
+      planner.ask({step, world, heads, bindings, cost, f.mem_per_rank, 8, f.zero == 1}).get();
+  if (print)
+    for (const actors::MeshCandidate& c : candidates)
+      std::printf("troupe-gpt: candidate dp=%d x tp=%d: predicted %.3f ms, %.2f MiB per rank%s\n", c.dp, c.tp,
+                  c.time.total() * 1e3, mib(c.memory.total()), c.fits ? "" : " (over the budget)");
+  return candidates;
+}
+
 }  // namespace
+
+std::pair<int, int> search_training_mesh(const PlanFlags& f, const graph::TracedFunction& step, std::int64_t heads,
+                                         std::int64_t global_batch, transport::Communicator& world, bool tensor_parallel) {
+  actors::CostModel cost = flag_cost_model(f);
+  // Each rank measured its own figures: all plan with the ranks' means, so all choose alike.
+  const std::vector<double> agreed = actors::agree_on_means(world, {cost.gflops, cost.update_gbps});
+  cost.gflops = agreed[0];
+  cost.update_gbps = agreed[1];
+  cost.default_link = actors::measure_link(world);
+  const bool print = world.rank() == 0;
+  if (print)
+    std::printf("troupe-gpt: planning %d ranks (no --dp, no --tp): %.1f GFLOP/s, update %.1f GB/s, link %.3f GB/s and "
+                "%.0f us measured\n", world.size(), cost.gflops, cost.update_gbps, cost.default_link.gbytes_per_s,
+                cost.default_link.latency_us);
+  const std::vector<actors::MeshCandidate> candidates =
+      ask_planner(f, step, world.size(), heads, {{"batch", global_batch}}, cost, print);
+  for (const actors::MeshCandidate& c : candidates) {
+    if (!c.fits || (c.tp > 1 && !tensor_parallel) || (f.zero == 1 && c.dp == 1)) continue;
+    if (print) std::printf("troupe-gpt: planner chose dp=%d x tp=%d\n", c.dp, c.tp);
+    return {c.dp, c.tp};
+  }
+  fail(ErrorKind::invalid_argument, "planner: no mesh of ", world.size(), " ranks splits the global batch of ", global_batch,
+       " among its replicas", tensor_parallel ? "" : " without tensor parallelism (these settings rule it out: give --tp to see why)",
+       f.zero == 1 ? " with 2 or more replicas for ZeRO-1" : "", " and fits the memory; give --dp and --tp, or another --batch");
+}
 
 graph::ShardingPlan gpt_training_plan(const PlanFlags& f, const graph::TracedFunction& step, std::int64_t heads, int dp,
                                       int tp, std::int64_t batch, bool write) {
@@ -120,13 +174,7 @@ int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t 
   // The global batch: --batch per data-parallel rank, as training with --dp reads it; a searched
   // mesh with another dp splits the same sequences.
   const graph::SymBindings bindings{{"batch", batch * dp}};
-  actors::CostModel cost;
-  cost.gflops = f.gflops > 0 ? f.gflops : measured_gflops();
-  cost.update_gbps = f.update_gbps > 0 ? f.update_gbps : measured_update_gbps();
-  cost.default_link = {f.link_gbps, f.link_latency_us};
-  if (f.tp_link_gbps > 0 || f.tp_link_latency_us > 0)
-    cost.links["tp"] = {f.tp_link_gbps > 0 ? f.tp_link_gbps : f.link_gbps,
-                        f.tp_link_latency_us > 0 ? f.tp_link_latency_us : f.link_latency_us};
+  const actors::CostModel cost = flag_cost_model(f);
   const int world = f.devices > 0 ? f.devices : dp * (f.tp > 0 ? f.tp : 1);
   nlohmann::json out{{"app", "troupe-gpt"}, {"plan_only", true}, {"devices", world}, {"global_batch", batch * dp}, {"zero", f.zero},
                      {"gflops", cost.gflops}, {"update_gbps", cost.update_gbps},
@@ -143,15 +191,9 @@ int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t 
     mesh = actors::job_mesh(world / f.tp, f.tp, world);
     request = actors::megatron_gpt_placement(step, mesh, config.heads, f.zero == 1);
   } else {
-    // The planner actor searches; this thread could go on meanwhile (training loads its data).
-    actors::Engine engine(actors::EngineOptions{1});
-    actors::Planner planner(engine);
-    const std::vector<actors::MeshCandidate> candidates =
-        planner.ask({step, world, config.heads, bindings, cost, f.mem_per_rank, 8, f.zero == 1}).get();
+    const std::vector<actors::MeshCandidate> candidates = ask_planner(f, step, world, config.heads, bindings, cost, true);
     out["candidates"] = nlohmann::json::array();
     for (const actors::MeshCandidate& c : candidates) {
-      std::printf("troupe-gpt: candidate dp=%d x tp=%d: predicted %.3f ms, %.2f MiB per rank%s\n", c.dp, c.tp,
-                  c.time.total() * 1e3, mib(c.memory.total()), c.fits ? "" : " (over the budget)");
       out["candidates"].push_back({{"dp", c.dp}, {"tp", c.tp}, {"predicted_ms", c.time.total() * 1e3},
                                    {"memory_bytes", c.memory.total()}, {"fits", c.fits}});
     }

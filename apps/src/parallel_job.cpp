@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "troupe/kernels/error.hpp"
 #include "troupe/transport/subgroup.hpp"
@@ -17,13 +18,32 @@ ParallelJob::ParallelJob(int dp, int tp, bool zero) : dp_(dp), tp_(tp) {
   TROUPE_CHECK(job_.size == dp * tp, invalid_argument, tp > 1 ? "--dp " + std::to_string(dp) + " x --tp " + std::to_string(tp) : "--dp " + std::to_string(dp),
                " but this process is rank ", job_.rank, " of a ", job_.size, "-rank job (", job_.source,
                "); start it with troupe-launch -n ", dp * tp, " -- ...");
-  bootstrap_ = std::make_unique<transport::Bootstrap>(job_, job_.timeout);
+  join();
+  make_groups(zero);
+}
+
+ParallelJob::ParallelJob(const MeshChooser& choose, bool zero) {
+  job_ = transport::JobInfo::from_environment();
+  join();
+  world_ = std::make_shared<transport::Communicator>(transport::make_ucx_transport(*bootstrap_, job_.timeout), "world", 5);
+  std::tie(dp_, tp_) = choose(*world_);
+  TROUPE_CHECK(dp_ >= 1 && tp_ >= 1 && dp_ * tp_ == job_.size, invalid_argument, "the mesh chosen for a ", job_.size,
+               "-rank job is dp=", dp_, " x tp=", tp_, "; it must use every rank");
+  make_groups(zero);
+}
+
+int ParallelJob::world_size() { return transport::JobInfo::from_environment().size; }
+
+void ParallelJob::join() { bootstrap_ = std::make_unique<transport::Bootstrap>(job_, job_.timeout); }
+
+void ParallelJob::make_groups(bool zero) {
   // Every rank makes the same transports in the same order (each is a collective of the job).
   const auto group = [&](const std::vector<int>& members, const char* name, std::uint32_t channel) {
     std::unique_ptr<transport::Transport> world = transport::make_ucx_transport(*bootstrap_, job_.timeout);
     if (static_cast<int>(members.size()) < job_.size) world = transport::make_subgroup(std::move(world), members);
     return std::make_shared<transport::Communicator>(std::move(world), name, channel);
   };
+  const int dp = dp_, tp = tp_;
   std::vector<int> dp_members, tp_members;
   for (int i = 0; i < dp; ++i) dp_members.push_back(i * tp + tp_rank());
   for (int j = 0; j < tp; ++j) tp_members.push_back(dp_rank() * tp + j);

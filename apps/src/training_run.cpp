@@ -192,18 +192,26 @@ TrainingRun::TrainingRun(CLI::App& app, std::string name, RunFlags flags, std::s
   settings_.emplace(app, resumed_->state);
 }
 
-int TrainingRun::train(const TrainingSetup& setup, const TrainingParts& parts) {
+int TrainingRun::train(const TrainingSetup& given, const TrainingParts& parts) {
+  TrainingSetup setup = given;
   std::optional<ParallelJob> job;
+  const bool searched = setup.search && setup.data_parallel && setup.data_parallel->ranks == 1 && setup.tensor_parallel == 1 &&
+                        ParallelJob::world_size() > 1;
+  graph::Module* built = nullptr;  // a searched mesh is planned for the model's step, so it comes first
+  if (searched) {
+    built = &parts.build_model();
+    job.emplace(join_searched(setup, parts));
+  }
   const int replicas = setup.data_parallel ? setup.data_parallel->ranks : 1;
   TROUPE_CHECK(!setup.zero || replicas > 1, invalid_argument, "--zero 1 splits the optimizer state among the "
                "data-parallel replicas, and --dp 1 has one; use --dp 2 or more, or drop --zero");
   TROUPE_CHECK(!setup.zero || (jit_ > 0 && mode_ == GradMode::advanced), invalid_argument, "--zero 1 runs on the actor "
                "runtime's overlapped gradient path; unset JIT_LEVEL=0 and GRAD_MODE=standard");
   if (setup.tensor_parallel > 1) check_tensor_parallel(setup);  // before joining: every rank refuses alike, at once
-  if (setup.data_parallel || setup.tensor_parallel > 1) job.emplace(replicas, setup.tensor_parallel, setup.zero);
+  if (!job && (setup.data_parallel || setup.tensor_parallel > 1)) job.emplace(replicas, setup.tensor_parallel, setup.zero);
   if (!flags_.save.empty() && (!job || job->rank() == 0)) models::prepare_save_folder(flags_.save, flags_.resume);
-  parts.load_data(job ? job->dp_size() : 1);
-  graph::Module& model = parts.build_model();
+  parts.load_data(job ? job->dp_size() : 1, setup.batch);
+  graph::Module& model = built ? *built : parts.build_model();
   kernels::AdamWParams hp;
   hp.lr = setup.lr;
   hp.weight_decay = setup.weight_decay;
@@ -230,17 +238,38 @@ int TrainingRun::train(const TrainingSetup& setup, const TrainingParts& parts) {
   return run_loop(session, step_setup, start_step);
 }
 
+std::optional<Error> TrainingRun::tensor_parallel_refusal(const TrainingSetup& setup, int tp) const {
+  using detail::str_cat;
+  if (jit_ <= 0)
+    return Error(ErrorKind::invalid_argument, str_cat("--tp ", tp, " shards the traced step, and JIT_LEVEL=0 runs eagerly; "
+                                                      "use JIT_LEVEL=1 or more"));
+  if (flags_.amp.level != "auto" && flags_.amp.level != "O0")
+    return Error(ErrorKind::unsupported, str_cat("--tp ", tp, " trains in f32 so far; use --amp O0 (or auto)"));
+  if (flags_.loss_scale == "dynamic")
+    return Error(ErrorKind::unsupported, str_cat("--tp ", tp, " trains without loss scaling so far; use --loss-scale off"));
+  if (flags_.micro_batches > 1)
+    return Error(ErrorKind::unsupported, str_cat("--tp ", tp, " runs one micro-batch per step (the ranks must meet in "
+                                                 "their collectives in one order); use --micro-batches 1"));
+  if (!setup.plan) return Error(ErrorKind::invalid_argument, str_cat(name_, " has no plan for --tp"));
+  return std::nullopt;
+}
+
 void TrainingRun::check_tensor_parallel(const TrainingSetup& setup) const {
-  const int tp = setup.tensor_parallel;
-  TROUPE_CHECK(jit_ > 0, invalid_argument, "--tp ", tp, " shards the traced step, and JIT_LEVEL=0 runs eagerly; use "
-               "JIT_LEVEL=1 or more");
-  TROUPE_CHECK(flags_.amp.level == "auto" || flags_.amp.level == "O0", unsupported, "--tp ", tp, " trains in f32 so far; "
-               "use --amp O0 (or auto)");
-  TROUPE_CHECK(flags_.loss_scale != "dynamic", unsupported, "--tp ", tp, " trains without loss scaling so far; use "
-               "--loss-scale off");
-  TROUPE_CHECK(flags_.micro_batches <= 1, unsupported, "--tp ", tp, " runs one micro-batch per step (the ranks must meet "
-               "in their collectives in one order); use --micro-batches 1");
-  TROUPE_CHECK(setup.plan != nullptr, invalid_argument, name_, " has no plan for --tp");
+  if (const std::optional<Error> e = tensor_parallel_refusal(setup, setup.tensor_parallel)) throw *e;
+}
+
+ParallelJob TrainingRun::join_searched(TrainingSetup& setup, const TrainingParts& parts) const {
+  const graph::TracedFunction step = graph::trace(parts.loss, setup.signature).with_gradients();
+  const bool tensor_parallel = !tensor_parallel_refusal(setup, 2).has_value();
+  ParallelJob job([&](transport::Communicator& world) { return setup.search(step, world, tensor_parallel); }, setup.zero);
+  const std::int64_t global = setup.batch;
+  TROUPE_CHECK(global % job.dp_size() == 0, invalid_argument, "the planner chose dp=", job.dp_size(), ", which does not split the ",
+               "global batch of ", global, "; give --dp and --tp");
+  setup.batch = global / job.dp_size();
+  setup.items_per_step *= static_cast<double>(setup.batch) / static_cast<double>(global);
+  setup.data_parallel->ranks = job.dp_size();
+  setup.tensor_parallel = job.tp_size();
+  return job;
 }
 
 std::shared_ptr<graph::Optimizer> TrainingRun::shard_step(const TrainingSetup& setup, const TrainingParts& parts,

@@ -315,7 +315,7 @@ TEST(Planning, ZeroOneShardsTheOptimizerStateOverDataParallelRanks) {
 }
 
 // Bucket sizes from a link: latency at most 1% of a bucket's transfer, within 0.25-64 MiB; the
-// measured link is the ranks' mean, the same on every rank.
+// measured link is the ranks' mean, the same on every rank, like any figures the ranks agree on.
 TEST(Planning, BucketSizesFollowTheMeasuredLink) {
   const actors::BucketSizes shm = actors::choose_buckets({6.4, 17}), tcp = actors::choose_buckets({0.12, 95});
   EXPECT_NEAR(shm.fusion_mb, 99 * 17e-6 * 6.4e9 / (1 << 20), 1e-9);  // 10.3 MiB
@@ -327,17 +327,22 @@ TEST(Planning, BucketSizesFollowTheMeasuredLink) {
 
   auto world = transport::make_inprocess_world(2);
   std::vector<actors::CostModel::Link> links(2);
+  std::vector<std::vector<double>> figures(2);
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r)
     ranks.emplace_back([&, r] {
       transport::Communicator comm(std::move(world[static_cast<std::size_t>(r)]), "allreduce");
       links[static_cast<std::size_t>(r)] = actors::measure_link(comm);
+      // What each rank measured itself (its GFLOP/s, say) becomes the ranks' mean on every rank.
+      figures[static_cast<std::size_t>(r)] = actors::agree_on_means(comm, {10.0 + r, -3.0 * r});
     });
   for (std::thread& t : ranks) t.join();
   EXPECT_GT(links[0].gbytes_per_s, 0);
   EXPECT_GT(links[0].latency_us, 0);
   EXPECT_EQ(links[0].gbytes_per_s, links[1].gbytes_per_s);
   EXPECT_EQ(links[0].latency_us, links[1].latency_us);
+  EXPECT_EQ(figures[0], (std::vector<double>{10.5, -1.5}));
+  EXPECT_EQ(figures[1], figures[0]);
 }
 
 // The planner actor answers on the engine's threads with what the search gives, and passes the

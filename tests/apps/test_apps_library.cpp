@@ -392,7 +392,7 @@ struct ToyApp {
 
   apps::TrainingParts parts() {
     apps::TrainingParts p;
-    p.load_data = [this](int ranks) { calls.push_back("load_data " + std::to_string(ranks)); };
+    p.load_data = [this](int ranks, std::int64_t) { calls.push_back("load_data " + std::to_string(ranks)); };
     p.build_model = [this]() -> graph::Module& {
       calls.push_back("build_model");
       Generator gen(5);

@@ -592,3 +592,37 @@ TEST(GptApp, TensorParallelEqualsOneProcessAndResumesUnderAnyLayout) {
   EXPECT_NE(standard.output.find("--zero 1 runs on the actor runtime's overlapped gradient path"), std::string::npos)
       << standard.output;
 }
+
+// A launched job given neither --dp nor --tp asks the planner actor for its mesh: each rank
+// measures its GFLOP/s, update bandwidth and the link, the ranks agree on their means and choose
+// alike, and the run trains the global --batch exactly like one process, whichever mesh it is.
+// Settings that rule tensor parallelism out (several micro-batches) leave the job data parallel;
+// a batch no mesh they allow splits, and a budget no mesh fits, are refused clearly.
+TEST(GptApp, ALaunchedJobWithoutDpOrTpSearchesItsMesh) {
+  const std::string dir = test::fresh_dir("gpt_search"), data = corpus_file(dir);
+  const std::string common = " --d-model 32 --layers 1 --heads 2 --d-ff 64 --seq 16 --threads 1 --lr 3e-3 --eval-every 5"
+                             " --val-batches 2 --amp O0 --clip 1 --steps 6 --data " + data;
+  const std::string launch = std::string(TROUPE_LAUNCH_BIN) + " --timeout 30 -n 2 -- " + kGpt + common;
+  const auto single = run_app(kGpt + common + " --batch 4 --metrics " + dir + "/single.csv");
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  const auto expected = test::csv_column(dir + "/single.csv", "loss");
+  for (const auto& [flags, mesh] : std::vector<std::pair<std::string, std::string>>{
+           {"", ""}, {" --micro-batches 2", "planner chose dp=2 x tp=1"}}) {
+    const auto r = run_app(launch + " --batch 4" + flags + " --metrics " + dir + "/searched.csv");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("[rank 0] troupe-gpt: planning 2 ranks (no --dp, no --tp)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("[rank 0] troupe-gpt: planner chose dp="), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(mesh), std::string::npos) << r.output;
+    const auto got = test::csv_column(dir + "/searched.csv", "loss");
+    ASSERT_EQ(got.size(), expected.size()) << flags;
+    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5 * expected[i]) << flags << ", step " << i + 1;
+  }
+  for (const auto& [flags, expect] : std::vector<std::pair<std::string, std::string>>{
+           {" --batch 3 --micro-batches 2", "planner: no mesh of 2 ranks splits the global batch of 3 among its replicas "
+                                            "without tensor parallelism"},
+           {" --batch 4 --mem-per-rank 1000", "planner: no mesh of 2 devices fits"}}) {
+    const auto r = run_app(launch + flags);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find(expect), std::string::npos) << r.output;
+  }
+}

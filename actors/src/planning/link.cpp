@@ -12,7 +12,7 @@ CostModel::Link measure_link(transport::Communicator& comm) {
   const Tensor small = Tensor::zeros({2}), large = Tensor::zeros({1 << 20});  // 8 bytes, 4 MiB
   std::vector<double> latencies;
   double best_large = 1e300;
-  Tensor agreed;  // the ranks' mean of what each measured: every rank plans the same buckets
+  std::vector<double> mine;
   comm.submit([&](transport::ProcessGroup& g) {
         const auto seconds = [&](const Tensor& t) {
           const auto t0 = std::chrono::steady_clock::now();
@@ -25,12 +25,17 @@ CostModel::Link measure_link(transport::Communicator& comm) {
         std::nth_element(latencies.begin(), latencies.begin() + 10, latencies.end());
         const double latency = latencies[10], n = g.size();
         const double sent = 2 * (n - 1) / n * static_cast<double>(large.nbytes());
-        agreed = Tensor::from_vector(std::vector<double>{sent / std::max(best_large - latency, 1e-9) / 1e9, latency * 1e6}, {2});
-        g.all_reduce(agreed, transport::ReduceOp::mean);
+        mine = {sent / std::max(best_large - latency, 1e-9) / 1e9, latency * 1e6};
       })
       .get();
-  const std::vector<double> v = agreed.to_vector<double>();
+  const std::vector<double> v = agree_on_means(comm, mine);  // every rank plans the same buckets
   return {v[0], v[1]};
+}
+
+std::vector<double> agree_on_means(transport::Communicator& comm, const std::vector<double>& figures) {
+  const Tensor all = Tensor::from_vector(figures, {static_cast<std::int64_t>(figures.size())});
+  comm.submit([&](transport::ProcessGroup& g) { g.all_reduce(all, transport::ReduceOp::mean); }).get();
+  return all.to_vector<double>();
 }
 
 BucketSizes choose_buckets(const CostModel::Link& link) {

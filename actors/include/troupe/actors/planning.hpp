@@ -95,6 +95,11 @@ struct CostModel {
 /// 1 Gbit/s).
 CostModel::Link measure_link(transport::Communicator& comm);
 
+/// The ranks' mean of each of `figures` (a collective of the communicator's ranks, every one calling
+/// it): what each rank measured (its link, its GFLOP/s) made one set of figures, so that every rank
+/// plans alike.
+std::vector<double> agree_on_means(transport::Communicator& comm, const std::vector<double>& figures);
+
 /// The data-parallel buckets for a link: how large a bucket may grow and how large the first is.
 struct BucketSizes {
   double fusion_mb = 64, first_mb = 1;

@@ -1,17 +1,20 @@
 #pragma once
-// troupe-gpt --plan-only: the hybrid-parallel plan of a GPT training step (docs/PARALLELISM.md)
-// printed and written as JSON without training: the mesh (given by --dp and --tp, searched when
-// --tp is absent, or read from --strategy-load), each op's placement, each collective with its
-// bytes and mesh axis, the memory per device, and the predicted step time.
+// troupe-gpt's hybrid-parallel planning (docs/PARALLELISM.md): --plan-only prints and writes as JSON
+// the plan of a GPT training step without training (the mesh, given by --dp and --tp, searched when
+// --tp is absent, or read from --strategy-load; each op's placement, each collective with its bytes
+// and mesh axis, the memory per device, the predicted step time); a launched training job given
+// neither --dp nor --tp has its mesh searched; a training rank's plan along its tp axis.
 
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "troupe/graph/sharding.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/models/gpt.hpp"
+#include "troupe/transport/process_group.hpp"
 
 namespace troupe::apps {
 
@@ -39,6 +42,16 @@ void add_plan_flags(CLI::App& app, PlanFlags& f);
 /// --strategy-save and `write`, also writes the dp x tp plan there.
 graph::ShardingPlan gpt_training_plan(const PlanFlags& f, const graph::TracedFunction& step, std::int64_t heads, int dp,
                                       int tp, std::int64_t batch, bool write);
+
+/// The mesh a training job of several ranks runs when neither --dp nor --tp is given: the planner
+/// actor's fastest dp x tp of the world's ranks that fits --mem-per-rank, for the traced `step` (a
+/// GPT of `heads` heads) at `global_batch` sequences, with tensor parallelism only where
+/// `tensor_parallel` (the run's settings allow it) and dp >= 2 with --zero 1. A collective of
+/// `world`: each rank's GFLOP/s and update bandwidth (or the flags') and the link, measured on the
+/// world, are averaged over the ranks, so every rank chooses the same mesh. Rank 0 prints the
+/// candidates and the choice.
+std::pair<int, int> search_training_mesh(const PlanFlags& f, const graph::TracedFunction& step, std::int64_t heads,
+                                         std::int64_t global_batch, transport::Communicator& world, bool tensor_parallel);
 
 /// Plans the training step of `model` at a global batch of `batch` x `dp` sequences (--batch per
 /// rank of --dp, as training reads them); prints the plan and its JSON line; returns the exit code.

@@ -6,6 +6,7 @@
 // clipping norm. Each has a transport of its own, so the kinds of traffic never queue behind each other.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,12 +25,21 @@ struct DataParallelFlags {
   bool check_grads = false;    // compare the ranks' post-reduce gradient norms every step
 };
 
+/// Chooses a job's mesh once its processes have joined, from a communicator of all of them (a
+/// collective: every rank calls it, and it must give every rank the same (dp, tp), dp x tp being
+/// the world size).
+using MeshChooser = std::function<std::pair<int, int>(transport::Communicator& world)>;
+
 /// This process's place in a dp x tp job and its communicators.
 class ParallelJob {
  public:
   /// Joins a job of `dp` x `tp` processes (1 x 1: a single process, nothing to join), with ZeRO-1's
   /// communicator when `zero`. Throws when the environment describes another world size, naming both.
   ParallelJob(int dp, int tp, bool zero = false);
+  /// Joins the job the environment describes and takes its mesh from `choose` (the planner's search).
+  ParallelJob(const MeshChooser& choose, bool zero);
+  /// The processes of the job the environment describes (1: a single process).
+  static int world_size();
   int rank() const { return job_.rank; }
   int size() const { return job_.size; }
   /// This process's data-parallel replica (which rows of the batch it takes), and their count.
@@ -56,11 +66,17 @@ class ParallelJob {
   const std::string& source() const { return job_.source; }
 
  private:
+  // Connects the job's ranks (the rendezvous), then makes the dp and tp groups' communicators.
+  void join();
+  void make_groups(bool zero);
+
   int dp_ = 1, tp_ = 1;
   actors::CostModel::Link link_{0, 0};
   transport::JobInfo job_;
   std::unique_ptr<transport::Bootstrap> bootstrap_;
   std::shared_ptr<transport::Communicator> allreduce_, allgather_, zero_, tp_group_, tp_norms_;
+  std::shared_ptr<transport::Communicator> world_;  // the mesh's chooser's; kept with the others, which
+                                                    // close together when the job ends
 };
 
 }  // namespace troupe::apps

@@ -42,6 +42,12 @@ struct TrainingSetup {
   /// of one "tp" axis, for this rank of `job` (the app places its model, e.g. Megatron's GPT
   /// placement); called on every rank.
   std::function<graph::ShardingPlan(const graph::TracedFunction& step, const ParallelJob& job)> plan;
+  /// When set, and the job has several processes but data_parallel->ranks and tensor_parallel are
+  /// both 1 (no --dp, no --tp): the mesh (dp, tp) the planner chooses for the traced training step,
+  /// over the world's communicator (every rank calls it and gets the same), with tensor parallelism
+  /// only where `tensor_parallel` allows it. `batch` is then the global batch, which dp splits.
+  std::function<std::pair<int, int>(const graph::TracedFunction& step, transport::Communicator& world, bool tensor_parallel)>
+      search;
   std::string grad_mode_note;                       // appended to "GRAD_MODE=<mode>" at start
   std::string weights_advice;                       // ends the error when --load-weights does not fit
   bool forward_program = false;                     // compile a forward-only program for ForwardLoss
@@ -55,8 +61,9 @@ struct TrainingSetup {
 /// the loop on next_batch, evaluate and (for checkpoints) store_settings and data_position, and
 /// ends with summary_fields. The app owns its data and model; the run only refers to them.
 struct TrainingParts {
-  /// Loads the data; with data parallelism every rank draws `ranks` times the batch.
-  std::function<void(int ranks)> load_data;
+  /// Loads the data for batches of `batch` rows per rank; with data parallelism every rank draws
+  /// the batches of all `ranks`.
+  std::function<void(int ranks, std::int64_t batch)> load_data;
   /// Builds the model (from the app's seed) and returns it; it must outlive the run.
   std::function<graph::Module&()> build_model;
   /// Maps the names of --load-weights tensors to the model's (troupe-gpt: nanoGPT's); empty: same.
@@ -116,6 +123,11 @@ class TrainingRun {
   /// With --tp: refuses settings a sharded step cannot run yet (the eager mode, mixed precision,
   /// loss scaling, several micro-batches), before the job is joined.
   void check_tensor_parallel(const TrainingSetup& setup) const;
+  /// Why `tp` tensor-parallel ranks cannot run these settings yet (check_tensor_parallel's error), or nothing.
+  std::optional<Error> tensor_parallel_refusal(const TrainingSetup& setup, int tp) const;
+  /// Joins a job whose mesh the planner chooses (TrainingSetup::search) for the step of `model`,
+  /// and fits `setup` to it: the global batch split among the replicas, the tensor-parallel ranks.
+  ParallelJob join_searched(TrainingSetup& setup, const TrainingParts& parts) const;
   /// With --tp: builds this rank's sharded step, its optimizer over the shards (holding the
   /// restored state's shards) and the options that run it.
   std::shared_ptr<graph::Optimizer> shard_step(const TrainingSetup& setup, const TrainingParts& parts, ParallelJob& job,
