@@ -137,9 +137,11 @@ TrainStep::TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputS
   // Optimized before the gradients (fusion) and after (forward and backward together).
   const int level = options.jit_level;
   const graph::Var seed = scaler_ ? scaler_->scale_var() : graph::Var();
+  // A sharded step runs the passes on the device's graph (its collectives stay where they are): the
+  // fusions before the gradients would need sharding rules for the fused ops.
   if (const auto& tp = options.tensor_parallel; tp.step) {
     po.tensor_parallel = {tp.norms, tp.step->replicated()};
-    program_ = engine_->compile(tp.step->local(), po);
+    program_ = engine_->compile(tp.step->local().optimized(level), po);
     return;
   }
   program_ = engine_->compile(

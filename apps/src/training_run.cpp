@@ -374,7 +374,7 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
       others += n.op == "all_gather" || n.op == "reduce_scatter";
     }
     std::printf("%s: tensor parallel: shard %d of %d (rank %d of %d), plan %s: %d all-reduces and %d other collectives "
-                "per step, %zu of %zu parameters split; f32, one micro-batch, no graph passes\n",
+                "per step, %zu of %zu parameters split; f32, one micro-batch, the passes of JIT_LEVEL after the split\n",
                 name, job->tp_rank(), job->tp_size(), job->rank(), job->size(), tp->plan().mesh.str().c_str(), all_reduces,
                 others, tp->local().parameters().size() - tp->replicated().size(), tp->local().parameters().size());
   }
