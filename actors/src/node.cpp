@@ -1,5 +1,8 @@
 #include "node.hpp"
 
+#include <algorithm>
+
+#include "collective_order.hpp"
 #include "step_memory.hpp"
 
 namespace troupe::actors {
@@ -20,10 +23,30 @@ Node::Node(NodeActor::pointer self, std::shared_ptr<const ActorPlan> plan, int i
       plan_(std::move(plan)),
       spec_(&plan_->actors[static_cast<std::size_t>(index)]),
       index_(index),
+      registers_(registers),
       peers_(std::move(peers)),
       kind_(std::move(kind)),
       in_(spec_->producers),
-      out_(registers, static_cast<int>(spec_->consumers.size())) {}
+      out_(registers, static_cast<int>(spec_->consumers.size())) {
+  const auto at = std::find(plan_->collectives.begin(), plan_->collectives.end(), index_);
+  if (at != plan_->collectives.end()) collective_ = static_cast<int>(at - plan_->collectives.begin());
+}
+
+int Node::waits(int mb) const {
+  const int memory = memory_waits(ctx_->memory.get(), index_, mb);
+  if (collective_ < 0) return memory;
+  const CollectiveOrder order(static_cast<int>(plan_->collectives.size()), ctx_->micro_batches, registers_);
+  return memory + (order.waits(collective_, mb) ? 1 : 0);
+}
+
+void Node::signal_next_collective(int mb) {
+  if (collective_ < 0) return;
+  const CollectiveOrder order(static_cast<int>(plan_->collectives.size()), ctx_->micro_batches, registers_);
+  if (const auto next = order.next(collective_, mb)) {
+    const int actor = plan_->collectives[static_cast<std::size_t>(next->first)];
+    tell(self_, track(), peers_->at(actor), SendTag{"go", step_, next->second}, go_atom::value, ctx_, next->second);
+  }
+}
 
 const Tensor& Node::input(const InputRef& ref) const {
   switch (ref.from) {
@@ -72,9 +95,7 @@ void Node::begin_step(const StepContextPtr& ctx) {
 
 void Node::pump() {
   if (!ctx_ || failed_) return;
-  const auto may_act = [this](int mb) {
-    return gos_[static_cast<std::size_t>(mb)] >= memory_waits(ctx_->memory.get(), index_, mb);
-  };
+  const auto may_act = [this](int mb) { return gos_[static_cast<std::size_t>(mb)] >= waits(mb); };
   const bool finished =
       act_while_ready(next_mb_, ctx_->micro_batches, in_, out_, may_act, [this](int mb) { return fire(mb); });
   if (finished && kind_->reports_done())
@@ -98,6 +119,7 @@ bool Node::fire(int mb) {
   for_each_memory_signal(ctx_->memory.get(), index_, mb, [this](int actor, int m) {
     tell(self_, track(), peers_->at(actor), SendTag{"go", step_, m}, go_atom::value, ctx_, m);
   });
+  signal_next_collective(mb);
   return true;
 }
 

@@ -47,8 +47,8 @@ class Node {
     tell(self_, track(), to, SendTag{kind, ctx_->step, -1, bytes}, std::forward<Ts>(xs)...);
   }
 
-  /// The handlers: a new step, a ready input register, a released output register, and a memory
-  /// edge's `go` for micro-batch `mb` (the step's memory plan orders this node's act after another).
+  /// The handlers: a new step, a ready input register, a released output register, and a `go` for
+  /// micro-batch `mb` (the step's memory plan, or the collectives' order, puts this act after another).
   void on_start(const StepContextPtr& ctx);
   void on_ready(ReadyPtr r);
   void on_release(std::uint64_t step, int reg);
@@ -68,11 +68,17 @@ class Node {
   template <class F>
   bool reporting_failure(F&& f);
   void report_failure(const std::string& what, ErrorKind kind);
+  // The gos act (this node, mb) waits for: its memory edges', and its predecessor's among the collectives.
+  int waits(int mb) const;
+  // Tells the act after (this node, mb) among the collectives that it may go (collective_order.hpp).
+  void signal_next_collective(int mb);
 
   NodeActor::pointer self_;
   std::shared_ptr<const ActorPlan> plan_;
   const ActorSpec* spec_;
   int index_;
+  int registers_;
+  int collective_ = -1;  // position among the plan's collectives, or -1
   PeersPtr peers_;
   std::shared_ptr<NodeKind> kind_;
   // The step in progress; a newer step's first message drops it, so a failed step leaves nothing behind.
@@ -80,7 +86,7 @@ class Node {
   std::uint64_t step_ = 0;
   int next_mb_ = 0;
   bool failed_ = false;
-  std::vector<int> gos_;          // per micro-batch: memory edges' signals received this step
+  std::vector<int> gos_;          // per micro-batch: `go`s received this step
   InRegisters in_;
   OutRegisters out_;
 };

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "troupe/graph/op_def.hpp"
+
 namespace troupe::actors {
 
 namespace {
@@ -103,6 +105,7 @@ ActorPlan plan_actors(const graph::TracedFunction& fn) {
     spec.node = n.id;
     spec.name = n.op + " %" + std::to_string(n.outputs.empty() ? n.id : n.outputs[0]);
     const int a = add_actor(plan, std::move(spec), n.inputs, source);
+    if (graph::OpRegistry::instance().get(n.op).collective) plan.collectives.push_back(a);
     for (std::size_t i = 0; i < n.outputs.size(); ++i) {
       InputRef& r = source[static_cast<std::size_t>(n.outputs[i])];
       r.producer = a;

@@ -47,6 +47,7 @@ struct ActorPlan {
   std::vector<StepNode> step_nodes;
   std::vector<int> sinks;        // actor index of each graph output's sink
   std::vector<int> sink_param;   // per sink: parameter index of a gradient output, or -1
+  std::vector<int> collectives;  // op actors that meet other devices (OpDef::collective), in node order
   int op_count = 0;
 };
 

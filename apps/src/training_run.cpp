@@ -247,9 +247,6 @@ std::optional<Error> TrainingRun::tensor_parallel_refusal(const TrainingSetup& s
     return Error(ErrorKind::unsupported, str_cat("--tp ", tp, " trains in f32 so far; use --amp O0 (or auto)"));
   if (flags_.loss_scale == "dynamic")
     return Error(ErrorKind::unsupported, str_cat("--tp ", tp, " trains without loss scaling so far; use --loss-scale off"));
-  if (flags_.micro_batches > 1)
-    return Error(ErrorKind::unsupported, str_cat("--tp ", tp, " runs one micro-batch per step (the ranks must meet in "
-                                                 "their collectives in one order); use --micro-batches 1"));
   if (!setup.plan) return Error(ErrorKind::invalid_argument, str_cat(name_, " has no plan for --tp"));
   return std::nullopt;
 }
@@ -277,7 +274,6 @@ std::shared_ptr<graph::Optimizer> TrainingRun::shard_step(const TrainingSetup& s
                                                           TrainStepOptions& step) const {
   step.amp = graph::AmpOptions{};  // (check_tensor_parallel refused every other setting)
   step.loss_scaling = false;
-  step.micro_batches = 1;
   const graph::TracedFunction traced = graph::trace(parts.loss, setup.signature).with_gradients();
   step.tensor_parallel.step = std::make_shared<actors::TensorParallelStep>(traced, setup.plan(traced, job), job.tensor_parallel());
   step.tensor_parallel.norms = job.tensor_parallel_norms();
@@ -374,7 +370,7 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
       others += n.op == "all_gather" || n.op == "reduce_scatter";
     }
     std::printf("%s: tensor parallel: shard %d of %d (rank %d of %d), plan %s: %d all-reduces and %d other collectives "
-                "per step, %zu of %zu parameters split; f32, one micro-batch, the passes of JIT_LEVEL after the split\n",
+                "per micro-batch, %zu of %zu parameters split; f32, the passes of JIT_LEVEL after the split\n",
                 name, job->tp_rank(), job->tp_size(), job->rank(), job->size(), tp->plan().mesh.str().c_str(), all_reduces,
                 others, tp->local().parameters().size() - tp->replicated().size(), tp->local().parameters().size());
   }

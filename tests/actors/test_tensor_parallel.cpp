@@ -73,7 +73,8 @@ Training train_single(const Tensor& ids, const Tensor& targets) {
 // shards j of tp of the Megatron plan on the tp axis; dp reduces the gradients between the rows.
 // The weights come back whole through TensorParallelStep::gather, which also takes the optimizer
 // state apart and back together (shard(gather(state)) is each device's own state).
-Training train_hybrid(int dp, int tp, const Tensor& ids, const Tensor& targets, actors::ClipMode clip_mode) {
+Training train_hybrid(int dp, int tp, const Tensor& ids, const Tensor& targets, actors::ClipMode clip_mode,
+                      int micro_batches = 1) {
   const std::int64_t rows = kBatch / dp;
   std::vector<std::vector<std::unique_ptr<transport::Transport>>> tp_worlds, norm_worlds, dp_worlds;
   for (int i = 0; i < dp; ++i) tp_worlds.push_back(transport::make_inprocess_world(tp));
@@ -91,12 +92,13 @@ Training train_hybrid(int dp, int tp, const Tensor& ids, const Tensor& targets, 
       const TracedFunction step = model.step();
       const actors::TensorParallelStep device(step, megatron_tp_plan(step, tp, rows),
                                               std::make_shared<transport::Communicator>(std::move(tp_worlds[i][j]), "tp"));
-      actors::Engine engine(actors::EngineOptions{1});
+      actors::Engine engine(actors::EngineOptions{static_cast<std::size_t>(micro_batches > 1 ? 3 : 1)});
       actors::ProgramOptions po;
       auto optimizer = std::make_shared<AdamW>(device.trained(), test::tiny_gpt_adamw());
       po.optimizers = {optimizer};
       po.clip_grad_norm = kClip;
       po.clip_mode = clip_mode;
+      po.micro_batches = micro_batches;
       po.tensor_parallel.norms = std::make_shared<transport::Communicator>(std::move(norm_worlds[i][j]), "tp-norms");
       po.tensor_parallel.replicated = device.replicated();
       if (dp > 1) po.data_parallel.communicator = std::make_shared<transport::Communicator>(std::move(dp_worlds[j][i]), "allreduce");
@@ -171,6 +173,19 @@ TEST(TensorParallel, DataAndTensorParallelTogetherTrainLikeOneProcess) {
   for (const actors::ClipMode mode : {actors::ClipMode::parallel, actors::ClipMode::naive}) {
     SCOPED_TRACE(mode == actors::ClipMode::naive ? "naive clip" : "parallel clip");
     expect_same_training(train_hybrid(2, 2, ids, targets, mode), single);
+  }
+}
+
+// Several micro-batches per step: each device's chains of collectives, one per micro-batch, run in
+// one order on every device (the micro-batches interleaved in waves of the actors' two registers),
+// so 2 micro-batches, and 3 of uneven rows (2 + 1 + 1; two waves), train like one process.
+TEST(TensorParallel, SeveralMicroBatchesMeetInOneOrder) {
+  const Tensor ids = tokens(8), targets = tokens(9);
+  const Training single = train_single(ids, targets);
+  for (const auto& [dp, tp, micro_batches] : {std::tuple{1, 2, 2}, std::tuple{1, 2, 3}, std::tuple{1, 4, 4}, std::tuple{2, 2, 2}}) {
+    SCOPED_TRACE("dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) + ", " + std::to_string(micro_batches) +
+                 " micro-batches");
+    expect_same_training(train_hybrid(dp, tp, ids, targets, actors::ClipMode::parallel, micro_batches), single);
   }
 }
 

@@ -551,6 +551,11 @@ TEST(GptApp, TensorParallelEqualsOneProcessAndResumesUnderAnyLayout) {
                               "/plan.json --metrics " + dir + "/loaded.csv");
   ASSERT_EQ(loaded.exit_code, 0) << loaded.output;
   EXPECT_EQ(test::csv_column(dir + "/loaded.csv", "loss"), test::csv_column(dir + "/tp.csv", "loss"));
+  // Two micro-batches a step: the ranks' collectives meet in one order, and the step is the same.
+  const auto micro = run_app(launch + "2 -- " + kGpt + common + " --batch 4 --steps 10 --tp 2 --micro-batches 2 --metrics " +
+                             dir + "/micro.csv");
+  ASSERT_EQ(micro.exit_code, 0) << micro.output;
+  expect_losses(dir + "/micro.csv", 0);
 
   const auto hybrid = run_app(launch + "4 -- " + kGpt + common + " --batch 2 --steps 5 --dp 2 --tp 2 --zero 1 --save " + dir +
                               "/ck --comm-fusion-mb 0.01 --metrics " + dir + "/hybrid.csv");
@@ -581,7 +586,7 @@ TEST(GptApp, TensorParallelEqualsOneProcessAndResumesUnderAnyLayout) {
   for (const auto& [ranks, flags, expect] :
        std::vector<std::tuple<int, std::string, std::string>>{
            {2, " --tp 2 --amp O1", "troupe-gpt: unsupported: --tp 2 trains in f32 so far"},
-           {2, " --tp 2 --micro-batches 2", "--tp 2 runs one micro-batch per step"},
+           {2, " --tp 2 --loss-scale dynamic", "--tp 2 trains without loss scaling so far"},
            {3, " --tp 3", "2 attention heads do not split among tp=3"}}) {
     const auto r = run_app(launch + std::to_string(ranks) + " -- " + kGpt + common + " --steps 1" + flags);
     EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -596,7 +601,7 @@ TEST(GptApp, TensorParallelEqualsOneProcessAndResumesUnderAnyLayout) {
 // A launched job given neither --dp nor --tp asks the planner actor for its mesh: each rank
 // measures its GFLOP/s, update bandwidth and the link, the ranks agree on their means and choose
 // alike, and the run trains the global --batch exactly like one process, whichever mesh it is.
-// Settings that rule tensor parallelism out (several micro-batches) leave the job data parallel;
+// Settings that rule tensor parallelism out (loss scaling) leave the job data parallel;
 // a batch no mesh they allow splits, and a budget no mesh fits, are refused clearly.
 TEST(GptApp, ALaunchedJobWithoutDpOrTpSearchesItsMesh) {
   const std::string dir = test::fresh_dir("gpt_search"), data = corpus_file(dir);
@@ -607,7 +612,7 @@ TEST(GptApp, ALaunchedJobWithoutDpOrTpSearchesItsMesh) {
   ASSERT_EQ(single.exit_code, 0) << single.output;
   const auto expected = test::csv_column(dir + "/single.csv", "loss");
   for (const auto& [flags, mesh] : std::vector<std::pair<std::string, std::string>>{
-           {"", ""}, {" --micro-batches 2", "planner chose dp=2 x tp=1"}}) {
+           {"", ""}, {" --loss-scale dynamic", "planner chose dp=2 x tp=1"}}) {
     const auto r = run_app(launch + " --batch 4" + flags + " --metrics " + dir + "/searched.csv");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("[rank 0] troupe-gpt: planning 2 ranks (no --dp, no --tp)"), std::string::npos) << r.output;
@@ -618,7 +623,7 @@ TEST(GptApp, ALaunchedJobWithoutDpOrTpSearchesItsMesh) {
     for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5 * expected[i]) << flags << ", step " << i + 1;
   }
   for (const auto& [flags, expect] : std::vector<std::pair<std::string, std::string>>{
-           {" --batch 3 --micro-batches 2", "planner: no mesh of 2 ranks splits the global batch of 3 among its replicas "
+           {" --batch 3 --loss-scale dynamic", "planner: no mesh of 2 ranks splits the global batch of 3 among its replicas "
                                             "without tensor parallelism"},
            {" --batch 4 --mem-per-rank 1000", "planner: no mesh of 2 devices fits"}}) {
     const auto r = run_app(launch + flags);

@@ -119,13 +119,13 @@ std::vector<Tensor> compute_local_shard(const std::vector<Tensor>& in, const Com
 
 // x summed over the group's devices (a partial sum made whole).
 TROUPE_DEFINE_OP({.name = "all_reduce", .infer = infer_all_reduce, .compute = compute_all_reduce, .no_grad_inputs = {0, 1},
-                  .side_effects = true});
+                  .side_effects = true, .collective = true});
 // The devices' slices of x ("dim" in "blocks", "parts" devices) joined into the whole value.
 TROUPE_DEFINE_OP({.name = "all_gather", .infer = [](const InferContext& c) { expect_floating(c, 0); return infer_resized(c, true); },
-                  .compute = compute_all_gather, .no_grad_inputs = {0, 1}, .side_effects = true});
+                  .compute = compute_all_gather, .no_grad_inputs = {0, 1}, .side_effects = true, .collective = true});
 // x summed over the group's devices, of which each keeps its slice.
 TROUPE_DEFINE_OP({.name = "reduce_scatter", .infer = [](const InferContext& c) { expect_floating(c, 0); return infer_resized(c, false); },
-                  .compute = compute_reduce_scatter, .no_grad_inputs = {0, 1}, .side_effects = true});
+                  .compute = compute_reduce_scatter, .no_grad_inputs = {0, 1}, .side_effects = true, .collective = true});
 // Device "index"'s slice of a whole x: a split made without communication.
 TROUPE_DEFINE_OP({.name = "local_shard", .infer = [](const InferContext& c) { return infer_resized(c, false); },
                   .compute = compute_local_shard, .no_grad_inputs = {0}});

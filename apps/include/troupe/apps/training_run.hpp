@@ -121,7 +121,7 @@ class TrainingRun {
   void announce(const TrainingSetup& setup, const TrainingParts& parts, const TrainStepOptions& step,
                 std::int64_t start_step, const ParallelJob* job) const;
   /// With --tp: refuses settings a sharded step cannot run yet (the eager mode, mixed precision,
-  /// loss scaling, several micro-batches), before the job is joined.
+  /// loss scaling), before the job is joined.
   void check_tensor_parallel(const TrainingSetup& setup) const;
   /// Why `tp` tensor-parallel ranks cannot run these settings yet (check_tensor_parallel's error), or nothing.
   std::optional<Error> tensor_parallel_refusal(const TrainingSetup& setup, int tp) const;

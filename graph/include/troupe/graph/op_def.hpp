@@ -67,6 +67,8 @@ struct OpDef {
   std::vector<int> no_grad_inputs;   // inputs that never get a gradient (ids, targets, shape sources)
   bool side_effects = false;         // runs for an effect besides its outputs (printing): graph passes
                                      // never remove, merge or fold such a node
+  bool collective = false;           // meets the other devices of its group (graph/spmd.hpp): every device
+                                     // must run these ops' acts in one order
   bool in_place = false;             // kernel op computing output 0 elementwise: it may be written over
                                      // an input of its shape and dtype (the executor's buffer reuse)
   int in_place_input = -1;           // with in_place: the one input output 0 may take (-1: any), for a
