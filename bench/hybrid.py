@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """bench/run hybrid: a GPT of about 100M parameters (d_model 1024, 8 layers, 16 heads, d_ff 4096,
 seq 128, byte vocabulary) on 4 ranks, planned and trained as dp4, dp2 x tp2, tp4 and dp4 + ZeRO-1
-at a global batch of 4 sequences, JIT_LEVEL=1 and f32 for all (tensor parallelism runs the traced
-graph without passes), one scheduler thread per rank. Per plan: the measured step time and memory
+at a global batch of 4 sequences, JIT_LEVEL=1 (the traced graph, the same in every plan) and f32 for
+all, one scheduler thread per rank. Per plan: the measured step time and memory
 of rank 0 (the allocator's peak through the steps; the parameter and optimizer bytes it holds) next
 to troupe-gpt --plan-only's prediction (parameters, gradients, optimizer state, activations;
 compute, communication and update time).
