@@ -54,6 +54,10 @@ class ActorProgram : public Program {
 
   ZeroState* zero_state() const override { return peers_->gradients.zero.get(); }
 
+  void settle() const override {
+    if (peers_->gradients.zero) peers_->gradients.zero->settle();
+  }
+
  private:
   std::shared_ptr<Engine::Impl> engine_;
   PeersPtr peers_;

@@ -4,6 +4,7 @@
 
 #include "collective_order.hpp"
 #include "step_memory.hpp"
+#include "zero_shard.hpp"
 
 namespace troupe::actors {
 
@@ -50,7 +51,10 @@ void Node::signal_next_collective(int mb) {
 
 const Tensor& Node::input(const InputRef& ref) const {
   switch (ref.from) {
-    case InputRef::From::parameter: return ctx_->parameters[static_cast<std::size_t>(ref.parameter)];
+    case InputRef::From::parameter:
+      // ZeRO-1: the last step's all-gather may still be writing it (it overlaps this forward).
+      if (peers_->gradients.zero) peers_->gradients.zero->wait_for(ref.parameter);
+      return ctx_->parameters[static_cast<std::size_t>(ref.parameter)];
     case InputRef::From::constant: return ref.constant;
     case InputRef::From::producer: break;
   }

@@ -8,13 +8,19 @@
 namespace troupe::actors {
 
 ZeroShard::ZeroShard(std::shared_ptr<const BucketPlan> buckets, const std::vector<Tensor>& parameters,
-                     const std::vector<std::string>& names, const graph::Optimizer& optimizer,
+                     const std::vector<std::string>& names, const std::vector<int>& indices, const graph::Optimizer& optimizer,
                      std::shared_ptr<transport::Communicator> group)
-    : buckets_(std::move(buckets)), parameters_(parameters), names_(names), group_(std::move(group)) {
+    : buckets_(std::move(buckets)), parameters_(parameters), names_(names), group_(std::move(group)),
+      gathered_(buckets_->buckets.size(), 1) {
   for (std::size_t b = 0; b < buckets_->buckets.size(); ++b) {
     const auto [lo, hi] = slice(b);
     for (const BucketEntry& e : buckets_->buckets[b]) {
       const auto sink = static_cast<std::size_t>(e.sink);
+      const int index = indices.at(sink);
+      if (index >= 0) {
+        if (bucket_of_.size() <= static_cast<std::size_t>(index)) bucket_of_.resize(static_cast<std::size_t>(index) + 1, -1);
+        bucket_of_[static_cast<std::size_t>(index)] = static_cast<int>(b);
+      }
       const Tensor& p = parameters_.at(sink);
       TROUPE_CHECK(p.is_contiguous(), invalid_argument, "ZeRO-1: parameter '", names[sink],
                    "' is not contiguous; its optimizer state cannot be split into pieces");
@@ -39,7 +45,29 @@ std::pair<std::int64_t, std::int64_t> ZeroShard::slice(std::size_t b) const {
   return {group_->rank() * k, (group_->rank() + 1) * k};
 }
 
+ZeroShard::~ZeroShard() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !in_flight_; });
+}
+
+void ZeroShard::wait_for(int index) const {
+  if (settled_.load(std::memory_order_acquire) || index < 0 || static_cast<std::size_t>(index) >= bucket_of_.size()) return;
+  const int b = bucket_of_[static_cast<std::size_t>(index)];
+  if (b < 0) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return gathered_[static_cast<std::size_t>(b)] || failed_; });
+  if (failed_) std::rethrow_exception(failed_);
+}
+
+void ZeroShard::settle() const {
+  if (settled_.load(std::memory_order_acquire)) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !in_flight_; });
+  if (failed_) std::rethrow_exception(failed_);
+}
+
 void ZeroShard::step(const std::map<std::string, Tensor>& gradients) {
+  settle();  // (the last step's all-gather writes the parameters these pieces view)
   for (const Piece& piece : pieces_) {
     const auto it = gradients.find(piece.name);
     if (it == gradients.end()) {
@@ -52,30 +80,57 @@ void ZeroShard::step(const std::map<std::string, Tensor>& gradients) {
   optimizer_->step();
   optimizer_->zero_grad();
   ++steps_;
-  all_gather_pieces([](const Piece& piece) { return piece.var.tensor(); },
-                    [&](std::size_t sink) { return parameters_[sink]; });
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    std::fill(gathered_.begin(), gathered_.end(), 0);
+    in_flight_ = true;
+    settled_.store(false, std::memory_order_release);
+  }
+  const std::int64_t step = steps_;
+  // The forward reads the first layers first, whose gradients were bucketed last.
+  group_->submit(
+      [this](transport::ProcessGroup& g) {
+        for (std::size_t b = buckets_->buckets.size(); b-- > 0;) {
+          gather_bucket(g, b, [](const Piece& piece) { return piece.var.tensor(); },
+                        [&](std::size_t sink) { return parameters_[sink]; });
+          const std::lock_guard<std::mutex> lock(mu_);
+          gathered_[b] = 1;
+          cv_.notify_all();
+        }
+      },
+      [this, step](std::exception_ptr error) {
+        if (error) {
+          try {
+            std::rethrow_exception(error);
+          } catch (const Error& e) {
+            error = std::make_exception_ptr(Error(e.kind(), "ZeRO-1: the all-gather of the parameters updated in step " +
+                                                                std::to_string(step) + " failed: " + e.message()));
+          } catch (...) {
+          }
+        }
+        const std::lock_guard<std::mutex> lock(mu_);
+        in_flight_ = false;
+        failed_ = error;
+        settled_.store(!error, std::memory_order_release);
+        cv_.notify_all();
+      });
 }
 
-void ZeroShard::all_gather_pieces(const std::function<Tensor(const Piece&)>& piece_value,
-                                  const std::function<Tensor(std::size_t sink)>& whole_value) const {
-  group_->submit([&](transport::ProcessGroup& g) {
-          for (std::size_t b = 0; b < buckets_->buckets.size(); ++b) {
-            const auto [lo, hi] = slice(b);
-            const Tensor mine = Tensor::zeros({hi - lo});
-            for (const Piece& piece : pieces_)
-              if (piece.bucket == b)
-                mine.slice(0, piece.flat - lo, piece.flat - lo + piece.end - piece.begin).copy_from(piece_value(piece));
-            const Tensor all = g.all_gather(mine);
-            for (const BucketEntry& e : buckets_->buckets[b]) {
-              const Tensor whole = whole_value(static_cast<std::size_t>(e.sink));
-              whole.reshape({whole.numel()}).copy_from(all.slice(0, e.offset, e.offset + shape_numel(e.shape)));
-            }
-          }
-        })
-      .get();
+void ZeroShard::gather_bucket(transport::ProcessGroup& g, std::size_t b, const std::function<Tensor(const Piece&)>& piece_value,
+                              const std::function<Tensor(std::size_t sink)>& whole_value) const {
+  const auto [lo, hi] = slice(b);
+  const Tensor mine = Tensor::zeros({hi - lo});
+  for (const Piece& piece : pieces_)
+    if (piece.bucket == b) mine.slice(0, piece.flat - lo, piece.flat - lo + piece.end - piece.begin).copy_from(piece_value(piece));
+  const Tensor all = g.all_gather(mine);
+  for (const BucketEntry& e : buckets_->buckets[b]) {
+    const Tensor whole = whole_value(static_cast<std::size_t>(e.sink));
+    whole.reshape({whole.numel()}).copy_from(all.slice(0, e.offset, e.offset + shape_numel(e.shape)));
+  }
 }
 
 std::map<std::string, Tensor> ZeroShard::gather() const {
+  settle();
   std::map<std::string, Tensor> mine = optimizer_->state_dict(), out;
   for (const auto& [key, value] : mine)
     if (key.rfind("group", 0) == 0) out[key] = value;  // the groups' learning rates
@@ -83,8 +138,12 @@ std::map<std::string, Tensor> ZeroShard::gather() const {
   for (const std::string& slot : optimizer_->slots()) {
     for (const std::vector<BucketEntry>& bucket : buckets_->buckets)
       for (const BucketEntry& e : bucket) out[names_[static_cast<std::size_t>(e.sink)] + "." + slot] = Tensor::zeros(e.shape);
-    all_gather_pieces([&](const Piece& piece) { return mine.at(piece.var.name() + "." + slot); },
-                      [&](std::size_t sink) { return out.at(names_[sink] + "." + slot); });
+    group_->submit([&](transport::ProcessGroup& g) {
+            for (std::size_t b = 0; b < buckets_->buckets.size(); ++b)
+              gather_bucket(g, b, [&](const Piece& piece) { return mine.at(piece.var.name() + "." + slot); },
+                            [&](std::size_t sink) { return out.at(names_[sink] + "." + slot); });
+          })
+        .get();
   }
   for (const std::vector<BucketEntry>& bucket : buckets_->buckets)
     for (const BucketEntry& e : bucket)
@@ -93,6 +152,7 @@ std::map<std::string, Tensor> ZeroShard::gather() const {
 }
 
 void ZeroShard::load(const std::map<std::string, Tensor>& whole) {
+  settle();
   std::map<std::string, Tensor> mine;
   for (const auto& [key, value] : whole)
     if (key.rfind("group", 0) == 0) mine[key] = value;

@@ -36,10 +36,12 @@ struct Session {
   /// Whether the ranks hold parts of the model or of the optimizer state, which they gather
   /// together for evaluation and checkpoints.
   bool split() const { return sharded || step.zero_state(); }
-  /// With --tp, the model's tensors made whole from the tp group's shards (a collective: every rank
-  /// calls it at the same point), for evaluation and checkpoints; release_model() lets them go
-  /// again, so that a rank holds only its shards while it trains.
+  /// The model's parameters as the last step left them, for evaluation and checkpoints: written by
+  /// ZeRO-1's all-gather, and with --tp made whole from the tp group's shards (a collective: every
+  /// rank calls it at the same point); release_model() lets them go again, so that a rank holds
+  /// only its shards while it trains.
   void gather_model() {
+    step.settle();
     if (!sharded) return;
     std::map<std::string, graph::Var> params;
     for (const auto& [name, p] : model.named_parameters()) params[name] = p;

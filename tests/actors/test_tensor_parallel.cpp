@@ -204,9 +204,12 @@ TEST(TensorParallel, EachDeviceRunsThePlansCollectivesInOneChain) {
   for (const Node& n : local.nodes()) {
     EXPECT_NE(n.op, "reduce_scatter");
     EXPECT_NE(n.op, "cross_entropy");  // run as its vocab-parallel parts
-    if (n.op == "all_gather") EXPECT_EQ(local.value(n.outputs[0]).info.shape.back(), SymDim(2)) << "a maximum per row and device";
-    if (n.op == "cross_entropy_parts")
+    if (n.op == "all_gather") {
+      EXPECT_EQ(local.value(n.outputs[0]).info.shape.back(), SymDim(2)) << "a maximum per row and device";
+    }
+    if (n.op == "cross_entropy_parts") {
       EXPECT_EQ(local.value(n.inputs[0]).info.shape.back(), SymDim(16)) << "the device's half of the logits";
+    }
     if (n.op == "all_reduce" || n.op == "all_gather") collectives.push_back(&n);
     ++count[n.op];
   }

@@ -57,6 +57,7 @@ std::vector<RankRun> train(int world, bool zero, const Tensor& ids, const Tensor
         out.losses.push_back(res.outputs[0].item());
         out.norms.push_back(res.grad_norm);
       }
+      program->settle();  // ZeRO-1: the last step's all-gather runs on after the step answered
       for (const auto& [name, t] : model.state_dict()) out.params[name] = t.clone();
       if (!zero) {
         EXPECT_EQ(program->zero_state(), nullptr);

@@ -154,6 +154,10 @@ class Program {
   virtual std::optional<graph::MemoryPlanReport> memory_report() const = 0;
   /// With ZeRO-1 (DataParallel::zero), the rank's share of the optimizer state; null otherwise.
   virtual ZeroState* zero_state() const = 0;
+  /// Waits for what the last step still does after answering: with ZeRO-1, the all-gather of the
+  /// updated parameters, which overlaps the next step's forward. Call it before reading the
+  /// parameters outside the program's steps (evaluating, saving); rethrows the all-gather's failure.
+  virtual void settle() const = 0;
 };
 
 }  // namespace troupe::actors

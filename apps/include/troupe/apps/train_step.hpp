@@ -110,6 +110,11 @@ class TrainStep {
   /// JIT level 3: the planned and measured peak memory of the steps (empty otherwise).
   /// With ZeRO-1, the rank's share of the optimizer state (checkpoints gather and load it); null otherwise.
   actors::ZeroState* zero_state() const { return program_ ? program_->zero_state() : nullptr; }
+  /// Waits until the last step has written the parameters (ZeRO-1's all-gather overlaps the next
+  /// step); before evaluating or saving them.
+  void settle() const {
+    if (program_) program_->settle();
+  }
   /// The dynamic loss scaler, or null without loss scaling (checkpoints save its state).
   graph::GradScaler* loss_scaler() const { return scaler_.get(); }
   std::optional<graph::MemoryPlanReport> memory_report() const {
