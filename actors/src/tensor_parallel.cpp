@@ -10,6 +10,9 @@ namespace troupe::actors {
 
 namespace {
 
+// Low-precision values (mixed precision's bf16 activations) are summed in f32 and rounded once.
+bool low_precision(const Tensor& t) { return t.dtype() == DType::bf16 || t.dtype() == DType::f16; }
+
 class CommunicatorGroup : public graph::CollectiveGroup {
  public:
   CommunicatorGroup(std::shared_ptr<transport::Communicator> comm, std::string axis)
@@ -17,7 +20,9 @@ class CommunicatorGroup : public graph::CollectiveGroup {
   int rank() const override { return comm_->rank(); }
   int size() const override { return comm_->size(); }
   void all_reduce(const Tensor& tensor) override {
-    comm_->submit([&](transport::ProcessGroup& g) { g.all_reduce(tensor); }).get();
+    const Tensor sum = low_precision(tensor) ? tensor.to(DType::f32) : tensor;
+    comm_->submit([&](transport::ProcessGroup& g) { g.all_reduce(sum); }).get();
+    if (low_precision(tensor)) Tensor(tensor).copy_from(sum);  // (a handle on the same storage)
   }
   Tensor all_gather(const Tensor& tensor) override {
     Tensor all;
@@ -25,9 +30,10 @@ class CommunicatorGroup : public graph::CollectiveGroup {
     return all;
   }
   Tensor reduce_scatter(const Tensor& tensor) override {
+    const Tensor sums = low_precision(tensor) ? tensor.to(DType::f32) : tensor;
     Tensor part;
-    comm_->submit([&](transport::ProcessGroup& g) { part = g.reduce_scatter(tensor); }).get();
-    return part;
+    comm_->submit([&](transport::ProcessGroup& g) { part = g.reduce_scatter(sums); }).get();
+    return part.to(tensor.dtype());
   }
   std::string name() const override {
     return axis_ + " (rank " + std::to_string(rank()) + " of " + std::to_string(size()) + ")";

@@ -245,8 +245,6 @@ std::optional<Error> TrainingRun::tensor_parallel_refusal(const TrainingSetup& s
   if (jit_ <= 0)
     return Error(ErrorKind::invalid_argument, str_cat("--tp ", tp, " shards the traced step, and JIT_LEVEL=0 runs eagerly; "
                                                       "use JIT_LEVEL=1 or more"));
-  if (flags_.amp.level != "auto" && flags_.amp.level != "O0")
-    return Error(ErrorKind::unsupported, str_cat("--tp ", tp, " trains in f32 so far; use --amp O0 (or auto)"));
   if (flags_.loss_scale == "dynamic")
     return Error(ErrorKind::unsupported, str_cat("--tp ", tp, " trains without loss scaling so far; use --loss-scale off"));
   if (!setup.plan) return Error(ErrorKind::invalid_argument, str_cat(name_, " has no plan for --tp"));
@@ -274,9 +272,10 @@ ParallelJob TrainingRun::join_searched(TrainingSetup& setup, const TrainingParts
 std::shared_ptr<graph::Optimizer> TrainingRun::shard_step(const TrainingSetup& setup, const TrainingParts& parts,
                                                           ParallelJob& job, const graph::Optimizer& whole,
                                                           TrainStepOptions& step) const {
-  step.amp = graph::AmpOptions{};  // (check_tensor_parallel refused every other setting)
-  step.loss_scaling = false;
-  const graph::TracedFunction traced = graph::trace(parts.loss, setup.signature).with_gradients();
+  step.loss_scaling = false;  // (check_tensor_parallel refused it)
+  // Mixed precision's casts are ops like the others: they follow their input's placement, and the
+  // collectives sum low-precision values in f32.
+  const graph::TracedFunction traced = graph::trace(parts.loss, setup.signature).with_amp(step.amp).with_gradients();
   step.tensor_parallel.step = std::make_shared<actors::TensorParallelStep>(traced, setup.plan(traced, job), job.tensor_parallel());
   step.tensor_parallel.norms = job.tensor_parallel_norms();
   kernels::AdamWParams hp;
@@ -335,9 +334,7 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
   const std::string level = std::string(to_string(step.amp.level)) + (flags_.amp.level == "auto" ? " (--amp auto)" : "");
   if (step.amp.level == graph::AmpLevel::O0)
     std::printf("%s: mixed precision: %s, f32%s%s\n", name, level.c_str(), scaling,
-                flags_.amp.level == "auto" ? (jit_ == 0                   ? "; JIT_LEVEL=0 runs eagerly, in f32"
-                                              : step.tensor_parallel.step ? "; --tp trains in f32"
-                                                        : "; this CPU has no native low precision")
+                flags_.amp.level == "auto" ? (jit_ == 0 ? "; JIT_LEVEL=0 runs eagerly, in f32" : "; this CPU has no native low precision")
                                            : "");
   else if (step.amp.level == graph::AmpLevel::O1)
     std::printf("%s: mixed precision: %s, matrix products and convolutions in %s on %s, the rest in f32%s\n", name,
@@ -372,7 +369,7 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
       others += n.op == "all_gather" || n.op == "reduce_scatter";
     }
     std::printf("%s: tensor parallel: shard %d of %d (rank %d of %d), plan %s: %d all-reduces and %d other collectives "
-                "per micro-batch, %zu of %zu parameters split; f32, the passes of JIT_LEVEL after the split\n",
+                "per micro-batch, %zu of %zu parameters split; the passes of JIT_LEVEL after the split\n",
                 name, job->tp_rank(), job->tp_size(), job->rank(), job->size(), tp->plan().mesh.str().c_str(), all_reduces,
                 others, tp->local().parameters().size() - tp->replicated().size(), tp->local().parameters().size());
   }

@@ -1,5 +1,6 @@
 #include "troupe/graph/sharding.hpp"
 
+#include <functional>
 #include <limits>
 #include <tuple>
 
@@ -167,13 +168,29 @@ ShardingPlan propagate_sharding(const Graph& g, const Mesh& mesh, const std::map
     return best;
   };
 
-  // Where an op output must end up: pinned, or required of the step's outputs; null: anywhere.
-  const auto destination = [&](ValueId v) -> const NdPlacement* {
+  // Whether bringing `v` to `to` along axis `a` would split a symbolic dim (the batch) it is not
+  // split along already: the sizes only bind it for the bytes, and the devices' slices of a
+  // symbolic dim are the runtime's data parallelism, given with the inputs, never made inside.
+  const auto splits_symbolic = [&](ValueId v, std::size_t a, const Placement& to) {
+    if (to.kind != Placement::Kind::split || mesh.axes[a].second == 1 || plan.placements.at(v)[a] == to) return false;
+    const SymShape& s = g.value(v).info.shape;
+    return to.dim >= 0 && to.dim < static_cast<int>(s.size()) && !s[static_cast<std::size_t>(to.dim)].is_static();
+  };
+
+  // Where an op output must end up: pinned, or required of the step's outputs, itself or through
+  // the casts that are its only reader (mixed precision casts a gradient before it is an output);
+  // null: anywhere.
+  std::map<ValueId, std::vector<NodeId>> readers;
+  for (const Node& node : g.nodes())
+    for (ValueId v : node.inputs) readers[v].push_back(node.id);
+  const std::function<const NdPlacement*(ValueId)> destination = [&](ValueId v) -> const NdPlacement* {
     for (const auto* placed : {&given, &required}) {
       const auto it = placed->find(v);
       if (it != placed->end() && it->second.size() == axes) return &it->second;
     }
-    return nullptr;
+    const auto r = readers.find(v);
+    if (r == readers.end() || r->second.size() != 1 || g.node(r->second[0]).op != "cast") return nullptr;
+    return destination(g.node(r->second[0]).outputs[0]);
   };
 
   // Brings `v` to `want` along every axis where it is placed otherwise (`how`: "pinned" or "required").
@@ -211,7 +228,8 @@ ShardingPlan propagate_sharding(const Graph& g, const Mesh& mesh, const std::map
       for (const ShardSignature& sig : candidates) {
         bool legal = sig.inputs.size() == node.inputs.size() && sig.outputs.size() == node.outputs.size();
         for (std::size_t i = 0; legal && i < sig.inputs.size(); ++i)
-          legal = fits(sig.inputs[i], a, wanted[i], shape_of(node.inputs[i]), mesh);
+          legal = fits(sig.inputs[i], a, wanted[i], shape_of(node.inputs[i]), mesh) &&
+                  !splits_symbolic(node.inputs[i], a, sig.inputs[i]);
         for (std::size_t o = 0; legal && o < sig.outputs.size(); ++o)
           legal = fits(sig.outputs[o], a, made[o], shape_of(node.outputs[o]), mesh);
         if (!legal) continue;

@@ -68,10 +68,19 @@ TEST(Planning, TheJobMeshUsesEveryDevice) {
 }
 
 // Along tp, 4 all-reduces of an activation per block (Megatron's g and f) and 2 at the vocabulary
-// (the embedding's lookup, the head's input gradient); the tables split by vocabulary rows.
+// (the embedding's lookup, the head's input gradient); the tables split by vocabulary rows. The
+// same with mixed precision, whose casts of the weights and activations the placement sees through.
 TEST(Planning, MegatronGptAllReducesFourActivationsPerBlockAndTwoAtTheVocabulary) {
   Generator gen(1);
   test::TinyGpt model(gen);
+  const TracedFunction mixed = model.step({AmpLevel::O2, DType::bf16});
+  const auto o2 = megatron_plan(mixed, 1, 2, 2);
+  int mixed_axis = 0;
+  for (const Transition& t : communicating(o2.plan)) {
+    EXPECT_EQ(t.collective, Collective::all_reduce);
+    mixed_axis += t.mesh_axis == 1;
+  }
+  EXPECT_EQ(mixed_axis, 4 * 2 + 2);
   const TracedFunction step = model.step();
   const auto [mesh, request, plan] = megatron_plan(step, 1, 2, 2);
   int tensor_axis = 0;

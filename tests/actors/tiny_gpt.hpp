@@ -23,12 +23,13 @@ struct TinyGpt : graph::Module {
     return cross_entropy((*head)((*ln_f)((*blocks)((*wte)(ids)))).reshape({SymDim::symbol("batch") * 8, 32}),
                          targets.reshape({SymDim::symbol("batch") * 8}));
   }
-  /// The traced training step: the loss of (ids, targets) [batch, 8] and its gradients.
-  graph::TracedFunction step() {
+  /// The traced training step: the loss of (ids, targets) [batch, 8] and its gradients, in `amp`'s precision.
+  graph::TracedFunction step(const graph::AmpOptions& amp = {}) {
     using namespace troupe::graph;
     const SymDim b = SymDim::symbol("batch");
     return trace([this](const std::vector<Var>& in) { return std::vector<Var>{loss(in[0], in[1])}; },
                  {{"ids", {b, 8}, DType::i64}, {"targets", {b, 8}, DType::i64}})
+        .with_amp(amp)
         .with_gradients();
   }
   std::shared_ptr<graph::Embedding> wte;

@@ -470,3 +470,22 @@ TEST(Sharding, VocabParallelTablesRunExpanded) {
   test::expect_error_mentions([&] { shard_step(f, twice, MeshDevice{{0, 1}, {1, 2}}); },
                               {"shard_step: op 'embedding'", "runs expanded along mesh axes 'a' and 'b'"});
 }
+
+// A symbolic dim (the batch) is split only where it comes in split (the runtime's data
+// parallelism): a partial sum meeting gelu is reduce-scattered along a fixed dim, never the batch,
+// whose slices a device could not know the size of. With a fixed batch either dim will do.
+TEST(Sharding, APlanNeverSplitsASymbolicDimItWasNotGivenSplit) {
+  const auto plan_of = [](const SymShape& x_shape) {
+    const TracedFunction f = trace([](const std::vector<Var>& in) { return std::vector<Var>{gelu(matmul(in[0], in[1]))}; },
+                                   {{"x", x_shape}, {"w", {8, 6}}});
+    const Graph& g = f.graph();
+    return propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(1)}}, {named(g, "w"), {S(0)}}}, {}, {{"batch", 4}});
+  };
+  const ShardingPlan symbolic = plan_of({SymDim::symbol("batch"), 8});
+  ASSERT_EQ(communicating(symbolic).size(), 1u);
+  EXPECT_EQ(communicating(symbolic)[0].collective, Collective::reduce_scatter);
+  EXPECT_EQ(communicating(symbolic)[0].to, S(1)) << "not the batch";
+  const ShardingPlan fixed = plan_of({4, 8});
+  ASSERT_EQ(communicating(fixed).size(), 1u);
+  EXPECT_EQ(communicating(fixed)[0].to, S(0)) << "the first dim that fits, when it is fixed";
+}

@@ -35,22 +35,28 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 struct VocabTables {
   ValueId embedding = -1, lookup = -1, head = -1;
 };
+// `v`, or the value it is a cast of (mixed precision casts the weights and activations an op reads).
+ValueId uncast(const graph::Graph& g, ValueId v) {
+  while (g.value(v).producer >= 0 && g.node(g.value(v).producer).op == "cast") v = g.node(g.value(v).producer).inputs[0];
+  return v;
+}
+
 VocabTables vocab_tables(const graph::Graph& g) {
   VocabTables t;
-  const auto is_input = [&](ValueId v) { return g.value(v).kind == graph::ValueKind::input; };
-  const auto is_parameter = [&](ValueId v) { return g.value(v).kind == graph::ValueKind::parameter; };
+  const auto is_input = [&](ValueId v) { return g.value(uncast(g, v)).kind == graph::ValueKind::input; };
+  const auto is_parameter = [&](ValueId v) { return g.value(uncast(g, v)).kind == graph::ValueKind::parameter; };
   for (const graph::Node& node : g.nodes()) {
     if (node.backward) continue;
     if (node.op == "embedding" && t.embedding < 0 && is_parameter(node.inputs[0]) && is_input(node.inputs[1])) {
-      t.embedding = node.inputs[0];
+      t.embedding = uncast(g, node.inputs[0]);
       t.lookup = node.outputs[0];
     }
     if (node.op != "cross_entropy" || t.head >= 0) continue;
-    graph::NodeId n = g.value(node.inputs[0]).producer;
-    while (n >= 0 && g.node(n).op == "reshape") n = g.value(g.node(n).inputs[0]).producer;
+    graph::NodeId n = g.value(uncast(g, node.inputs[0])).producer;
+    while (n >= 0 && g.node(n).op == "reshape") n = g.value(uncast(g, g.node(n).inputs[0])).producer;
     if (n >= 0 && g.node(n).op == "matmul" && g.node(n).inputs.size() == 2 && is_parameter(g.node(n).inputs[1]) &&
         g.node(n).attrs.has("trans_b") && g.node(n).attrs.get_int("trans_b") != 0)
-      t.head = g.node(n).inputs[1];
+      t.head = uncast(g, g.node(n).inputs[1]);
   }
   return t;
 }
@@ -121,7 +127,8 @@ PlacementRequest megatron_gpt_placement(const graph::TracedFunction& step, const
   // Megatron's g (forward) and f (backward): all-reduced where made.
   for (const graph::Node& node : g.nodes()) {
     if (node.op != "matmul" || node.inputs.size() < 2) continue;
-    if ((!node.backward && row_parallel.count(node.inputs[1])) || (node.backward && column_parallel.count(node.inputs[1])))
+    const ValueId weight = uncast(g, node.inputs[1]);
+    if ((!node.backward && row_parallel.count(weight)) || (node.backward && column_parallel.count(weight)))
       r.given[node.outputs[0]] = nd(batch, B);
   }
   for (std::size_t o = 0; o < step.output_count(); ++o) r.required[g.outputs()[o]] = nd(B, B);

@@ -120,8 +120,8 @@ class TrainingRun {
   /// The start-up lines: the app's, then the gradient path, resuming and data parallelism.
   void announce(const TrainingSetup& setup, const TrainingParts& parts, const TrainStepOptions& step,
                 std::int64_t start_step, const ParallelJob* job) const;
-  /// With --tp: refuses settings a sharded step cannot run yet (the eager mode, mixed precision,
-  /// loss scaling), before the job is joined.
+  /// With --tp: refuses settings a sharded step cannot run yet (the eager mode, loss scaling),
+  /// before the job is joined.
   void check_tensor_parallel(const TrainingSetup& setup) const;
   /// Why `tp` tensor-parallel ranks cannot run these settings yet (check_tensor_parallel's error), or nothing.
   std::optional<Error> tensor_parallel_refusal(const TrainingSetup& setup, int tp) const;

@@ -22,11 +22,13 @@ class CollectiveGroup {
   virtual int rank() const = 0;
   /// The axis's device count.
   virtual int size() const = 0;
-  /// The sum over the devices of a dense f32 or f64 tensor, written into it.
+  /// The sum over the devices of a dense floating tensor, written into it (bf16 and f16 summed in
+  /// f32 and rounded once).
   virtual void all_reduce(const Tensor& tensor) = 0;
   /// Every device's dense tensor, concatenated along dim 0 in device order.
   virtual Tensor all_gather(const Tensor& tensor) = 0;
-  /// The sum over the devices of a dense [size * k, ...] tensor, of which this device keeps part `rank`.
+  /// The sum over the devices of a dense [size * k, ...] tensor, of which this device keeps part
+  /// `rank` (bf16 and f16 as all_reduce sums them).
   virtual Tensor reduce_scatter(const Tensor& tensor) = 0;
   /// The group in errors: "tp (rank 1 of 2)".
   virtual std::string name() const = 0;
