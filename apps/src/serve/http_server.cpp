@@ -129,8 +129,14 @@ class Session : public std::enable_shared_from_this<Session> {
     Reply reply = [session, once](Response r) {
       if (once->exchange(true)) return;  // answered already
       std::shared_ptr<Session> self = std::move(*session);  // only the first caller gets here
-      auto executor = self->stream_.get_executor();
-      asio::post(executor, [self = std::move(self), r = std::move(r)]() mutable { self->answer(std::move(r), self->keep_alive_); });
+      // Posted to the io_context, and from there onto the connection's strand: a strand's handle
+      // that this (handler's) thread let go of after the answer was written could outlive the
+      // server, whose stop() waits only for the answer (ASan caught it).
+      asio::io_context& io = self->server_->io;
+      asio::post(io, [self = std::move(self), r = std::move(r)]() mutable {
+        asio::dispatch(self->stream_.get_executor(),
+                       [self, r = std::move(r)]() mutable { self->answer(std::move(r), self->keep_alive_); });
+      });
     };
     try {
       server_->handler(request_, reply);
