@@ -160,8 +160,9 @@ apps::TrainingSetup setup(const TrainFlags& f) {
     return apps::gpt_training_plan(f.plan, step, f.model.heads, job.dp_size(), job.tp_size(), replica_batch, job.rank() == 0);
   };
   if (!f.mesh_given)
-    s.search = [&f](const graph::TracedFunction& step, transport::Communicator& world, bool tensor_parallel) {
-      return apps::search_training_mesh(f.plan, step, f.model.heads, f.batch, world, tensor_parallel);
+    s.search = [&f](const graph::TracedFunction& step, transport::Communicator& world, const actors::GroupMaker& group,
+                    bool tensor_parallel) {
+      return apps::search_training_mesh(f.plan, step, f.model.heads, f.batch, world, group, tensor_parallel);
     };
   s.weights_advice = kWeightsAdvice;
   s.forward_program = true;  // the held-out loss runs as an actor program too

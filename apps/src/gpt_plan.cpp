@@ -119,18 +119,25 @@ std::vector<actors::MeshCandidate> ask_planner(const PlanFlags& f, const graph::
 }  // namespace
 
 std::pair<int, int> search_training_mesh(const PlanFlags& f, const graph::TracedFunction& step, std::int64_t heads,
-                                         std::int64_t global_batch, transport::Communicator& world, bool tensor_parallel) {
+                                         std::int64_t global_batch, transport::Communicator& world,
+                                         const actors::GroupMaker& group, bool tensor_parallel) {
   actors::CostModel cost = flag_cost_model(f);
   // Each rank measured its own figures: all plan with the ranks' means, so all choose alike.
   const std::vector<double> agreed = actors::agree_on_means(world, {cost.gflops, cost.update_gbps});
   cost.gflops = agreed[0];
   cost.update_gbps = agreed[1];
-  cost.default_link = actors::measure_link(world);
+  std::vector<int> tps;  // the meshes the planner may choose, whose groups' links it measures
+  for (int tp = 1; tp <= world.size(); ++tp)
+    if (world.size() % tp == 0 && heads % tp == 0 && (tp == 1 || tensor_parallel)) tps.push_back(tp);
+  cost.mesh_links = actors::measure_mesh_links(world, tps, group);
   const bool print = world.rank() == 0;
-  if (print)
-    std::printf("troupe-gpt: planning %d ranks (no --dp, no --tp): %.1f GFLOP/s, update %.1f GB/s, link %.3f GB/s and "
-                "%.0f us measured\n", world.size(), cost.gflops, cost.update_gbps, cost.default_link.gbytes_per_s,
-                cost.default_link.latency_us);
+  if (print) {
+    std::printf("troupe-gpt: planning %d ranks (no --dp, no --tp): %.1f GFLOP/s and update %.1f GB/s measured; links",
+                world.size(), cost.gflops, cost.update_gbps);
+    for (const auto& [mesh, links] : cost.mesh_links)
+      for (const auto& [axis, link] : links) std::printf(" %s %s %.3f GB/s %.0f us;", mesh.c_str(), axis.c_str(), link.gbytes_per_s, link.latency_us);
+    std::printf("\n");
+  }
   const std::vector<actors::MeshCandidate> candidates =
       ask_planner(f, step, world.size(), heads, {{"batch", global_batch}}, cost, print);
   for (const actors::MeshCandidate& c : candidates) {

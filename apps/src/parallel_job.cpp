@@ -25,8 +25,12 @@ ParallelJob::ParallelJob(int dp, int tp, bool zero) : dp_(dp), tp_(tp) {
 ParallelJob::ParallelJob(const MeshChooser& choose, bool zero) {
   job_ = transport::JobInfo::from_environment();
   join();
-  world_ = std::make_shared<transport::Communicator>(transport::make_ucx_transport(*bootstrap_, job_.timeout), "world", 5);
-  std::tie(dp_, tp_) = choose(*world_);
+  std::vector<int> everyone;
+  for (int r = 0; r < job_.size; ++r) everyone.push_back(r);
+  world_ = communicator(everyone, "world", 5);
+  std::tie(dp_, tp_) = choose(*world_, [this](const std::vector<int>& members, const char* name) {
+    return probes_.emplace_back(communicator(members, name, 6));
+  });
   TROUPE_CHECK(dp_ >= 1 && tp_ >= 1 && dp_ * tp_ == job_.size, invalid_argument, "the mesh chosen for a ", job_.size,
                "-rank job is dp=", dp_, " x tp=", tp_, "; it must use every rank");
   make_groups(zero);
@@ -36,25 +40,26 @@ int ParallelJob::world_size() { return transport::JobInfo::from_environment().si
 
 void ParallelJob::join() { bootstrap_ = std::make_unique<transport::Bootstrap>(job_, job_.timeout); }
 
+std::shared_ptr<transport::Communicator> ParallelJob::communicator(const std::vector<int>& members, const char* name,
+                                                                  std::uint32_t channel) {
+  std::unique_ptr<transport::Transport> world = transport::make_ucx_transport(*bootstrap_, job_.timeout);
+  if (static_cast<int>(members.size()) < job_.size) world = transport::make_subgroup(std::move(world), members);
+  return std::make_shared<transport::Communicator>(std::move(world), name, channel);
+}
+
 void ParallelJob::make_groups(bool zero) {
   // Every rank makes the same transports in the same order (each is a collective of the job).
-  const auto group = [&](const std::vector<int>& members, const char* name, std::uint32_t channel) {
-    std::unique_ptr<transport::Transport> world = transport::make_ucx_transport(*bootstrap_, job_.timeout);
-    if (static_cast<int>(members.size()) < job_.size) world = transport::make_subgroup(std::move(world), members);
-    return std::make_shared<transport::Communicator>(std::move(world), name, channel);
-  };
-  const int dp = dp_, tp = tp_;
   std::vector<int> dp_members, tp_members;
-  for (int i = 0; i < dp; ++i) dp_members.push_back(i * tp + tp_rank());
-  for (int j = 0; j < tp; ++j) tp_members.push_back(dp_rank() * tp + j);
-  if (dp > 1) {
-    allreduce_ = group(dp_members, "allreduce", 0);
-    allgather_ = group(dp_members, "allgather", 1);
-    if (zero) zero_ = group(dp_members, "zero", 4);
+  for (int i = 0; i < dp_; ++i) dp_members.push_back(i * tp_ + tp_rank());
+  for (int j = 0; j < tp_; ++j) tp_members.push_back(dp_rank() * tp_ + j);
+  if (dp_ > 1) {
+    allreduce_ = communicator(dp_members, "allreduce", 0);
+    allgather_ = communicator(dp_members, "allgather", 1);
+    if (zero) zero_ = communicator(dp_members, "zero", 4);
   }
-  if (tp > 1) {
-    tp_group_ = group(tp_members, "tp", 2);
-    tp_norms_ = group(tp_members, "tp-norms", 3);
+  if (tp_ > 1) {
+    tp_group_ = communicator(tp_members, "tp", 2);
+    tp_norms_ = communicator(tp_members, "tp-norms", 3);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "expect_error.hpp"
@@ -262,6 +263,10 @@ TEST(CostModel, TensorParallelismTradesComputeForAllReduces) {
   // 10 all-reduces of an activation [2, 8, 16] f32 (1024 bytes, sent once each way on 2 devices),
   // and the vocab-parallel cross-entropy's 4 collectives of a few bytes a row, at their latency.
   EXPECT_NEAR(two.communication, 10 * (20e-6 + 1024 / 10e9) + 4 * 20e-6, 1e-12);
+  // Links measured for this mesh come before the axis' and the default ones.
+  cost.links["tp"] = {1, 1000};
+  cost.mesh_links["dp=1 x tp=2"]["tp"] = {5, 40};
+  EXPECT_NEAR(time(2).communication, 10 * (40e-6 + 1024 / 5e9) + 4 * 40e-6, 1e-12);
 }
 
 TEST(CostModel, TheSearchPicksTheFastestMeshThatFits) {
@@ -352,6 +357,52 @@ TEST(Planning, BucketSizesFollowTheMeasuredLink) {
   EXPECT_EQ(links[0].latency_us, links[1].latency_us);
   EXPECT_EQ(figures[0], (std::vector<double>{10.5, -1.5}));
   EXPECT_EQ(figures[1], figures[0]);
+}
+
+// The links of every candidate mesh's groups, measured on groups made as the job would make them
+// (here in-process worlds, one per group of a partition): on 4 ranks, the tp and dp axes of dp2 x
+// tp2 and the single axis of dp4 and of tp4, the same figures on every rank; a mesh's measured
+// links are the ones the cost model charges its collectives at.
+TEST(Planning, EachCandidateMeshsGroupsHaveTheirLinksMeasured) {
+  constexpr int kRanks = 4;
+  auto world = transport::make_inprocess_world(kRanks);
+  std::mutex mu;
+  std::map<std::pair<int, std::vector<int>>, std::vector<std::unique_ptr<transport::Transport>>> groups;  // by (call, members)
+  std::vector<std::map<std::string, std::map<std::string, actors::CostModel::Link>>> measured(kRanks);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < kRanks; ++r)
+    ranks.emplace_back([&, r] {
+      transport::Communicator comm(std::move(world[static_cast<std::size_t>(r)]), "world");
+      int calls = 0;
+      const actors::GroupMaker group = [&](const std::vector<int>& members, const char* name) {
+        std::unique_ptr<transport::Transport> mine;
+        {
+          const std::lock_guard<std::mutex> lock(mu);
+          auto& made = groups[{calls++, members}];
+          if (made.empty()) made = transport::make_inprocess_world(static_cast<int>(members.size()));
+          mine = std::move(made[static_cast<std::size_t>(std::find(members.begin(), members.end(), r) - members.begin())]);
+        }
+        return std::make_shared<transport::Communicator>(std::move(mine), name);
+      };
+      measured[static_cast<std::size_t>(r)] = actors::measure_mesh_links(comm, {1, 2, 4}, group);
+    });
+  for (std::thread& t : ranks) t.join();
+  const auto& links = measured[0];
+  ASSERT_EQ(links.size(), 3u);
+  EXPECT_EQ(links.at("dp=4 x tp=1").size(), 1u);
+  EXPECT_EQ(links.at("dp=1 x tp=4").size(), 1u);
+  for (const auto& [axis, link] : links.at("dp=2 x tp=2")) {
+    EXPECT_GT(link.gbytes_per_s, 0) << axis;
+    EXPECT_GT(link.latency_us, 0) << axis;
+  }
+  EXPECT_EQ(links.at("dp=2 x tp=2").size(), 2u);
+  for (int r = 1; r < kRanks; ++r)
+    for (const auto& [mesh, axes] : links)
+      for (const auto& [axis, link] : axes) {
+        EXPECT_EQ(measured[static_cast<std::size_t>(r)].at(mesh).at(axis).gbytes_per_s, link.gbytes_per_s) << mesh << " " << axis;
+        EXPECT_EQ(measured[static_cast<std::size_t>(r)].at(mesh).at(axis).latency_us, link.latency_us) << mesh << " " << axis;
+      }
+  EXPECT_EQ(groups.size(), 4u) << "dp2 x tp2's two tp pairs and two dp pairs; dp4 and tp4 run on the world";
 }
 
 // The planner actor answers on the engine's threads with what the search gives, and passes the

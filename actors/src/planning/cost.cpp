@@ -55,10 +55,14 @@ PlanTime plan_time(const graph::TracedFunction& step, const graph::ShardingPlan&
     }
     t.compute += node_flops(g, node, bindings) / (cost.gflops * 1e9) / devices;
   }
+  const auto measured = cost.mesh_links.find(plan.mesh.str());
   const auto send = [&](std::size_t axis, double bytes) {
-    const auto it = cost.links.find(plan.mesh.axes[axis].first);
-    const CostModel::Link& link = it != cost.links.end() ? it->second : cost.default_link;
-    t.communication += link.latency_us * 1e-6 + bytes / (link.gbytes_per_s * 1e9);
+    const std::string& name = plan.mesh.axes[axis].first;
+    const CostModel::Link* link = &cost.default_link;
+    if (const auto it = cost.links.find(name); it != cost.links.end()) link = &it->second;
+    if (measured != cost.mesh_links.end())
+      if (const auto it = measured->second.find(name); it != measured->second.end()) link = &it->second;
+    t.communication += link->latency_us * 1e-6 + bytes / (link->gbytes_per_s * 1e9);
   };
   for (const graph::Transition& tr : plan.transitions)
     if (tr.collective != graph::Collective::local) send(static_cast<std::size_t>(tr.mesh_axis), tr.bytes);

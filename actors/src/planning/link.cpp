@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "troupe/actors/planning.hpp"
+#include "troupe/kernels/error.hpp"
 #include "troupe/transport/process_group.hpp"
 
 namespace troupe::actors {
@@ -36,6 +37,38 @@ std::vector<double> agree_on_means(transport::Communicator& comm, const std::vec
   const Tensor all = Tensor::from_vector(figures, {static_cast<std::int64_t>(figures.size())});
   comm.submit([&](transport::ProcessGroup& g) { g.all_reduce(all, transport::ReduceOp::mean); }).get();
   return all.to_vector<double>();
+}
+
+std::map<std::string, std::map<std::string, CostModel::Link>> measure_mesh_links(transport::Communicator& world,
+                                                                                 const std::vector<int>& tps,
+                                                                                 const GroupMaker& group) {
+  const int n = world.size(), r = world.rank();
+  std::map<std::string, std::map<std::string, CostModel::Link>> out;
+  for (const int tp : tps) {
+    TROUPE_CHECK(tp >= 1 && n % tp == 0, invalid_argument, "measure_mesh_links: tp=", tp, " does not divide ", n, " ranks");
+    const int dp = n / tp;
+    // This rank's group along each axis, and its link (the whole job's group is `world` itself).
+    std::vector<int> tp_members, dp_members;
+    for (int j = 0; j < tp; ++j) tp_members.push_back(r / tp * tp + j);
+    for (int i = 0; i < dp; ++i) dp_members.push_back(i * tp + r % tp);
+    std::vector<double> mine;
+    const auto measure = [&](const std::vector<int>& members, const char* name) {
+      if (members.size() < 2) return;
+      const CostModel::Link l = static_cast<int>(members.size()) == n ? measure_link(world) : measure_link(*group(members, name));
+      mine.insert(mine.end(), {l.gbytes_per_s, l.latency_us});
+    };
+    measure(tp_members, "tp-link");
+    measure(dp_members, "dp-link");
+    const std::vector<double> agreed = agree_on_means(world, mine);  // the groups' mean
+    std::map<std::string, CostModel::Link>& links = out[job_mesh(dp, tp, n).str()];
+    std::size_t k = 0;
+    if (tp > 1) {
+      links["tp"] = {agreed[k], agreed[k + 1]};
+      k += 2;
+    }
+    if (dp > 1) links["dp"] = {agreed[k], agreed[k + 1]};
+  }
+  return out;
 }
 
 BucketSizes choose_buckets(const CostModel::Link& link) {

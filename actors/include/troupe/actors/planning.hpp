@@ -5,7 +5,9 @@
 // meshes with it builds on this.
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -86,6 +88,10 @@ struct CostModel {
   };
   std::map<std::string, Link> links;
   Link default_link;
+  /// Links measured for particular meshes (by Mesh::str(), "dp=2 x tp=2"), per axis name: a mesh's
+  /// groups run on other links than another mesh's (a tp pair within a host, a ring across hosts).
+  /// A mesh listed here takes its axes' links from it before `links`.
+  std::map<std::string, std::map<std::string, Link>> mesh_links;
 };
 
 /// The link of a group of ranks, measured: the latency of an all-reduce of a few bytes (the median
@@ -94,6 +100,19 @@ struct CostModel {
 /// that they plan the same buckets); about 20 round trips and 12 MiB sent per rank (0.1 s over
 /// 1 Gbit/s).
 CostModel::Link measure_link(transport::Communicator& comm);
+
+/// Makes a communicator of `members` (job ranks in group order, this rank among them) named
+/// `name`: a collective of the whole job, every rank asking for its own group of one partition of
+/// the ranks, in the same order.
+using GroupMaker = std::function<std::shared_ptr<transport::Communicator>(const std::vector<int>& members, const char* name)>;
+
+/// The links of the "tp" and "dp" axes of the dp x tp meshes of `world`'s ranks with tp in `tps`
+/// (rank r is replica r / tp, shard r % tp), each measured on the groups that mesh would run on
+/// (measure_link; every group of an axis at once, contending as in training), each figure the mean
+/// over the job's ranks: CostModel::mesh_links, by mesh. A collective of `world`'s ranks.
+std::map<std::string, std::map<std::string, CostModel::Link>> measure_mesh_links(transport::Communicator& world,
+                                                                                 const std::vector<int>& tps,
+                                                                                 const GroupMaker& group);
 
 /// The ranks' mean of each of `figures` (a collective of the communicator's ranks, every one calling
 /// it): what each rank measured (its link, its GFLOP/s) made one set of figures, so that every rank

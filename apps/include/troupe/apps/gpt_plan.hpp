@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "troupe/actors/planning.hpp"
 #include "troupe/graph/sharding.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/models/gpt.hpp"
@@ -47,11 +48,13 @@ graph::ShardingPlan gpt_training_plan(const PlanFlags& f, const graph::TracedFun
 /// actor's fastest dp x tp of the world's ranks that fits --mem-per-rank, for the traced `step` (a
 /// GPT of `heads` heads) at `global_batch` sequences, with tensor parallelism only where
 /// `tensor_parallel` (the run's settings allow it) and dp >= 2 with --zero 1. A collective of
-/// `world`: each rank's GFLOP/s and update bandwidth (or the flags') and the link, measured on the
-/// world, are averaged over the ranks, so every rank chooses the same mesh. Rank 0 prints the
+/// `world`: each rank's GFLOP/s and update bandwidth (or the flags') and the links of every
+/// candidate mesh's groups (measured on groups `group` makes, as that mesh would run them) are
+/// averaged over the ranks, so every rank chooses the same mesh. Rank 0 prints the figures, the
 /// candidates and the choice.
 std::pair<int, int> search_training_mesh(const PlanFlags& f, const graph::TracedFunction& step, std::int64_t heads,
-                                         std::int64_t global_batch, transport::Communicator& world, bool tensor_parallel);
+                                         std::int64_t global_batch, transport::Communicator& world,
+                                         const actors::GroupMaker& group, bool tensor_parallel);
 
 /// Plans the training step of `model` at a global batch of `batch` x `dp` sequences (--batch per
 /// rank of --dp, as training reads them); prints the plan and its JSON line; returns the exit code.

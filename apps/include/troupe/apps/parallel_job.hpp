@@ -25,10 +25,10 @@ struct DataParallelFlags {
   bool check_grads = false;    // compare the ranks' post-reduce gradient norms every step
 };
 
-/// Chooses a job's mesh once its processes have joined, from a communicator of all of them (a
-/// collective: every rank calls it, and it must give every rank the same (dp, tp), dp x tp being
-/// the world size).
-using MeshChooser = std::function<std::pair<int, int>(transport::Communicator& world)>;
+/// Chooses a job's mesh once its processes have joined, from a communicator of all of them and
+/// communicators of groups of them made on demand (to measure their links): a collective, every
+/// rank calls it, and it must give every rank the same (dp, tp), dp x tp being the world size.
+using MeshChooser = std::function<std::pair<int, int>(transport::Communicator& world, const actors::GroupMaker& group)>;
 
 /// This process's place in a dp x tp job and its communicators.
 class ParallelJob {
@@ -69,14 +69,19 @@ class ParallelJob {
   // Connects the job's ranks (the rendezvous), then makes the dp and tp groups' communicators.
   void join();
   void make_groups(bool zero);
+  // A communicator of `members` on a transport of its own (a collective of the job).
+  std::shared_ptr<transport::Communicator> communicator(const std::vector<int>& members, const char* name,
+                                                        std::uint32_t channel);
 
   int dp_ = 1, tp_ = 1;
   actors::CostModel::Link link_{0, 0};
   transport::JobInfo job_;
   std::unique_ptr<transport::Bootstrap> bootstrap_;
   std::shared_ptr<transport::Communicator> allreduce_, allgather_, zero_, tp_group_, tp_norms_;
-  std::shared_ptr<transport::Communicator> world_;  // the mesh's chooser's; kept with the others, which
-                                                    // close together when the job ends
+  // The mesh chooser's: the world's and the groups it measured; kept with the others, which close
+  // together when the job ends.
+  std::shared_ptr<transport::Communicator> world_;
+  std::vector<std::shared_ptr<transport::Communicator>> probes_;
 };
 
 }  // namespace troupe::apps
