@@ -14,7 +14,9 @@ link. The cost model's GFLOP/s is calibrated on one process running the same mod
 measured step, less the predicted update, against the plan's FLOPs), with the update's measured
 bandwidth, both scaled by this machine's cores shared among the 4 ranks; the links at what a 64 MiB
 all-reduce among the ranks reaches and what a 4 KiB one takes (troupe-bench-allreduce). One JSON
-line per plan and setting. usage: hybrid.py BUILD"""
+line per plan and setting; then per setting the mesh troupe-gpt chose itself when given neither
+--dp nor --tp (its links measured per candidate mesh), against the fastest plan measured.
+usage: hybrid.py BUILD"""
 import json, os, subprocess, sys
 
 from jit import machine  # the CPU and its instruction set, as every benchmark line names them
@@ -78,8 +80,11 @@ def measured_link(build, hosts=None):
 
 
 def measure(build, setting, per_rank, update_gbps, link, hybrid_links, netns):
-    """link: every plan's; hybrid_links: dp2 x tp2's (dp, tp) when they differ from it."""
+    """link: every plan's; hybrid_links: dp2 x tp2's (dp, tp) when they differ from it. Then the
+    mesh troupe-gpt searches itself (neither --dp nor --tp; the same compute figures, its own
+    measurement of each candidate's links) against the fastest of the plans measured."""
     mib = lambda b: round(b / 2**20, 1)
+    measured = {}
     for name, args in PLANS:
         dp = int(args[args.index("--dp") + 1])
         batch = GLOBAL_BATCH // dp
@@ -100,6 +105,14 @@ def measure(build, setting, per_rank, update_gbps, link, hybrid_links, netns):
             "held_parameter_mib": mib(m["held_parameter_bytes"]), "held_optimizer_mib": mib(m["held_optimizer_bytes"]),
             "measured_dp_comm_ms": m["comm_ms"], "measured_dp_exposed_comm_ms": m["exposed_comm_ms"],
             "train_loss": m["train_loss"], **machine()}), flush=True)
+        if name != "dp4-zero1":
+            measured[f"dp={dp} x tp={RANKS // dp}"] = m["slowest_ms_per_step"]
+    s = train(build, ["--gflops", str(per_rank), "--update-gbps", str(update_gbps)], GLOBAL_BATCH, RANKS, netns)
+    chosen = f"dp={s['dp']} x tp={s['tp']}"
+    fastest = min(measured, key=measured.get)
+    print(json.dumps({"bench": "hybrid-searched", "setting": setting, "chosen": chosen, "measured_ms": s["slowest_ms_per_step"],
+                      "fastest_measured": fastest, "fastest_ms": measured[fastest],
+                      "chosen_is_fastest": chosen == fastest, "train_loss": s["train_loss"], **machine()}), flush=True)
 
 
 def main():
