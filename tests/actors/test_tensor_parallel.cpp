@@ -2,7 +2,8 @@
 // GPT trained for 5 AdamW steps with gradient clipping on tp=2 and tp=4 devices (Megatron's
 // placement, the collectives inside the step), and on dp=2 x tp=2, gives the losses, the clipping
 // norms and the updated weights of one process at the same global batch, on the parallel and the
-// naive clip path; each device holds only its shards of the split weights.
+// naive clip path, with several micro-batches too, and tracks it with mixed precision; each
+// device holds only its shards of the split weights and of the vocabulary tables.
 #include <gtest/gtest.h>
 
 #include <map>

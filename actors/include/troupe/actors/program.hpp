@@ -39,8 +39,9 @@ struct DataParallel {
   bool overlap = true;
   /// ZeRO stage 1 (the article's enable_parallel_optimizer): each bucket is reduce-scattered
   /// instead of all-reduced, each rank updates only its 1/n of every bucket (keeping 1/n of the
-  /// optimizer state), and the updated parameters are all-gathered on `zero_group` before the
-  /// step ends; clipping sums the ranks' shares of the norm there too. Needs one optimizer and
+  /// optimizer state), and the updated parameters are all-gathered on `zero_group` after the step
+  /// answers, overlapping the next step's forward (Program::settle waits for it); clipping sums
+  /// the ranks' shares of the norm there too. Needs one optimizer and
   /// `zero_group`, a communicator of the same ranks as `communicator` (its own transport, so its
   /// collectives never queue behind a bucket's).
   bool zero = false;

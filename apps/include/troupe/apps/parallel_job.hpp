@@ -1,6 +1,7 @@
 #pragma once
-// The parallel side of a training app (--dp D, --tp T): joining the job of D x T processes that
-// troupe-launch, mpirun or Slurm started, and its communicators. Rank r is data-parallel rank
+// The parallel side of a training app (--dp D, --tp T, or a mesh the planner chooses once the
+// processes joined): joining the job of D x T processes that troupe-launch, mpirun or Slurm
+// started, and its communicators. Rank r is data-parallel rank
 // r / T and tensor-parallel rank r % T. Along dp: the gradient AllReduces, the small all-gathers
 // of --check-grads and ZeRO-1's parameter all-gathers; along tp: the step's collectives and the
 // clipping norm. Each has a transport of its own, so the kinds of traffic never queue behind each other.

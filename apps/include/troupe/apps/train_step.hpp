@@ -98,8 +98,8 @@ class TrainStep {
   /// Compiles the step unless `options.jit_level` is 0 (then each call runs eagerly). With a
   /// communicator in `options.data_parallel`, gradients and the loss are averaged over its ranks
   /// (buckets on the actor runtime, tensor by tensor when eager). With tensor parallelism it
-  /// compiles the device's sharded step as it is (no passes, no mixed precision) and `optimizer`
-  /// holds the device's shards.
+  /// compiles the device's sharded step (traced with its mixed precision, the passes run after the
+  /// split) and `optimizer` holds the device's shards.
   TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputSpec>& signature, graph::Module& model,
             std::shared_ptr<graph::Optimizer> optimizer, TrainStepOptions options);
   /// Runs one step on `inputs`: the loss and, when measuring, gradient norm and variance (both
