@@ -58,6 +58,7 @@ struct HttpServer::Impl {
   std::mutex mutex;
   std::condition_variable answered;
   int in_flight = 0;  // guarded by mutex
+  int posting = 0;    // replies inside their post to `io` from a handler's thread; guarded by mutex
 
   void accept();
   void begin_request() {
@@ -67,6 +68,19 @@ struct HttpServer::Impl {
   void end_request() {
     std::lock_guard<std::mutex> lock(mutex);
     --in_flight;
+    answered.notify_all();
+  }
+  // Posts `f` to the io threads from a handler's thread: stop() waits until the post has returned
+  // too, not only for the answer it carries (which may be written before the post returns).
+  template <class F>
+  void post_from_handler(F&& f) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++posting;
+    }
+    asio::post(io, std::forward<F>(f));
+    std::lock_guard<std::mutex> lock(mutex);
+    --posting;
     answered.notify_all();
   }
 };
@@ -129,11 +143,11 @@ class Session : public std::enable_shared_from_this<Session> {
     Reply reply = [session, once](Response r) {
       if (once->exchange(true)) return;  // answered already
       std::shared_ptr<Session> self = std::move(*session);  // only the first caller gets here
-      // Posted to the io_context, and from there onto the connection's strand: a strand's handle
-      // that this (handler's) thread let go of after the answer was written could outlive the
-      // server, whose stop() waits only for the answer (ASan caught it).
-      asio::io_context& io = self->server_->io;
-      asio::post(io, [self = std::move(self), r = std::move(r)]() mutable {
+      // Posted to the io_context, and from there onto the connection's strand: this (handler's)
+      // thread holds no strand handle, and the server's stop() waits for the post to return
+      // (ASan and TSan caught both outliving the server).
+      HttpServer::Impl* server = self->server_;
+      server->post_from_handler([self = std::move(self), r = std::move(r)]() mutable {
         asio::dispatch(self->stream_.get_executor(),
                        [self, r = std::move(r)]() mutable { self->answer(std::move(r), self->keep_alive_); });
       });
@@ -238,7 +252,7 @@ void HttpServer::stop() {
   });
   {
     std::unique_lock<std::mutex> lock(s.mutex);
-    s.answered.wait(lock, [&s] { return s.in_flight == 0; });
+    s.answered.wait(lock, [&s] { return s.in_flight == 0 && s.posting == 0; });
   }
   s.work.reset();
   s.io.stop();
