@@ -156,7 +156,7 @@ std::vector<ValueInfo> infer_cross_entropy(const InferContext& c) {
   return one(accumulation_dtype(c.inputs[0].dtype), {});
 }
 std::vector<Tensor> compute_cross_entropy(const std::vector<Tensor>& in, const ComputeContext&) {
-  return {kernels::cross_entropy(rows_of(in[0]), in[1].reshape({in[1].numel()}))};
+  return {kernels::cross_entropy(rows_of(in[0]), flat(in[1]))};
 }
 std::vector<Var> grad_cross_entropy(const GradContext& c) {
   return {apply1("cross_entropy_backward", {c.grad_output(0), c.inputs[0], c.inputs[1]}), Var()};
@@ -166,7 +166,7 @@ std::vector<ValueInfo> infer_cross_entropy_backward(const InferContext& c) {
   return one(c.inputs[1].dtype, c.inputs[1].shape);
 }
 std::vector<Tensor> compute_cross_entropy_backward(const std::vector<Tensor>& in, const ComputeContext&) {
-  const Tensor g = kernels::cross_entropy_backward(in[0], rows_of(in[1]), in[2].reshape({in[2].numel()}));
+  const Tensor g = kernels::cross_entropy_backward(in[0], rows_of(in[1]), flat(in[2]));
   return {g.view(in[1].shape())};
 }
 

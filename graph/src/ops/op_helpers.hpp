@@ -40,6 +40,8 @@ inline std::vector<ValueInfo> one(DType d, SymShape s) { return {ValueInfo{d, st
 inline bool get_flag(const Attrs& a, const char* name) { return a.has(name) && a.get_int(name) != 0; }
 /// x [..., C] as rows [N, C], the layout of the kernels that take rows (cross-entropy).
 inline Tensor rows_of(const Tensor& x) { return x.reshape({x.numel() / x.shape().back(), x.shape().back()}); }
+/// x [...] as one row [N]: per-row values (targets) beside rows_of's rows.
+inline Tensor flat(const Tensor& x) { return x.reshape({x.numel()}); }
 /// The gradient of a broadcast input: g summed to the shape of `like` when they differ.
 Var unbroadcast(const Var& g, const Var& like);
 

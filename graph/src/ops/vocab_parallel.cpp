@@ -18,16 +18,16 @@ ValueId row_max(LocalGraph& g, ValueId logits) {
   return g.add("max", {all}, Attrs().set("axes", std::vector<std::int64_t>{last}).set("keepdim", std::int64_t{0}))[0];
 }
 
-// The local logits' classes: (this device's first column, the classes of all devices).
-std::pair<std::int64_t, std::int64_t> columns(LocalGraph& g, ValueId logits) {
+// The attributes of the ops that read a device's columns of the logits [..., C_l]: its first
+// column, and the classes of all devices.
+Attrs columns_attrs(LocalGraph& g, ValueId logits) {
   const std::int64_t held = g.info(logits).shape.back().size();
-  return {g.index() * held, held * g.devices()};
+  return Attrs().set("first", g.index() * held).set("classes", held * g.devices());
 }
 
 // Each row's parts (graph input order: logits, targets), summed over the devices.
 ValueId summed_parts(LocalGraph& g, ValueId logits, ValueId targets, ValueId max) {
-  const auto [first, classes] = columns(g, logits);
-  return g.all_reduce(g.add("cross_entropy_parts", {logits, targets, max}, Attrs().set("first", first).set("classes", classes))[0]);
+  return g.all_reduce(g.add("cross_entropy_parts", {logits, targets, max}, columns_attrs(g, logits))[0]);
 }
 
 std::vector<ValueInfo> infer_parts(const InferContext& c) {
@@ -43,7 +43,6 @@ std::vector<ValueInfo> infer_parts(const InferContext& c) {
   return one(DType::f64, out);
 }
 
-Tensor flat(const Tensor& x) { return x.reshape({x.numel()}); }
 Tensor parts_rows(const Tensor& parts) { return parts.reshape({parts.numel() / 2, 2}); }
 
 std::vector<Tensor> compute_parts(const std::vector<Tensor>& in, const ComputeContext& c) {
@@ -95,9 +94,8 @@ std::vector<ValueId> expand_vocab_cross_entropy(LocalGraph& g, const std::vector
 
 std::vector<ValueId> expand_vocab_cross_entropy_backward(LocalGraph& g, const std::vector<ValueId>& in, const Attrs&) {
   const ValueId max = row_max(g, in[1]);
-  const auto [first, classes] = columns(g, in[1]);
   return g.add("cross_entropy_parts_backward", {in[0], in[1], in[2], max, summed_parts(g, in[1], in[2], max)},
-               Attrs().set("first", first).set("classes", classes));
+               columns_attrs(g, in[1]));
 }
 
 }  // namespace detail
