@@ -54,6 +54,7 @@ struct ClipSetup {
   std::vector<std::shared_ptr<transport::Communicator>> norms;  // the groups whose sums add up: tensor
                                                                 // parallelism's, ZeRO-1's (each rank's slice)
   std::uint32_t track = 0;
+  std::uint32_t norms_track = 0;  // where the groups' sums run, in traces
   PeersPtr peers;
 };
 /// Spawns the clip actor (clip_actor.cpp).

@@ -132,6 +132,7 @@ GradientActors spawn_gradient_path(caf::actor_system& sys, const graph::TracedFu
     // Parallel clip with data parallelism sums the reduced buckets' norms, else one per gradient.
     clip.slots = path.buckets && clip.takes_norms ? static_cast<int>(path.buckets->buckets.size()) : gradients;
     clip.track = tracer.register_actor("clip");
+    clip.norms_track = clip.norms.empty() ? clip.track : tracer.register_actor("communicator clip norms");
     clip.peers = peers;
     path.clip_takes_norms = clip.takes_norms;
     path.clip = {spawn_clip_actor(sys, clip), clip.track};

@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include <exception>
 #include <map>
 #include <memory>
 #include <string>
@@ -49,13 +50,19 @@ using clipped_atom = caf::atom_constant<caf::atom("clipped")>;
 using update_atom = caf::atom_constant<caf::atom("update")>;
 using applied_atom = caf::atom_constant<caf::atom("applied")>;
 using go_atom = caf::atom_constant<caf::atom("go")>;
+using acted_atom = caf::atom_constant<caf::atom("acted")>;
+using gathered_atom = caf::atom_constant<caf::atom("gathered")>;
+using summed_atom = caf::atom_constant<caf::atom("summed")>;
 
-/// A node (node.hpp): the register protocol's messages.
+/// A node (node.hpp): the register protocol's messages, the completion of a suspended act's
+/// outside part (a collective), and ZeRO-1's all-gather of a parameter it reads.
 using NodeActor = caf::typed_actor<
     caf::reacts_to<start_atom, StepContextPtr, std::uint64_t>,
     caf::reacts_to<ready_atom, ReadyPtr, std::uint64_t>,
     caf::reacts_to<release_atom, std::uint64_t /*step*/, int /*register*/, std::uint64_t>,
-    caf::reacts_to<go_atom, StepContextPtr, int /*micro-batch*/, std::uint64_t>>;
+    caf::reacts_to<go_atom, StepContextPtr, int /*micro-batch*/, std::uint64_t>,
+    caf::reacts_to<acted_atom, std::uint64_t /*step*/, int /*micro-batch*/, std::exception_ptr /*or null*/, std::uint64_t>,
+    caf::reacts_to<gathered_atom, std::uint64_t /*step*/, std::exception_ptr /*or null*/, std::uint64_t>>;
 
 /// The program actor: steers steps (program_actor.cpp). It is spawned untyped because its phases
 /// are behaviors switched with become, which CAF 0.17 allows typed actors only between complete
@@ -68,6 +75,7 @@ using ProgramActor = caf::typed_actor<
     caf::reacts_to<reduced_atom, std::uint64_t /*step*/, Tensor /*ranks' mean of the 0-d outputs*/, std::uint64_t>,
     caf::reacts_to<clipped_atom, std::uint64_t /*step*/, double /*global norm*/, std::uint64_t>,
     caf::reacts_to<applied_atom, std::uint64_t /*step*/, int /*optimizer*/, GradientMapPtr, std::uint64_t>,
+    caf::reacts_to<gathered_atom, std::uint64_t /*step*/, std::exception_ptr /*or null*/, std::uint64_t>,
     caf::reacts_to<fail_atom, std::uint64_t /*step*/, int /*ErrorKind*/, std::string, std::uint64_t>>;
 
 /// An optimizer actor: collects its parameters' final gradients, scales them by the clip
@@ -75,13 +83,16 @@ using ProgramActor = caf::typed_actor<
 using OptimizerActor = caf::typed_actor<
     caf::reacts_to<gradient_atom, std::uint64_t /*step*/, int /*sink*/, Tensor, std::uint64_t>,
     caf::reacts_to<clip_atom, std::uint64_t /*step*/, double /*scale*/, bool /*skip the update*/, std::uint64_t>,
-    caf::reacts_to<update_atom, std::uint64_t /*step*/, std::uint64_t>>;
+    caf::reacts_to<update_atom, std::uint64_t /*step*/, std::uint64_t>,
+    caf::reacts_to<gathered_atom, std::uint64_t /*step*/, std::exception_ptr /*or null*/, std::uint64_t>>;
 
 /// The clip actor: sums the squared norms (or takes them of the gradients) in a fixed order and
 /// tells the optimizers the coefficient (clip_actor.cpp).
 using ClipActor = caf::typed_actor<
     caf::reacts_to<norm_atom, std::uint64_t /*step*/, int /*slot*/, double /*squared norm*/, std::uint64_t>,
-    caf::reacts_to<gradient_atom, std::uint64_t /*step*/, int /*slot*/, Tensor, std::uint64_t>>;
+    caf::reacts_to<gradient_atom, std::uint64_t /*step*/, int /*slot*/, Tensor, std::uint64_t>,
+    caf::reacts_to<summed_atom, std::uint64_t /*step*/, double /*squared norm*/, std::exception_ptr /*or null*/,
+                   std::uint64_t>>;
 
 /// A bucket actor: counts the gradients written into its slice of the step's buffer, asks for the
 /// AllReduce when full and passes the reduced gradients on (bucket_actor.cpp).
@@ -127,3 +138,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::ReadyPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::RunRequestPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::GradientMapPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::Tensor)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::exception_ptr)

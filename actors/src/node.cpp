@@ -31,6 +31,12 @@ Node::Node(NodeActor::pointer self, std::shared_ptr<const ActorPlan> plan, int i
       out_(registers, static_cast<int>(spec_->consumers.size())) {
   const auto at = std::find(plan_->collectives.begin(), plan_->collectives.end(), index_);
   if (at != plan_->collectives.end()) collective_ = static_cast<int>(at - plan_->collectives.begin());
+  for (const InputRef& ref : spec_->inputs)
+    if (ref.from == InputRef::From::parameter) parameters_.push_back(ref.parameter);
+}
+
+Suspension NodeKind::begin(Node& node, int) {
+  fail(ErrorKind::runtime, "'", node.spec().name, "' does not suspend its acts");
 }
 
 int Node::waits(int mb) const {
@@ -52,8 +58,7 @@ void Node::signal_next_collective(int mb) {
 const Tensor& Node::input(const InputRef& ref) const {
   switch (ref.from) {
     case InputRef::From::parameter:
-      // ZeRO-1: the last step's all-gather may still be writing it (it overlaps this forward).
-      if (peers_->gradients.zero) peers_->gradients.zero->wait_for(ref.parameter);
+      // (ZeRO-1: the firing rule waited for the last step's all-gather to write it.)
       return ctx_->parameters[static_cast<std::size_t>(ref.parameter)];
     case InputRef::From::constant: return ref.constant;
     case InputRef::From::producer: break;
@@ -81,6 +86,37 @@ void Node::on_go(const StepContextPtr& ctx, int mb) {
   pump();
 }
 
+void Node::on_acted(std::uint64_t step, int mb, std::exception_ptr error) {
+  if (step != step_ || failed_ || !pending_ || pending_->mb != mb) return;  // a failed step's
+  Pending p = std::move(*pending_);
+  pending_.reset();
+  std::optional<ActMemory> memory;
+  memory.emplace(ctx_->memory.get(), index_, mb, p.allocations);
+  if (!complete(mb, memory, [&] { return p.resume(error); })) return;
+  if (++next_mb_ == ctx_->micro_batches) {
+    if (kind_->reports_done()) tell(self_, track(), peers_->program, SendTag{"done", step_}, done_atom::value, step_, index_);
+    return;
+  }
+  pump();
+}
+
+void Node::on_gathered(std::uint64_t step, std::exception_ptr error) {
+  if (step != step_ || failed_) return;
+  if (error) {
+    reporting_failure([&] {
+      try {
+        std::rethrow_exception(error);
+      } catch (const Error& e) {
+        throw Error(e.kind(), "'" + spec_->name + "' cannot read its parameters in step " + std::to_string(step_) + ": " +
+                                  e.message());
+      }
+    });
+    return;
+  }
+  --ungathered_;
+  pump();
+}
+
 void Node::on_release(std::uint64_t step, int reg) {
   if (step != step_) return;
   out_.release(reg);
@@ -95,10 +131,28 @@ void Node::begin_step(const StepContextPtr& ctx) {
   in_.clear();
   out_.clear();
   gos_.assign(static_cast<std::size_t>(ctx->micro_batches), 0);
+  pending_.reset();
+  await_parameters();
+}
+
+void Node::await_parameters() {
+  ungathered_ = 0;
+  const std::shared_ptr<ZeroShard>& zero = peers_->gradients.zero;
+  if (!zero) return;
+  const AddressOf<NodeActor>& me = peers_->at(index_);
+  const std::uint64_t step = step_;
+  reporting_failure([&] {
+    for (int parameter : parameters_) {
+      const bool waits = !zero->when_gathered(parameter, [me, step, track = zero->track()](std::exception_ptr e) {
+        tell_from_outside(track, me, SendTag{"gathered", step}, gathered_atom::value, step, e);
+      });
+      ungathered_ += waits ? 1 : 0;
+    }
+  });
 }
 
 void Node::pump() {
-  if (!ctx_ || failed_) return;
+  if (!ctx_ || failed_ || pending_ || ungathered_ > 0) return;
   const auto may_act = [this](int mb) { return gos_[static_cast<std::size_t>(mb)] >= waits(mb); };
   const bool finished =
       act_while_ready(next_mb_, ctx_->micro_batches, in_, out_, may_act, [this](int mb) { return fire(mb); });
@@ -109,21 +163,49 @@ void Node::pump() {
 // One firing: act, give the inputs back, pass the outputs on. What the act allocates and drops,
 // the inputs it lets go of included, belongs to the act's planned memory (step_memory.hpp).
 bool Node::fire(int mb) {
-  Values values;
+  if (kind_->suspends()) {
+    suspend(mb);
+    return false;  // the act is not over: on_acted goes on from here
+  }
+  std::optional<ActMemory> memory;
+  memory.emplace(ctx_->memory.get(), index_, mb);
+  return complete(mb, memory, [&] { return kind_->act(*this, mb); });
+}
+
+// The outside part (a collective) runs in its queue's order, so the next act in the collectives'
+// order may begin as soon as this one is queued.
+void Node::suspend(int mb) {
+  Suspension s;
+  std::size_t allocations = 0;
   {
     ActMemory memory(ctx_->memory.get(), index_, mb);
-    if (!reporting_failure([&] { values = kind_->act(*this, mb); })) return false;
-    release_inputs();
-    if (spec_->consumers.empty()) values.reset();  // a dead value, dropped within the act
-    if (values) memory.emitted(*values);
+    if (!reporting_failure([&] { s = kind_->begin(*this, mb); })) return;
+    allocations = memory.suspend();
   }
+  pending_ = Pending{mb, allocations, std::move(s.resume)};
+  const AddressOf<NodeActor>& me = peers_->at(index_);
+  const std::uint64_t step = step_;
+  s.launch([me, step, mb, track = s.track](std::exception_ptr e) {
+    tell_from_outside(track, me, SendTag{"acted", step, mb}, acted_atom::value, step, mb, e);
+  });
+  signal_next_collective(mb);
+}
+
+template <class Make>
+bool Node::complete(int mb, std::optional<ActMemory>& memory, Make&& make) {
+  Values values;
+  if (!reporting_failure([&] { values = make(); })) return false;
+  release_inputs();
+  if (spec_->consumers.empty()) values.reset();  // a dead value, dropped within the act
+  if (values) memory->emitted(*values);
+  memory.reset();  // the act's memory is over before anyone hears of its outputs
   if (values) emit(mb, std::move(values));
   if (!reporting_failure([&] { kind_->after_act(*this); })) return false;
   // The memory plan's edges: acts whose memory this one's must be over before they begin.
   for_each_memory_signal(ctx_->memory.get(), index_, mb, [this](int actor, int m) {
     tell(self_, track(), peers_->at(actor), SendTag{"go", step_, m}, go_atom::value, ctx_, m);
   });
-  signal_next_collective(mb);
+  if (!kind_->suspends()) signal_next_collective(mb);
   return true;
 }
 
@@ -195,6 +277,14 @@ NodeActor::behavior_type node_actor(NodeActor::stateful_pointer<NodeState> self,
       [=](go_atom, const StepContextPtr& ctx, int mb, std::uint64_t flow) {
         Handling h(self, n->track(), "go", flow, ctx->step, mb);
         n->on_go(ctx, mb);
+      },
+      [=](acted_atom, std::uint64_t step, int mb, const std::exception_ptr& error, std::uint64_t flow) {
+        Handling h(self, n->track(), "acted", flow, step, mb);
+        n->on_acted(step, mb, error);
+      },
+      [=](gathered_atom, std::uint64_t step, const std::exception_ptr& error, std::uint64_t flow) {
+        Handling h(self, n->track(), "gathered", flow, step, -1);
+        n->on_gathered(step, error);
       },
   };
 }

@@ -3,14 +3,29 @@
 // actor, op actors, output sinks and gradient stages. node.cpp holds what they share, the step
 // lifecycle and the protocol's messages; each kind says only what it does when it fires.
 
+#include <exception>
+#include <functional>
 #include <memory>
+#include <optional>
 
 #include "messages.hpp"
 #include "plan.hpp"
 
 namespace troupe::actors {
 
+class ActMemory;
 class Node;
+
+/// An act that waits for something outside the actors (a collective on the wire): begun on the
+/// node's thread, it ends there too, when the outside part's completion arrives as a message, and
+/// the node's thread serves other actors meanwhile.
+struct Suspension {
+  std::uint32_t track = 0;  // where the outside part runs, in traces (its completion is sent from there)
+  /// Starts the outside part; `over` runs once, on whichever thread finished it, with its failure or null.
+  std::function<void(std::function<void(std::exception_ptr)> over)> launch;
+  /// Ends the act on the node's thread: its outputs, or the outside part's failure thrown as a troupe::Error.
+  std::function<Values(std::exception_ptr)> resume;
+};
 
 /// What one kind of node does when the firing rule lets it act.
 class NodeKind {
@@ -19,6 +34,10 @@ class NodeKind {
   /// Makes micro-batch `mb`'s outputs from the node's readable inputs; null when it passes nothing
   /// on. A troupe::Error it throws fails the step with its message, so it names the actor and why.
   virtual Values act(Node& node, int mb) = 0;
+  /// Whether this kind's acts suspend (begin, then resume) instead of acting at once.
+  virtual bool suspends() const { return false; }
+  /// Begins micro-batch `mb`'s act of a kind that suspends; errors as act().
+  virtual Suspension begin(Node& node, int mb);
   /// Whether the program counts this node's end of step (sinks pass their value on instead).
   virtual bool reports_done() const { return true; }
   /// Sends what goes outside the register protocol (a sink's value), once the act is over and its
@@ -53,6 +72,11 @@ class Node {
   void on_ready(ReadyPtr r);
   void on_release(std::uint64_t step, int reg);
   void on_go(const StepContextPtr& ctx, int mb);
+  /// The outside part of micro-batch `mb`'s suspended act is over (`error` null) or failed.
+  void on_acted(std::uint64_t step, int mb, std::exception_ptr error);
+  /// ZeRO-1: a parameter this node reads has been all-gathered for the step (`error` null) or its
+  /// all-gather failed.
+  void on_gathered(std::uint64_t step, std::exception_ptr error);
   /// This node's track in traces.
   std::uint32_t track() const { return peers_->at(index_).track; }
   /// The step this node is on (0 before the first).
@@ -62,6 +86,14 @@ class Node {
   void begin_step(const StepContextPtr& ctx);
   void pump();
   bool fire(int mb);
+  // Begins a suspended act; it ends in on_acted.
+  void suspend(int mb);
+  // The end of an act whose outputs `make` makes within `memory`: inputs given back, outputs passed
+  // on, the acts waiting for this one told.
+  template <class Make>
+  bool complete(int mb, std::optional<ActMemory>& memory, Make&& make);
+  // ZeRO-1: asks to be told when each parameter this node reads has been all-gathered for the step.
+  void await_parameters();
   void emit(int mb, Values values);
   void release_inputs();
   // Runs f; a troupe::Error or other exception it throws fails the step (false).
@@ -87,6 +119,15 @@ class Node {
   int next_mb_ = 0;
   bool failed_ = false;
   std::vector<int> gos_;          // per micro-batch: `go`s received this step
+  // The suspended act: its micro-batch, the allocations it made so far and its end.
+  struct Pending {
+    int mb = 0;
+    std::size_t allocations = 0;
+    std::function<Values(std::exception_ptr)> resume;
+  };
+  std::optional<Pending> pending_;
+  std::vector<int> parameters_;   // the program parameters this node reads (ZeRO-1 waits for their all-gather)
+  int ungathered_ = 0;            // of those, how many this step's acts still wait for
   InRegisters in_;
   OutRegisters out_;
 };

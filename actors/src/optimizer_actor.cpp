@@ -21,6 +21,7 @@ struct OptimizerState {
   int gradients_in = 0, scales_in = 0, updates_in = 0;
   double scale = 1.0;
   bool skip = false;  // loss scaling found an Inf or NaN gradient: no update this step
+  enum class Gathered { unasked, waiting, written } gathered = Gathered::unasked;  // ZeRO-1: the last all-gather
   caf::abstract_actor* self = nullptr;
   /// Clears what arrived for a new step (current_step).
   void start_step() {
@@ -28,6 +29,7 @@ struct OptimizerState {
     gradients_in = scales_in = updates_in = 0;
     scale = 1.0;
     skip = false;
+    gathered = Gathered::unasked;
   }
   ~OptimizerState() { state_closing(&self); }
   static inline const char* name = "troupe.optimizer";
@@ -84,12 +86,29 @@ void apply(OptimizerState& s) {
   }
 }
 
-// Updates once every gradient, the clip coefficient (when clipping) and the program's go are in.
+// ZeRO-1: whether the last step's all-gather, which writes the pieces this update writes, is over;
+// otherwise the actor is told by a message when it is. Throws the all-gather's failure.
+bool pieces_written(Self self) {
+  OptimizerState& s = self->state;
+  if (!s.setup.zero || s.gathered == OptimizerState::Gathered::written) return true;
+  if (s.gathered == OptimizerState::Gathered::waiting) return false;
+  const AddressOf<OptimizerActor> me{caf::actor_cast<OptimizerActor>(self), s.setup.track};
+  const std::uint64_t step = s.step;
+  const bool written = s.setup.zero->when_settled([me, step, track = s.setup.zero->track()](std::exception_ptr e) {
+    tell_from_outside(track, me, SendTag{"gathered", step}, gathered_atom::value, step, e);
+  });
+  s.gathered = written ? OptimizerState::Gathered::written : OptimizerState::Gathered::waiting;
+  return written;
+}
+
+// Updates once every gradient, the clip coefficient (when clipping) and the program's go are in
+// (and, with ZeRO-1, the last all-gather is over).
 void update_if_ready(Self self) {
   OptimizerState& s = self->state;
   const AddressOf<ProgramActor>& program = s.setup.peers->program;
   if (s.gradients_in < s.setup.gradients || s.scales_in < (s.setup.clipping ? 1 : 0) || s.updates_in < 1) return;
   try {
+    if (!pieces_written(self)) return;
     apply(s);
   } catch (const Error& e) {
     tell(self, s.setup.track, program, SendTag{"fail", s.step}, fail_atom::value, s.step, static_cast<int>(e.kind()),
@@ -129,6 +148,13 @@ OptimizerActor::behavior_type optimizer_actor(Self self, OptimizerSetup setup) {
         Handling h(self, track, "update", flow, step, -1);
         if (!current_step(self->state, step)) return;
         ++self->state.updates_in;
+        update_if_ready(self);
+      },
+      // (a failure is the next when_settled's to throw)
+      [=](gathered_atom, std::uint64_t step, const std::exception_ptr&, std::uint64_t flow) {
+        Handling h(self, track, "gathered", flow, step, -1);
+        if (!current_step(self->state, step)) return;
+        self->state.gathered = OptimizerState::Gathered::unasked;
         update_if_ready(self);
       },
   };

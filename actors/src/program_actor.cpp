@@ -1,4 +1,5 @@
-// The program actor steers: its phases are behaviors. idle waits for a request; running collects
+// The program actor steers: its phases are behaviors. idle waits for a request; gathering (ZeRO-1
+// with the step's casts) for the last step's all-gather of the parameters; running collects
 // the nodes' `done` and the outputs; reducing (data parallel) waits for the ranks' mean of the
 // loss; updating lets the optimizers update and collects what they applied. Failures of the step
 // in progress answer the caller from any phase.
@@ -68,6 +69,7 @@ int output_count(const ActorPlan& plan) {
 }
 
 caf::behavior idle(Self* self);
+caf::behavior gathering(Self* self);
 caf::behavior running(Self* self);
 caf::behavior reducing(Self* self);
 caf::behavior updating(Self* self);
@@ -86,10 +88,32 @@ void set_scalar(Tensor& t, double value) {
   }
 }
 
+// ZeRO-1: whether the step's casts (step nodes), which read every parameter, may run: the last
+// step's all-gather has written them all. Otherwise the program is told by a message when it has
+// (gathering). Throws the all-gather's failure.
+bool parameters_written(Self* self) {
+  const ProgramState& s = self->state;
+  const std::shared_ptr<ZeroShard>& zero = path(s).zero;
+  if (s.setup->plan->step_nodes.empty() || !zero) return true;
+  const std::uint64_t next = s.step + 1;
+  return zero->when_settled([program = s.setup->peers->program, next, track = zero->track()](std::exception_ptr e) {
+    tell_from_outside(track, program, SendTag{"gathered", next}, gathered_atom::value, next, e);
+  });
+}
+
 // Starts the next queued step, or goes idle.
 void start_next(Self* self) {
   ProgramState& s = self->state;
   while (!s.queue.empty()) {
+    std::exception_ptr unwritten;
+    try {
+      if (!parameters_written(self)) {
+        self->become(gathering(self));
+        return;
+      }
+    } catch (...) {
+      unwritten = std::current_exception();
+    }
     s.current = s.queue.front();
     s.queue.pop_front();
     ++s.step;
@@ -101,6 +125,7 @@ void start_next(Self* self) {
     if (s.setup->comm) s.comm_busy_at_start = s.setup->comm->busy_seconds();
     StepContextPtr ctx;
     try {
+      if (unwritten) std::rethrow_exception(unwritten);
       ctx = make_step_context(*s.setup, s.step, s.current->inputs, s.bucket_buffers, s.step_values);
     } catch (...) {
       answer(std::exchange(s.current, nullptr), nullptr, std::current_exception());
@@ -230,6 +255,21 @@ caf::behavior idle(Self* self) {
       [=](run_atom, const RunRequestPtr& req, std::uint64_t flow) {
         Handling h(self, me(self->state), "run", flow, self->state.step + 1, -1);
         self->state.queue.push_back(req);
+        start_next(self);
+      },
+  };
+}
+
+// ZeRO-1: a step waits for the last all-gather before its casts read the parameters.
+caf::behavior gathering(Self* self) {
+  return {
+      [=](run_atom, const RunRequestPtr& req, std::uint64_t flow) {
+        Handling h(self, me(self->state), "run", flow, self->state.step + 1, -1);
+        self->state.queue.push_back(req);
+      },
+      // (a failure is the next when_settled's to throw)
+      [=](gathered_atom, std::uint64_t step, const std::exception_ptr&, std::uint64_t flow) {
+        Handling h(self, me(self->state), "gathered", flow, step, -1);
         start_next(self);
       },
   };

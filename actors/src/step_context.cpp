@@ -92,8 +92,7 @@ StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, 
     }
   }
   for (const graph::Var& p : setup.fn->parameters()) ctx->parameters.push_back(p.tensor());
-  // ZeRO-1: the step's casts read every parameter, all of them written by the last step's all-gather.
-  if (!setup.plan->step_nodes.empty() && setup.peers && setup.peers->gradients.zero) setup.peers->gradients.zero->settle();
+  // (ZeRO-1: the program started the step once the last all-gather wrote the parameters the casts read.)
   step_values.resize(setup.plan->step_nodes.size());
   for (std::size_t k = 0; k < step_values.size(); ++k)
     ctx->parameters.push_back(step_value(g, setup.plan->step_nodes[k], ctx->parameters, whole, step_values[k]));

@@ -177,9 +177,19 @@ ActMemory::ActMemory(StepArena* step, int actor, int mb)
   if (step_) step_->act_begun(act_);
 }
 
+ActMemory::ActMemory(StepArena* step, int actor, int mb, std::size_t made)
+    : step_(step), actor_(actor), mb_(mb), act_(step ? step->act_id(actor, mb) : -1), next_(made) {
+  current_act = CurrentAct{step_ ? step_->recording() : nullptr, act_};
+}
+
 ActMemory::~ActMemory() {
-  if (step_) step_->act_done(act_, next_);
+  if (step_ && !suspended_) step_->act_done(act_, next_);
   current_act = CurrentAct{};
+}
+
+std::size_t ActMemory::suspend() {
+  suspended_ = true;
+  return next_;
 }
 
 void ActMemory::emitted(const std::vector<Tensor>& values) {

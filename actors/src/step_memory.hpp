@@ -68,7 +68,12 @@ class StepArena;
 class ActMemory final : public HostMemoryScope {
  public:
   ActMemory(StepArena* step, int actor, int mb);
+  /// Resumes act (actor, mb), suspended after `made` allocations (suspend()).
+  ActMemory(StepArena* step, int actor, int mb, std::size_t made);
   ~ActMemory() override;
+  /// Ends this scope but not the act, which goes on in a later scope (a collective's act resumes
+  /// when the wire is done): the allocations it made so far, to resume with.
+  std::size_t suspend();
   /// Tells the step that the act put `values` into a register: recording notes their readers.
   void emitted(const std::vector<Tensor>& values);
   MemoryLease lease(std::size_t bytes) override;
@@ -77,6 +82,7 @@ class ActMemory final : public HostMemoryScope {
   StepArena* step_;
   int actor_, mb_, act_;
   std::size_t next_ = 0;  // the act's allocations so far
+  bool suspended_ = false;
 };
 
 /// The memory edges into act (actor, mb) of `step`: how many `go` signals it waits for before it

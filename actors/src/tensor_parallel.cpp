@@ -2,6 +2,8 @@
 // group over a transport communicator, and the parameters clipping counts once per group.
 #include "troupe/actors/tensor_parallel.hpp"
 
+#include "communicator_group.hpp"
+#include "troupe/actors/tracer.hpp"
 #include "troupe/graph/spmd.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/transport/process_group.hpp"
@@ -10,41 +12,39 @@ namespace troupe::actors {
 
 namespace {
 
-// Low-precision values (mixed precision's bf16 activations) are summed in f32 and rounded once.
-bool low_precision(const Tensor& t) { return t.dtype() == DType::bf16 || t.dtype() == DType::f16; }
-
-class CommunicatorGroup : public graph::CollectiveGroup {
+// The blocking collectives of a communicator's process group, on the communicator's thread.
+class ProcessGroupWire : public graph::CollectiveWire {
  public:
-  CommunicatorGroup(std::shared_ptr<transport::Communicator> comm, std::string axis)
-      : comm_(std::move(comm)), axis_(std::move(axis)) {}
-  int rank() const override { return comm_->rank(); }
-  int size() const override { return comm_->size(); }
-  void all_reduce(const Tensor& tensor) override {
-    const Tensor sum = low_precision(tensor) ? tensor.to(DType::f32) : tensor;
-    comm_->submit([&](transport::ProcessGroup& g) { g.all_reduce(sum); }).get();
-    if (low_precision(tensor)) Tensor(tensor).copy_from(sum);  // (a handle on the same storage)
-  }
-  Tensor all_gather(const Tensor& tensor) override {
-    Tensor all;
-    comm_->submit([&](transport::ProcessGroup& g) { all = g.all_gather(tensor); }).get();
-    return all;
-  }
-  Tensor reduce_scatter(const Tensor& tensor) override {
-    const Tensor sums = low_precision(tensor) ? tensor.to(DType::f32) : tensor;
-    Tensor part;
-    comm_->submit([&](transport::ProcessGroup& g) { part = g.reduce_scatter(sums); }).get();
-    return part.to(tensor.dtype());
-  }
-  std::string name() const override {
-    return axis_ + " (rank " + std::to_string(rank()) + " of " + std::to_string(size()) + ")";
-  }
+  explicit ProcessGroupWire(transport::ProcessGroup& g) : g_(g) {}
+  void all_reduce(const Tensor& tensor) override { g_.all_reduce(tensor); }
+  Tensor all_gather(const Tensor& tensor) override { return g_.all_gather(tensor); }
+  Tensor reduce_scatter(const Tensor& tensor) override { return g_.reduce_scatter(tensor); }
 
  private:
-  std::shared_ptr<transport::Communicator> comm_;
-  std::string axis_;
+  transport::ProcessGroup& g_;
 };
 
 }  // namespace
+
+CommunicatorGroup::CommunicatorGroup(std::shared_ptr<transport::Communicator> comm, std::string axis)
+    : comm_(std::move(comm)), axis_(std::move(axis)), track_(Tracer::instance().register_actor("communicator " + axis_)) {}
+
+int CommunicatorGroup::rank() const { return comm_->rank(); }
+
+int CommunicatorGroup::size() const { return comm_->size(); }
+
+void CommunicatorGroup::submit(std::function<void(graph::CollectiveWire&)> work, graph::CollectiveDone done) {
+  comm_->submit(
+      [work = std::move(work)](transport::ProcessGroup& g) {
+        ProcessGroupWire wire(g);
+        work(wire);
+      },
+      std::move(done));
+}
+
+std::string CommunicatorGroup::name() const {
+  return axis_ + " (rank " + std::to_string(rank()) + " of " + std::to_string(size()) + ")";
+}
 
 std::shared_ptr<graph::CollectiveGroup> communicator_group(std::shared_ptr<transport::Communicator> comm, std::string axis) {
   TROUPE_CHECK(comm != nullptr, invalid_argument, "communicator_group: the communicator for axis '", axis, "' is null");
@@ -112,7 +112,9 @@ std::map<std::string, Tensor> TensorParallelStep::gather(const std::map<std::str
       out[key] = shard;
       continue;
     }
-    out[key] = graph::gather_block_slices(*group_->group(), shard, p->dim, p->blocks);
+    graph::run_on(*group_->group(), [&](graph::CollectiveWire& wire) {
+      out[key] = graph::gather_block_slices(wire, shard, p->dim, p->blocks);
+    });
   }
   return out;
 }

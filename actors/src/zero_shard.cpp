@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "troupe/actors/tracer.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/transport/process_group.hpp"
 
@@ -11,7 +12,7 @@ ZeroShard::ZeroShard(std::shared_ptr<const BucketPlan> buckets, const std::vecto
                      const std::vector<std::string>& names, const std::vector<int>& indices, const graph::Optimizer& optimizer,
                      std::shared_ptr<transport::Communicator> group)
     : buckets_(std::move(buckets)), parameters_(parameters), names_(names), group_(std::move(group)),
-      gathered_(buckets_->buckets.size(), 1) {
+      gathered_(buckets_->buckets.size(), 1), track_(Tracer::instance().register_actor("communicator " + group_->name())) {
   for (std::size_t b = 0; b < buckets_->buckets.size(); ++b) {
     const auto [lo, hi] = slice(b);
     for (const BucketEntry& e : buckets_->buckets[b]) {
@@ -47,27 +48,60 @@ std::pair<std::int64_t, std::int64_t> ZeroShard::slice(std::size_t b) const {
 
 ZeroShard::~ZeroShard() {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return !in_flight_; });
+  cv_.wait(lock, [&] { return in_flight_ == 0; });
 }
 
-void ZeroShard::wait_for(int index) const {
-  if (settled_.load(std::memory_order_acquire) || index < 0 || static_cast<std::size_t>(index) >= bucket_of_.size()) return;
-  const int b = bucket_of_[static_cast<std::size_t>(index)];
-  if (b < 0) return;
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return gathered_[static_cast<std::size_t>(b)] || failed_; });
+bool ZeroShard::when(int bucket, Then then) {
+  if (settled_.load(std::memory_order_acquire)) return true;
+  const std::lock_guard<std::mutex> lock(mu_);
   if (failed_) std::rethrow_exception(failed_);
+  if (bucket >= 0 ? gathered_[static_cast<std::size_t>(bucket)] != 0 : unwritten_ == 0) return true;
+  waiters_.emplace_back(bucket, std::move(then));
+  return false;
+}
+
+bool ZeroShard::when_gathered(int index, Then then) {
+  if (index < 0 || static_cast<std::size_t>(index) >= bucket_of_.size() || bucket_of_[static_cast<std::size_t>(index)] < 0)
+    return true;
+  return when(bucket_of_[static_cast<std::size_t>(index)], std::move(then));
+}
+
+bool ZeroShard::when_settled(Then then) { return when(-1, std::move(then)); }
+
+std::vector<ZeroShard::Then> ZeroShard::written(int bucket) {
+  std::vector<Then> tell;
+  if (bucket >= 0) {
+    gathered_[static_cast<std::size_t>(bucket)] = 1;
+    if (--unwritten_ == 0) settled_.store(true, std::memory_order_release);
+  }
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (bucket < 0 || it->first == bucket || (it->first < 0 && unwritten_ == 0)) {
+      tell.push_back(std::move(it->second));
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  cv_.notify_all();
+  return tell;
 }
 
 void ZeroShard::settle() const {
   if (settled_.load(std::memory_order_acquire)) return;
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return !in_flight_; });
+  cv_.wait(lock, [&] { return unwritten_ == 0 || failed_; });
   if (failed_) std::rethrow_exception(failed_);
 }
 
 void ZeroShard::step(const std::map<std::string, Tensor>& gradients) {
-  settle();  // (the last step's all-gather writes the parameters these pieces view)
+  {
+    // (the last step's all-gather writes the parameters these pieces view: the optimizer actor
+    // updates once it is over, when_settled)
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (failed_) std::rethrow_exception(failed_);
+    TROUPE_CHECK(unwritten_ == 0, runtime, "ZeRO-1: update ", steps_ + 1,
+                 " began before the last all-gather wrote every parameter");
+  }
   for (const Piece& piece : pieces_) {
     const auto it = gradients.find(piece.name);
     if (it == gradients.end()) {
@@ -83,22 +117,29 @@ void ZeroShard::step(const std::map<std::string, Tensor>& gradients) {
   {
     const std::lock_guard<std::mutex> lock(mu_);
     std::fill(gathered_.begin(), gathered_.end(), 0);
-    in_flight_ = true;
-    settled_.store(false, std::memory_order_release);
+    unwritten_ = static_cast<int>(gathered_.size());
+    ++in_flight_;
+    settled_.store(unwritten_ == 0, std::memory_order_release);
   }
   const std::int64_t step = steps_;
+  const auto tell = [](const std::vector<Then>& waiters, const std::exception_ptr& e) {
+    for (const Then& then : waiters) then(e);
+  };
   // The forward reads the first layers first, whose gradients were bucketed last.
   group_->submit(
-      [this](transport::ProcessGroup& g) {
+      [this, tell](transport::ProcessGroup& g) {
         for (std::size_t b = buckets_->buckets.size(); b-- > 0;) {
           gather_bucket(g, b, [](const Piece& piece) { return piece.var.tensor(); },
                         [&](std::size_t sink) { return parameters_[sink]; });
-          const std::lock_guard<std::mutex> lock(mu_);
-          gathered_[b] = 1;
-          cv_.notify_all();
+          std::vector<Then> waiters;
+          {
+            const std::lock_guard<std::mutex> lock(mu_);
+            waiters = written(static_cast<int>(b));
+          }
+          tell(waiters, nullptr);
         }
       },
-      [this, step](std::exception_ptr error) {
+      [this, step, tell](std::exception_ptr error) {
         if (error) {
           try {
             std::rethrow_exception(error);
@@ -108,11 +149,18 @@ void ZeroShard::step(const std::map<std::string, Tensor>& gradients) {
           } catch (...) {
           }
         }
-        const std::lock_guard<std::mutex> lock(mu_);
-        in_flight_ = false;
-        failed_ = error;
-        settled_.store(!error, std::memory_order_release);
-        cv_.notify_all();
+        std::vector<Then> waiters;
+        {
+          const std::lock_guard<std::mutex> lock(mu_);
+          if (error) {
+            failed_ = error;
+            settled_.store(false, std::memory_order_release);
+            waiters = written(-1);
+          }
+          --in_flight_;
+          cv_.notify_all();
+        }
+        tell(waiters, error);
       });
 }
 

@@ -6,8 +6,10 @@
 // them (so it keeps 1/n of the optimizer state), and then every rank's updated elements are
 // all-gathered into every rank's parameters. The all-gather runs after the step has answered, on
 // the group's thread, bucket by bucket in the order the forward reads them, so that it overlaps
-// the next step's forward: an op reading a parameter waits for its bucket (wait_for), and whoever
-// reads the parameters between steps settles first (settle, Program::settle).
+// the next step's forward. Nobody waits on a thread for it: an op actor reading a parameter asks
+// to be told when its bucket is written (when_gathered, a message), and so do the optimizer and
+// the step's casts for all of them (when_settled); only callers outside the actors that read the
+// parameters between steps wait (settle, Program::settle).
 
 #include <atomic>
 #include <condition_variable>
@@ -47,11 +49,19 @@ class ZeroShard : public ZeroState {
   /// Updates this rank's pieces from `gradients` (whole-shaped, by parameter name: views of the
   /// reduced buckets), then starts the all-gather of the parameters from every rank's pieces.
   void step(const std::map<std::string, Tensor>& gradients);
-  /// Waits until the last all-gather has written the program's parameter `index` (at once when it
-  /// has, or when ZeRO-1 does not update it); rethrows the all-gather's failure.
-  void wait_for(int index) const;
-  /// Waits until the last all-gather is over; rethrows its failure.
+  /// Runs after an update, once its all-gather is over.
+  using Then = std::function<void(std::exception_ptr)>;
+  /// True when the last all-gather has written the program's parameter `index` (or ZeRO-1 does not
+  /// update it); otherwise `then` runs once on the group's thread when it has (null) or when the
+  /// all-gather failed. Throws an earlier all-gather's failure.
+  bool when_gathered(int index, Then then);
+  /// The same for every parameter: the all-gather has written them all.
+  bool when_settled(Then then);
+  /// Waits until the last all-gather has written every parameter; rethrows its failure. For callers
+  /// that may block (between steps), never for an actor.
   void settle() const;
+  /// The group thread's track in traces, where the all-gathers' completions come from.
+  std::uint32_t track() const { return track_; }
   std::map<std::string, Tensor> kept() const override {
     settle();
     return optimizer_->state_dict();
@@ -80,13 +90,21 @@ class ZeroShard : public ZeroState {
   std::int64_t steps_ = 0;          // updates so far (the same on every rank)
   std::shared_ptr<transport::Communicator> group_;
   std::vector<int> bucket_of_;      // per program parameter: its bucket, or -1
-  // The last step's all-gather: which buckets it has written, whether it is over, how it failed.
+  // Adds `then` as a waiter for `bucket` (-1: all of them) unless that is written; throws a failure.
+  bool when(int bucket, Then then);
+  // Under mu_: bucket `bucket` is written (-1: none, the all-gather failed); returns the waiters to
+  // tell, which run outside the lock.
+  std::vector<Then> written(int bucket);
+  // The last step's all-gather: which buckets it has written, how it failed, who waits for what.
   mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
+  mutable std::condition_variable cv_;  // settle() and the destructor
   std::vector<char> gathered_;
-  bool in_flight_ = false;
+  int unwritten_ = 0;     // buckets not yet written
+  int in_flight_ = 0;     // all-gathers submitted and not over
   std::exception_ptr failed_;
-  std::atomic<bool> settled_{true};  // over and not failed: readers need not lock
+  std::atomic<bool> settled_{true};  // every bucket written and none failed: readers need not lock
+  std::vector<std::pair<int, Then>> waiters_;  // (bucket, or -1 for all of them; what to run)
+  std::uint32_t track_;
 };
 
 }  // namespace troupe::actors

@@ -39,6 +39,16 @@ void check_outputs(const char* name, const std::vector<Tensor>& outputs, const C
 }  // namespace
 
 std::vector<Tensor> OpDef::run(const std::vector<Tensor>& inputs, const ComputeContext& ctx) const {
+  if (collective) {
+    const CollectiveCall call = start(inputs, ctx);
+    std::exception_ptr failure;
+    try {
+      run_on(*call.group, call.on_wire);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    return call.finish(failure);
+  }
   std::vector<Tensor> outputs;
   if (compute) {
     outputs = compute(inputs, ctx);
@@ -48,6 +58,19 @@ std::vector<Tensor> OpDef::run(const std::vector<Tensor>& inputs, const ComputeC
   }
   check_outputs(name, outputs, ctx);
   return outputs;
+}
+
+CollectiveCall OpDef::start(const std::vector<Tensor>& inputs, const ComputeContext& ctx) const {
+  TROUPE_CHECK(collective, invalid_argument, name, ": is not a collective op");
+  CollectiveCall call = collective(inputs, ctx);
+  // The context's references do not outlive this call: finish checks against copies.
+  call.finish = [name = name, finish = std::move(call.finish), shapes = ctx.output_shapes, dtypes = ctx.output_dtypes,
+                 attrs = ctx.attrs, label = ctx.label](std::exception_ptr failure) {
+    std::vector<Tensor> outputs = finish(failure);
+    check_outputs(name, outputs, ComputeContext{attrs, shapes, dtypes, label});
+    return outputs;
+  };
+  return call;
 }
 
 std::vector<Tensor> OpDef::run_in_place(const std::vector<Tensor>& inputs, const ComputeContext& ctx,
@@ -79,8 +102,8 @@ OpRegistry& OpRegistry::instance() {
 void OpRegistry::add(OpDef def) {
   TROUPE_CHECK(def.name && def.infer, invalid_argument, "an op definition needs .name and .infer");
   const std::string name = def.name;
-  TROUPE_CHECK((def.kernel == nullptr) != (def.compute == nullptr), invalid_argument, "op '", name,
-               "' needs exactly one of .kernel and .compute");
+  TROUPE_CHECK((def.kernel != nullptr) + (def.compute != nullptr) + (def.collective != nullptr) == 1, invalid_argument,
+               "op '", name, "' needs exactly one of .kernel, .compute and .collective");
   // A kernel name is a dispatch key, so a misspelt one fails here, at load time, not in the first step.
   TROUPE_CHECK(!def.kernel || KernelRegistry::instance().contains(def.kernel, DeviceKind::cpu, DType::f32),
                invalid_argument, "op '", name, "' runs kernel '", def.kernel, "', which has no CPU f32 kernel");

@@ -28,12 +28,15 @@ Tensor join_block_slices(const std::vector<Tensor>& pieces, int dim, int blocks)
   return kernels::concat(parts, dim);
 }
 
-Tensor gather_block_slices(CollectiveGroup& group, const Tensor& piece, int dim, int blocks) {
-  const Tensor dense = piece.contiguous();
-  const Tensor all = group.all_gather(dense.reshape({1, dense.numel()}));
+Tensor join_gathered_rows(const Tensor& rows, const Shape& shape, int dim, int blocks) {
   std::vector<Tensor> pieces;
-  for (std::int64_t r = 0; r < all.size(0); ++r) pieces.push_back(all.slice(0, r, r + 1).reshape(dense.shape()));
+  for (std::int64_t r = 0; r < rows.size(0); ++r) pieces.push_back(rows.slice(0, r, r + 1).reshape(shape));
   return join_block_slices(pieces, dim, blocks);
+}
+
+Tensor gather_block_slices(CollectiveWire& wire, const Tensor& piece, int dim, int blocks) {
+  const Tensor dense = piece.contiguous();
+  return join_gathered_rows(wire.all_gather(dense.reshape({1, dense.numel()})), dense.shape(), dim, blocks);
 }
 
 Tensor shard_of(const Tensor& full, const NdPlacement& p, const Mesh& mesh, const std::vector<int>& coords) {

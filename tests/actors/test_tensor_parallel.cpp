@@ -6,6 +6,8 @@
 // device holds only its shards of the split weights and of the vocabulary tables.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <future>
 #include <map>
 #include <thread>
 
@@ -14,6 +16,7 @@
 #include "troupe/actors/engine.hpp"
 #include "troupe/actors/planning.hpp"
 #include "troupe/actors/tensor_parallel.hpp"
+#include "troupe/actors/tracer.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/graph/spmd.hpp"
 #include "troupe/transport/inprocess.hpp"
@@ -271,4 +274,106 @@ TEST(TensorParallel, ADeviceThatStopsFailsItsPeerNamingIt) {
   for (std::thread& t : devices) t.join();
   EXPECT_NE(error.find("all_reduce on tp (rank 0 of 2)"), std::string::npos) << error;
   EXPECT_NE(error.find("rank 1 sent nothing within 300 ms"), std::string::npos) << error;
+}
+
+// No handler ever blocks a scheduler thread: the four devices of dp=2 x tp=2 with ZeRO-1, two
+// micro-batches and the parallel clip all run on ONE engine with ONE scheduler thread. A device
+// waiting on that thread for a collective (tensor-parallel, the clip's norm sums, ZeRO-1's
+// all-gather) would keep its peers from ever joining it, and the step would fail on the
+// transport's timeout; instead every collective completes by a message, and the devices train like
+// one process. The last step is traced: each collective is a slice on its group's track, with a
+// flow from the op that started it and one back to that op when it is over.
+TEST(TensorParallel, NoHandlerBlocksFourDevicesShareOneSchedulerThread) {
+  constexpr int dp = 2, tp = 2;
+  const std::int64_t rows = kBatch / dp;
+  const Tensor ids = tokens(12), targets = tokens(13);
+  const Training single = train_single(ids, targets);
+  std::vector<std::vector<std::unique_ptr<transport::Transport>>> tp_worlds, norm_worlds, dp_worlds, zero_worlds;
+  for (int i = 0; i < dp; ++i) tp_worlds.push_back(transport::make_inprocess_world(tp));
+  for (int i = 0; i < dp; ++i) norm_worlds.push_back(transport::make_inprocess_world(tp));
+  for (int j = 0; j < tp; ++j) dp_worlds.push_back(transport::make_inprocess_world(dp));
+  for (int j = 0; j < tp; ++j) zero_worlds.push_back(transport::make_inprocess_world(dp));
+  for (auto* worlds : {&tp_worlds, &norm_worlds, &dp_worlds, &zero_worlds})
+    for (auto& world : *worlds)
+      for (auto& t : world) t->timeout = std::chrono::milliseconds(2000);
+  actors::Engine engine(actors::EngineOptions{1});
+  struct Device {
+    std::unique_ptr<test::TinyGpt> model;
+    std::unique_ptr<actors::TensorParallelStep> step;
+    std::unique_ptr<actors::Program> program;
+    Tensor ids, targets;
+  };
+  std::vector<Device> devices(dp * tp);
+  std::vector<std::thread> building;  // (compiling agrees with the peers, on the caller's thread)
+  for (int d = 0; d < dp * tp; ++d) building.emplace_back([&, d] {
+    const int i = d / tp, j = d % tp;
+    Device& device = devices[static_cast<std::size_t>(d)];
+    Generator gen(7);
+    device.model = std::make_unique<test::TinyGpt>(gen);
+    const TracedFunction step = device.model->step();
+    device.step = std::make_unique<actors::TensorParallelStep>(
+        step, megatron_tp_plan(step, tp, rows), std::make_shared<transport::Communicator>(std::move(tp_worlds[i][j]), "tp"));
+    actors::ProgramOptions po;
+    po.optimizers = {std::make_shared<AdamW>(device.step->trained(), test::tiny_gpt_adamw())};
+    po.clip_grad_norm = kClip;
+    po.micro_batches = 2;
+    po.tensor_parallel.norms = std::make_shared<transport::Communicator>(std::move(norm_worlds[i][j]), "tp-norms");
+    po.tensor_parallel.replicated = device.step->replicated();
+    po.data_parallel.communicator = std::make_shared<transport::Communicator>(std::move(dp_worlds[j][i]), "allreduce");
+    po.data_parallel.zero = true;
+    po.data_parallel.zero_group = std::make_shared<transport::Communicator>(std::move(zero_worlds[j][i]), "zero");
+    device.program = engine.compile(device.step->local(), po);
+    device.ids = ids.slice(0, i * rows, (i + 1) * rows).contiguous();
+    device.targets = targets.slice(0, i * rows, (i + 1) * rows).contiguous();
+  });
+  for (std::thread& t : building) t.join();
+  Training run;
+  actors::Tracer& tracer = actors::Tracer::instance();
+  for (int s = 0; s < kSteps; ++s) {
+    if (s == kSteps - 1) {
+      tracer.clear();
+      tracer.enable(true);
+    }
+    std::vector<std::future<actors::StepResult>> results;
+    for (Device& device : devices) results.push_back(device.program->run_async({device.ids, device.targets}));
+    std::vector<actors::StepResult> done;
+    for (auto& r : results) done.push_back(r.get());
+    for (const actors::StepResult& r : done) {
+      EXPECT_EQ(r.outputs[0].item(), done[0].outputs[0].item());
+      EXPECT_EQ(r.grad_norm, done[0].grad_norm);
+    }
+    run.losses.push_back(done[0].outputs[0].item());
+    run.norms.push_back(done[0].grad_norm);
+  }
+  tracer.enable(false);
+  std::vector<std::map<std::string, Tensor>> whole(devices.size());
+  std::vector<std::thread> gathering;  // (every device of a tp group gathers together)
+  for (std::size_t d = 0; d < devices.size(); ++d) gathering.emplace_back([&, d] {
+    devices[d].program->settle();
+    whole[d] = devices[d].step->gather(devices[d].step->parameter_shards());
+  });
+  for (std::thread& t : gathering) t.join();
+  run.params = whole[0];
+  expect_same_training(run, single);
+
+  const std::vector<actors::TraceEvent> events = tracer.events();
+  std::map<std::uint64_t, const actors::TraceEvent*> sends;
+  for (const actors::TraceEvent& e : events)
+    if (e.type == actors::TraceEvent::Type::send) sends[e.flow] = &e;
+  int slices = 0;
+  for (const actors::TraceEvent& e : events) {
+    if (e.type != actors::TraceEvent::Type::handle || tracer.actor_name(e.actor).rfind("communicator tp", 0) != 0) continue;
+    ++slices;
+    const auto started = sends.find(e.flow);
+    ASSERT_NE(started, sends.end()) << e.kind << ": no flow into the collective's slice";
+    const std::string op = tracer.actor_name(started->second->actor);
+    EXPECT_EQ(op.rfind(e.kind, 0), 0u) << "the op '" << op << "' started a " << e.kind;
+    const bool back = std::any_of(events.begin(), events.end(), [&](const actors::TraceEvent& a) {
+      return a.type == actors::TraceEvent::Type::send && a.actor == e.actor && a.peer == started->second->actor &&
+             std::string(a.kind) == "acted" && a.micro_batch == e.micro_batch && a.ts_ns >= e.ts_ns;
+    });
+    EXPECT_TRUE(back) << "no flow from the " << e.kind << " back to '" << op << "'";
+  }
+  // 14 collectives a micro-batch on each of the 4 devices (EachDeviceRunsThePlansCollectivesInOneChain).
+  EXPECT_EQ(slices, 14 * 2 * 4);
 }

@@ -1,9 +1,11 @@
 // ZeRO-1's shard alone (actors/src/zero_shard.hpp): its all-gather of the updated parameters runs
-// after the step, overlapping what comes next. Readers of a parameter wait for its bucket; when a
-// peer never joins the all-gather, the waiting reader and settle() get an error naming the step
-// and the silent rank within the transport's timeout, and the shard can still be destroyed.
+// after the step, overlapping what comes next. A reader of a parameter is told when its bucket is
+// written (the actors turn that into a message); when a peer never joins the all-gather, the
+// waiting reader and settle() get an error naming the step and the silent rank within the
+// transport's timeout, and the shard can still be destroyed.
 #include <gtest/gtest.h>
 
+#include <future>
 #include <thread>
 
 #include "expect_error.hpp"
@@ -24,7 +26,16 @@ std::shared_ptr<const BucketPlan> one_bucket() {
   return plan;
 }
 
-TEST(ZeroShard, AReaderWaitsForItsBucketAndASilentPeerIsNamed) {
+// Waits, as this test's thread may, until `shard` says parameter `index` is written; rethrows its
+// all-gather's failure.
+void wait_gathered(ZeroShard& shard, int index) {
+  std::promise<void> written;
+  std::future<void> over = written.get_future();
+  if (shard.when_gathered(index, [&](std::exception_ptr e) { e ? written.set_exception(e) : written.set_value(); })) return;
+  over.get();
+}
+
+TEST(ZeroShard, AReaderIsToldWhenItsBucketIsWrittenAndASilentPeerIsNamed) {
   auto world = transport::make_inprocess_world(2);
   for (auto& t : world) t->timeout = std::chrono::milliseconds(200);
   std::vector<std::shared_ptr<transport::Communicator>> groups;
@@ -43,14 +54,15 @@ TEST(ZeroShard, AReaderWaitsForItsBucketAndASilentPeerIsNamed) {
   // Both ranks step: each updates its half, and the all-gather gives both the whole update.
   std::thread other([&] { shards[1]->step(gradients); });
   shards[0]->step(gradients);
-  shards[0]->wait_for(0);
+  wait_gathered(*shards[0], 0);
   other.join();
   shards[1]->settle();
   for (const Tensor& w : weights) EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{0, 1, 2, 3}));
-  shards[0]->wait_for(7);  // not a parameter it updates: no wait
+  EXPECT_TRUE(shards[0]->when_gathered(7, [](std::exception_ptr) { ADD_FAILURE() << "parameter 7 is not ZeRO-1's"; }));
+  EXPECT_TRUE(shards[0]->when_settled([](std::exception_ptr) { ADD_FAILURE() << "the all-gather is over"; }));
   // Rank 1 stops stepping: rank 0's all-gather hears nothing, and whoever waits is told.
   shards[0]->step(gradients);
-  test::expect_error_mentions([&] { shards[0]->wait_for(0); },
+  test::expect_error_mentions([&] { wait_gathered(*shards[0], 0); },
                               {"ZeRO-1: the all-gather of the parameters updated in step 2 failed", "rank 1 sent nothing within 200 ms"});
   test::expect_error_mentions([&] { shards[0]->settle(); }, {"updated in step 2 failed"});
   test::expect_error_mentions([&] { shards[0]->step(gradients); }, {"updated in step 2 failed"});

@@ -32,20 +32,23 @@ std::string add_error(OpDef def) {
 
 }  // namespace
 
-TEST(OpDefs, EveryOpRunsExactlyOneOfKernelAndCompute) {
+TEST(OpDefs, EveryOpRunsExactlyOneOfKernelComputeAndCollective) {
+  int collectives = 0;
   for (const std::string& name : OpRegistry::instance().names()) {
     const OpDef& def = OpRegistry::instance().get(name);
     EXPECT_EQ(name, def.name);
-    EXPECT_NE(def.kernel == nullptr, def.compute == nullptr) << name;
+    EXPECT_EQ((def.kernel != nullptr) + (def.compute != nullptr) + (def.collective != nullptr), 1) << name;
+    collectives += def.collective != nullptr;
     if (def.kernel) {
       EXPECT_TRUE(KernelRegistry::instance().contains(def.kernel, DeviceKind::cpu, DType::f32)) << name;
     }
   }
+  EXPECT_EQ(collectives, 3);  // all_reduce, all_gather, reduce_scatter
 }
 
 TEST(OpDefs, BadDefinitionsAreRefusedNamingTheOp) {
   EXPECT_NE(add_error({.name = "test_both", .infer = infer_first, .kernel = "gelu", .compute = pass_through})
-                .find("'test_both' needs exactly one of .kernel and .compute"),
+                .find("'test_both' needs exactly one of .kernel, .compute and .collective"),
             std::string::npos);
   EXPECT_NE(add_error({.name = "test_neither", .infer = infer_first}).find("'test_neither' needs exactly one"),
             std::string::npos);

@@ -1,8 +1,10 @@
 // The collective ops of a sharded step (graph/spmd.hpp puts them where placements change): each
 // runs one collective on the device's group along a mesh axis (graph/collectives.hpp), named by
-// the "group" attribute. An optional second input is the device's previous collective, read only
+// the "group" attribute, as a call in three parts (OpDef::collective) so the runtime never waits
+// for the wire. An optional second input is the device's previous collective, read only
 // so that every device runs its collectives in one order. They come after autodiff and have no
 // gradients; graph passes never remove or merge them (side effects: the peers wait for them).
+#include <future>
 #include <map>
 #include <mutex>
 
@@ -44,6 +46,16 @@ std::shared_ptr<CollectiveGroup> collective_group(int id) {
   return it->second;
 }
 
+void run_on(CollectiveGroup& group, const std::function<void(CollectiveWire&)>& work) {
+  auto over = std::make_shared<std::promise<void>>();
+  std::future<void> done = over->get_future();
+  group.submit(work, [over](std::exception_ptr e) {
+    if (e) over->set_exception(e);
+    else over->set_value();
+  });
+  done.get();
+}
+
 namespace {
 using namespace detail;
 
@@ -73,42 +85,73 @@ std::vector<ValueInfo> infer_all_reduce(const InferContext& c) {
 
 int int_attr(const ComputeContext& c, const char* name) { return static_cast<int>(c.attrs.get_int(name)); }
 
-// Runs `f` on the node's group; a failure names the op and the group.
-template <class F>
-Tensor on_group(const char* op, const ComputeContext& c, F&& f) {
-  const std::shared_ptr<CollectiveGroup> group = collective_group(int_attr(c, "group"));
-  try {
-    return f(*group);
-  } catch (const Error& e) {
-    throw Error(e.kind(), std::string(op) + " on " + group->name() + ": " + e.message());
+// Low-precision values (mixed precision's bf16 activations) are summed in f32 and rounded once.
+bool low_precision(const Tensor& t) { return t.dtype() == DType::bf16 || t.dtype() == DType::f16; }
+
+// The call of collective `op` on the node's group: `wire` runs on the group's thread, from and into
+// `state`'s tensors, and `finish` makes the outputs from them and takes them all back (so none
+// is freed on the group's thread). A failure on the wire names the op and the group.
+template <class State, class Wire, class Finish>
+CollectiveCall call_on_group(const char* op, const ComputeContext& c, State state, Wire wire, Finish finish) {
+  std::shared_ptr<CollectiveGroup> group = collective_group(int_attr(c, "group"));
+  auto shared = std::make_shared<State>(std::move(state));
+  std::string where = std::string(op) + " on " + group->name();
+  return {std::move(group), [shared, wire](CollectiveWire& w) { wire(w, *shared); },
+          [shared, finish, where = std::move(where)](std::exception_ptr failure) {
+            State taken = std::exchange(*shared, State{});
+            if (failure) {
+              try {
+                std::rethrow_exception(failure);
+              } catch (const Error& e) {
+                throw Error(e.kind(), where + ": " + e.message());
+              }
+            }
+            return finish(std::move(taken));
+          }};
+}
+
+// The sum in f32 or f64 (a low-precision input's copy), and the output's dtype.
+struct Summed {
+  Tensor sum;
+  DType dtype = DType::f32;
+};
+
+CollectiveCall start_all_reduce(const std::vector<Tensor>& in, const ComputeContext& c) {
+  return call_on_group(
+      "all_reduce", c, Summed{low_precision(in[0]) ? in[0].to(DType::f32) : in[0].clone(), in[0].dtype()},
+      [](CollectiveWire& w, const Summed& s) { w.all_reduce(s.sum); },
+      [](Summed s) { return std::vector<Tensor>{s.sum.to(s.dtype)}; });
+}
+
+// This device's piece, flattened to one row, and every device's rows once gathered.
+struct Gathered {
+  Tensor piece, all;
+};
+
+CollectiveCall start_all_gather(const std::vector<Tensor>& in, const ComputeContext& c) {
+  const int dim = int_attr(c, "dim"), blocks = int_attr(c, "blocks");
+  const Tensor dense = in[0].contiguous();
+  return call_on_group(
+      "all_gather", c, Gathered{dense.reshape({1, dense.numel()}), Tensor()},
+      [](CollectiveWire& w, Gathered& s) { s.all = w.all_gather(s.piece); },
+      [shape = dense.shape(), dim, blocks](Gathered s) {
+        return std::vector<Tensor>{join_gathered_rows(s.all, shape, dim, blocks)};
+      });
+}
+
+CollectiveCall start_reduce_scatter(const std::vector<Tensor>& in, const ComputeContext& c) {
+  const int parts = int_attr(c, "parts"), dim = int_attr(c, "dim"), blocks = int_attr(c, "blocks");
+  // Device r's part, flattened, at r's place in one buffer: the ring hands each its own.
+  std::vector<Tensor> flat;
+  for (int r = 0; r < parts; ++r) {
+    const Tensor piece = block_slice(in[0], dim, blocks, parts, r).contiguous();
+    flat.push_back(piece.reshape({piece.numel()}));
   }
-}
-
-std::vector<Tensor> compute_all_reduce(const std::vector<Tensor>& in, const ComputeContext& c) {
-  return {on_group("all_reduce", c, [&](CollectiveGroup& g) {
-    Tensor sum = in[0].clone();
-    g.all_reduce(sum);
-    return sum;
-  })};
-}
-
-std::vector<Tensor> compute_all_gather(const std::vector<Tensor>& in, const ComputeContext& c) {
-  return {on_group("all_gather", c, [&](CollectiveGroup& g) {
-    return gather_block_slices(g, in[0], int_attr(c, "dim"), int_attr(c, "blocks"));
-  })};
-}
-
-std::vector<Tensor> compute_reduce_scatter(const std::vector<Tensor>& in, const ComputeContext& c) {
-  return {on_group("reduce_scatter", c, [&](CollectiveGroup& g) {
-    const int parts = int_attr(c, "parts"), dim = int_attr(c, "dim"), blocks = int_attr(c, "blocks");
-    // Device r's part, flattened, at r's place in one buffer: the ring hands each its own.
-    std::vector<Tensor> flat;
-    for (int r = 0; r < parts; ++r) {
-      const Tensor piece = block_slice(in[0], dim, blocks, parts, r).contiguous();
-      flat.push_back(piece.reshape({piece.numel()}));
-    }
-    return g.reduce_scatter(kernels::concat(flat, 0)).reshape(c.output_shapes[0]);
-  })};
+  const Tensor whole = kernels::concat(flat, 0);
+  return call_on_group(
+      "reduce_scatter", c, Summed{low_precision(whole) ? whole.to(DType::f32) : whole, whole.dtype()},
+      [](CollectiveWire& w, Summed& s) { s.sum = w.reduce_scatter(s.sum); },
+      [shape = c.output_shapes[0]](Summed s) { return std::vector<Tensor>{s.sum.to(s.dtype).reshape(shape)}; });
 }
 
 std::vector<Tensor> compute_local_shard(const std::vector<Tensor>& in, const ComputeContext& c) {
@@ -118,14 +161,14 @@ std::vector<Tensor> compute_local_shard(const std::vector<Tensor>& in, const Com
 }  // namespace
 
 // x summed over the group's devices (a partial sum made whole).
-TROUPE_DEFINE_OP({.name = "all_reduce", .infer = infer_all_reduce, .compute = compute_all_reduce, .no_grad_inputs = {0, 1},
-                  .side_effects = true, .collective = true});
+TROUPE_DEFINE_OP({.name = "all_reduce", .infer = infer_all_reduce, .collective = start_all_reduce, .no_grad_inputs = {0, 1},
+                  .side_effects = true});
 // The devices' slices of x ("dim" in "blocks", "parts" devices) joined into the whole value.
 TROUPE_DEFINE_OP({.name = "all_gather", .infer = [](const InferContext& c) { expect_floating(c, 0); return infer_resized(c, true); },
-                  .compute = compute_all_gather, .no_grad_inputs = {0, 1}, .side_effects = true, .collective = true});
+                  .collective = start_all_gather, .no_grad_inputs = {0, 1}, .side_effects = true});
 // x summed over the group's devices, of which each keeps its slice.
 TROUPE_DEFINE_OP({.name = "reduce_scatter", .infer = [](const InferContext& c) { expect_floating(c, 0); return infer_resized(c, false); },
-                  .compute = compute_reduce_scatter, .no_grad_inputs = {0, 1}, .side_effects = true, .collective = true});
+                  .collective = start_reduce_scatter, .no_grad_inputs = {0, 1}, .side_effects = true});
 // Device "index"'s slice of a whole x: a split made without communication.
 TROUPE_DEFINE_OP({.name = "local_shard", .infer = [](const InferContext& c) { return infer_resized(c, false); },
                   .compute = compute_local_shard, .no_grad_inputs = {0}});

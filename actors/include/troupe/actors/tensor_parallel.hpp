@@ -1,8 +1,9 @@
 #pragma once
 // Tensor parallelism in the runtime: the collective ops of a sharded step (graph/spmd.hpp) run on
-// transport communicators, one per mesh axis of the device. A device is one Engine: its op actors
-// call the collectives and wait for them (a device's collectives are chained, so at most one of
-// its actors waits at a time, and the peers progress on their own engines' threads).
+// transport communicators, one per mesh axis of the device. A device is one Engine: an op actor
+// submits its collective to the communicator's thread and finishes its act when the completion
+// comes back as a message, so no scheduler thread waits for the wire and the device's other acts
+// (another micro-batch's compute) run meanwhile.
 // TensorParallelStep is one device's part of a tensor-parallel training step, with the moves of
 // whole tensors to the device's shards and back that checkpoints and evaluation need.
 
@@ -23,7 +24,7 @@ namespace troupe::actors {
 
 /// The collective group of one device along mesh axis `axis` (its name in errors, e.g. "tp"),
 /// over `comm`, whose ranks are the devices of that axis: each collective runs on the
-/// communicator's thread, in its queue's order, while the caller waits.
+/// communicator's thread, in its queue's order, and says when it is over by a callback.
 std::shared_ptr<graph::CollectiveGroup> communicator_group(std::shared_ptr<transport::Communicator> comm, std::string axis);
 
 /// The names of the parameters of `step` that `plan` does not split along mesh axis `axis`: every

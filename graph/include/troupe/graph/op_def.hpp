@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "troupe/graph/collectives.hpp"
 #include "troupe/graph/graph.hpp"
 #include "troupe/graph/sharding.hpp"
 #include "troupe/graph/var.hpp"
@@ -37,6 +38,9 @@ using InferFn = std::vector<ValueInfo> (*)(const InferContext& ctx);
 /// A computation written by hand: output tensors from input tensors (views, and kernel calls that
 /// need their inputs reshaped or their attributes translated).
 using ComputeFn = std::vector<Tensor> (*)(const std::vector<Tensor>& inputs, const ComputeContext& ctx);
+/// A collective op's computation: prepares its call (collectives.hpp) from the inputs, on the
+/// caller's thread.
+using CollectiveFn = CollectiveCall (*)(const std::vector<Tensor>& inputs, const ComputeContext& ctx);
 /// A gradient rule: one Var per input (undefined where no gradient flows), built from ops.
 using GradFn = std::function<std::vector<Var>(const GradContext& ctx)>;
 
@@ -51,9 +55,9 @@ enum class Precision {
 /// The definition of an op, written with designated initialisers in the op's family file
 /// (graph/src/ops/), next to its builder:
 ///   TROUPE_DEFINE_OP({.name = "gelu", .infer = same_as_input, .kernel = "gelu", .grad = grad_gelu});
-/// An op runs either `kernel`, the name of a kernel in the kernel registry (dispatched on the inputs'
+/// An op runs `kernel`, the name of a kernel in the kernel registry (dispatched on the inputs'
 /// device and dtype, with the node's attributes, into outputs allocated from the inferred shapes and
-/// dtypes), or `compute`; exactly one is set. `kernel` is for kernels that take their inputs as they
+/// dtypes), or `compute`, or `collective`; exactly one is set. `kernel` is for kernels that take their inputs as they
 /// come (any strides, broadcast views) and the node's attributes unchanged; a kernel that wants
 /// dense inputs or other attributes is reached through its front end in a `compute`.
 struct OpDef {
@@ -61,14 +65,14 @@ struct OpDef {
   InferFn infer = nullptr;           // shape and dtype rule, run when a node is built
   ShardFn sharding = nullptr;        // the signatures it runs under on a mesh axis besides all-broadcast
                                      // (graph/sharding.hpp); null: replicated only
-  const char* kernel = nullptr;      // the registry kernel this op dispatches, or null when `compute` is set
-  ComputeFn compute = nullptr;       // hand-written computation, or null when `kernel` is set
+  const char* kernel = nullptr;      // the registry kernel this op dispatches, or null
+  ComputeFn compute = nullptr;       // hand-written computation, or null
+  CollectiveFn collective = nullptr; // a collective: meets the other devices of its group (graph/spmd.hpp),
+                                     // so every device must run these ops' acts in one order; null otherwise
   GradFn grad;                       // empty: not differentiable (autodiff says so if a gradient must pass)
   std::vector<int> no_grad_inputs;   // inputs that never get a gradient (ids, targets, shape sources)
   bool side_effects = false;         // runs for an effect besides its outputs (printing): graph passes
                                      // never remove, merge or fold such a node
-  bool collective = false;           // meets the other devices of its group (graph/spmd.hpp): every device
-                                     // must run these ops' acts in one order
   bool in_place = false;             // kernel op computing output 0 elementwise: it may be written over
                                      // an input of its shape and dtype (the executor's buffer reuse)
   int in_place_input = -1;           // with in_place: the one input output 0 may take (-1: any), for a
@@ -79,9 +83,13 @@ struct OpDef {
   Precision precision = Precision::follows;  // what mixed precision does with an op that is not a product
   /// True when a gradient can flow into input `i`.
   bool differentiable(std::size_t i) const;
-  /// Runs the op on tensors, its kernel or its compute function, and checks the outputs against
-  /// the context's shapes and dtypes: the one way eager mode, the executor and op actors run an op.
+  /// Runs the op on tensors, its kernel, compute function or collective (waiting for the wire), and
+  /// checks the outputs against the context's shapes and dtypes: the one way eager mode and the
+  /// executor run an op, and op actors run all but collectives.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, const ComputeContext& ctx) const;
+  /// A collective op's call, whose `finish` checks the outputs as run() does: how op actors run a
+  /// collective without waiting for the wire.
+  CollectiveCall start(const std::vector<Tensor>& inputs, const ComputeContext& ctx) const;
   /// Runs an in_place op like run() with output 0 written over inputs[input], which must be
   /// dense and of output 0's shape and dtype, and which nothing may read afterwards.
   std::vector<Tensor> run_in_place(const std::vector<Tensor>& inputs, const ComputeContext& ctx, std::size_t input) const;

@@ -22,9 +22,11 @@ Tensor block_slice(const Tensor& full, int dim, int blocks, int parts, int index
 /// The inverse: the value whose block_slice for device r is `pieces[r]`.
 Tensor join_block_slices(const std::vector<Tensor>& pieces, int dim, int blocks);
 
-/// The whole value from every device's block_slice of it: `piece` is this device's (along `dim`,
-/// in `blocks`), all-gathered over `group` (a collective of the group's devices).
-Tensor gather_block_slices(CollectiveGroup& group, const Tensor& piece, int dim, int blocks);
+/// The whole value from every device's block_slice of it (along `dim`, in `blocks`), gathered as
+/// one row per device: `rows` is [devices, numel] of pieces of `shape`.
+Tensor join_gathered_rows(const Tensor& rows, const Shape& shape, int dim, int blocks);
+/// The same from this device's `piece`, all-gathered on `wire` (inside a group's work).
+Tensor gather_block_slices(CollectiveWire& wire, const Tensor& piece, int dim, int blocks);
 
 /// `full` as the device at `coords` (one per mesh axis) holds it under `p`: split along each axis
 /// that splits it, the axes nested in mesh order (the first outermost); a partial sum all on the
