@@ -8,30 +8,22 @@
 
 namespace troupe::kernels {
 
+#define TROUPE_NAME_CASE(Enum, op) \
+  case Enum::op: return #op;
 const char* to_string(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::add: return "add";
-    case BinaryOp::sub: return "sub";
-    case BinaryOp::mul: return "mul";
-    case BinaryOp::div: return "div";
-  }
+#define TROUPE_BINARY_CASE(op) TROUPE_NAME_CASE(BinaryOp, op)
+  switch (op) { TROUPE_BINARY_OPS(TROUPE_BINARY_CASE) }
+#undef TROUPE_BINARY_CASE
   return "?";
 }
 
 const char* to_string(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::relu: return "relu";
-    case UnaryOp::gelu: return "gelu";
-    case UnaryOp::silu: return "silu";
-    case UnaryOp::exp: return "exp";
-    case UnaryOp::log: return "log";
-    case UnaryOp::tanh: return "tanh";
-    case UnaryOp::sqrt: return "sqrt";
-    case UnaryOp::rsqrt: return "rsqrt";
-    case UnaryOp::neg: return "neg";
-  }
+#define TROUPE_UNARY_CASE(op) TROUPE_NAME_CASE(UnaryOp, op)
+  switch (op) { TROUPE_UNARY_OPS(TROUPE_UNARY_CASE) }
+#undef TROUPE_UNARY_CASE
   return "?";
 }
+#undef TROUPE_NAME_CASE
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = to_string(op);

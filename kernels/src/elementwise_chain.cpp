@@ -1,20 +1,31 @@
 // The elementwise-chain front end: the op table, the steps' encoding as attributes, checks, dispatch.
 #include "troupe/kernels/elementwise_chain.hpp"
 
-#include <array>
-
 #include "float_checks.hpp"
 
 namespace troupe::kernels {
 
 namespace {
 
-constexpr std::array<const char*, 25> kNames{
-    "add",           "sub",           "mul",          "div",          "add_scalar",    "mul_scalar",     "relu",
-    "gelu",          "silu",          "exp",          "log",          "tanh",          "sqrt",           "rsqrt",
-    "neg",           "relu_backward", "gelu_backward", "silu_backward", "exp_backward", "log_backward", "tanh_backward",
-    "sqrt_backward", "rsqrt_backward", "neg_backward", "bias_gelu"};
-static_assert(kNames.size() == static_cast<std::size_t>(ChainOp::bias_gelu) + 1, "one name per chain op");
+// What the chain knows of each op, in ChainOp's order.
+struct ChainOpInfo {
+  const char* name;
+  int arity;       // operands it reads
+  bool has_value;  // reads ChainStep::value
+};
+#define TROUPE_BINARY_INFO(op) {#op, 2, false},
+#define TROUPE_UNARY_INFO(op) {#op, 1, false},
+#define TROUPE_BACKWARD_INFO(op) {#op "_backward", 2, false},
+constexpr ChainOpInfo kOps[] = {
+    TROUPE_BINARY_OPS(TROUPE_BINARY_INFO) {"add_scalar", 1, true}, {"mul_scalar", 1, true},
+    TROUPE_UNARY_OPS(TROUPE_UNARY_INFO)
+    {"relu_backward", 2, true}, TROUPE_SMOOTH_UNARY_OPS(TROUPE_BACKWARD_INFO)
+    {"bias_gelu", 2, false}};
+#undef TROUPE_BINARY_INFO
+#undef TROUPE_UNARY_INFO
+#undef TROUPE_BACKWARD_INFO
+constexpr std::size_t kOpCount = sizeof(kOps) / sizeof(kOps[0]);
+static_assert(kOpCount == static_cast<std::size_t>(ChainOp::bias_gelu) + 1, "one entry per chain op");
 
 // Checks one program; `where` names the caller in the error.
 void check_steps(const std::vector<ChainStep>& steps, std::size_t inputs, const char* where) {
@@ -26,7 +37,7 @@ void check_steps(const std::vector<ChainStep>& steps, std::size_t inputs, const 
   for (std::size_t j = 0; j < steps.size(); ++j) {
     const ChainStep& s = steps[j];
     const auto code = static_cast<std::int64_t>(s.op);
-    TROUPE_CHECK(code >= 0 && code < static_cast<std::int64_t>(kNames.size()), invalid_argument, where, ": step ", j,
+    TROUPE_CHECK(code >= 0 && code < static_cast<std::int64_t>(kOpCount), invalid_argument, where, ": step ", j,
                  " has unknown op code ", code);
     const int limit = static_cast<int>(inputs + j);  // inputs and the steps before j
     const bool two = chain_op_arity(s.op) == 2;
@@ -46,22 +57,18 @@ void check_steps(const std::vector<ChainStep>& steps, std::size_t inputs, const 
 
 const char* to_string(ChainOp op) {
   const auto code = static_cast<std::size_t>(op);
-  return code < kNames.size() ? kNames[code] : "?";
+  return code < kOpCount ? kOps[code].name : "?";
 }
 
 std::optional<ChainOp> chain_op(const std::string& name) {
-  for (std::size_t k = 0; k < kNames.size(); ++k)
-    if (name == kNames[k]) return static_cast<ChainOp>(k);
+  for (std::size_t k = 0; k < kOpCount; ++k)
+    if (name == kOps[k].name) return static_cast<ChainOp>(k);
   return std::nullopt;
 }
 
-int chain_op_arity(ChainOp op) {
-  return op <= ChainOp::div || op >= ChainOp::relu_backward ? 2 : 1;
-}
+int chain_op_arity(ChainOp op) { return kOps[static_cast<std::size_t>(op)].arity; }
 
-bool chain_op_has_value(ChainOp op) {
-  return op == ChainOp::add_scalar || op == ChainOp::mul_scalar || op == ChainOp::relu_backward;
-}
+bool chain_op_has_value(ChainOp op) { return kOps[static_cast<std::size_t>(op)].has_value; }
 
 Attrs chain_attrs(const std::vector<ChainStep>& steps) {
   std::vector<std::int64_t> ops, args;

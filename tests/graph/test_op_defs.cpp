@@ -9,6 +9,7 @@
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/kernels/elementwise.hpp"
+#include "troupe/kernels/elementwise_chain.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/kernels/reduce.hpp"
 #include "troupe/kernels/select.hpp"
@@ -119,4 +120,32 @@ TEST(OpDefs, KernelOpsTakeStridedAndBroadcastInputsAsTheyCome) {
   const Tensor y = kernels::max(xt, {1}, true), dy = test::random_tensor({3, 1}, 12);
   EXPECT_EQ(test::values(apply1("max_backward", {Var(dy), Var(xt), Var(y)}).tensor()),
             test::values(kernels::max_backward(dy, xt.contiguous(), y)));
+}
+
+// The elementwise ops are listed once (kernels/elementwise.hpp); each is a kernel, a chain step and
+// a graph op of the same name, and so is each unary function's backward.
+TEST(OpDefs, EveryListedElementwiseOpIsAKernelAChainStepAndAGraphOp) {
+  std::vector<std::string> names;
+#define TROUPE_NAME(op) names.push_back(#op);
+#define TROUPE_BACKWARD_NAME(op) names.push_back(#op "_backward");
+  TROUPE_BINARY_OPS(TROUPE_NAME)
+  TROUPE_UNARY_OPS(TROUPE_NAME)
+  TROUPE_UNARY_OPS(TROUPE_BACKWARD_NAME)
+#undef TROUPE_NAME
+#undef TROUPE_BACKWARD_NAME
+  EXPECT_EQ(names.size(), 4u + 2u * 9u);
+  for (const std::string& name : names) {
+    EXPECT_NO_THROW(OpRegistry::instance().get(name)) << name;
+    for (const DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16})
+      EXPECT_TRUE(KernelRegistry::instance().contains(name, DeviceKind::cpu, dtype)) << name << " " << dtype_name(dtype);
+    const std::optional<kernels::ChainOp> step = kernels::chain_op(name);
+    ASSERT_TRUE(step.has_value()) << name;
+    EXPECT_EQ(kernels::to_string(*step), name);
+  }
+  EXPECT_STREQ(kernels::to_string(kernels::UnaryOp::rsqrt), "rsqrt");
+  EXPECT_STREQ(kernels::to_string(kernels::BinaryOp::div), "div");
+  EXPECT_EQ(kernels::chain_op_arity(kernels::ChainOp::sub), 2);
+  EXPECT_EQ(kernels::chain_op_arity(kernels::ChainOp::tanh), 1);
+  EXPECT_TRUE(kernels::chain_op_has_value(kernels::ChainOp::relu_backward));
+  EXPECT_FALSE(kernels::chain_op_has_value(kernels::ChainOp::gelu_backward));
 }

@@ -88,40 +88,24 @@ GradFn backward_of_input(const char* backward) {
 }
 }  // namespace
 
-Var neg(const Var& x) { return apply1("neg", {x}); }
-TROUPE_DEFINE_OP({.name = "neg", .infer = infer_same_as_input, .sharding = shard_linear_in_first, .kernel = "neg", .grad = backward_of_input("neg_backward"), .in_place = true});
-TROUPE_DEFINE_OP({.name = "neg_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first, .kernel = "neg_backward", .in_place = true});
-
-Var exp(const Var& x) { return apply1("exp", {x}); }
-TROUPE_DEFINE_OP({.name = "exp", .infer = infer_same_as_input, .sharding = shard_pointwise, .kernel = "exp", .grad = backward_of_input("exp_backward"),
-                  .in_place = true, .precision = Precision::keeps_f32});
-TROUPE_DEFINE_OP({.name = "exp_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first, .kernel = "exp_backward", .in_place = true});
-
-Var log(const Var& x) { return apply1("log", {x}); }
-TROUPE_DEFINE_OP({.name = "log", .infer = infer_same_as_input, .sharding = shard_pointwise, .kernel = "log", .grad = backward_of_input("log_backward"),
-                  .in_place = true, .precision = Precision::keeps_f32});
-TROUPE_DEFINE_OP({.name = "log_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first, .kernel = "log_backward", .in_place = true});
-
-Var tanh(const Var& x) { return apply1("tanh", {x}); }
-TROUPE_DEFINE_OP({.name = "tanh", .infer = infer_same_as_input, .sharding = shard_pointwise, .kernel = "tanh", .grad = backward_of_input("tanh_backward"), .in_place = true});
-TROUPE_DEFINE_OP({.name = "tanh_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first, .kernel = "tanh_backward", .in_place = true});
-
-Var sqrt(const Var& x) { return apply1("sqrt", {x}); }
-TROUPE_DEFINE_OP({.name = "sqrt", .infer = infer_same_as_input, .sharding = shard_pointwise, .kernel = "sqrt", .grad = backward_of_input("sqrt_backward"), .in_place = true});
-TROUPE_DEFINE_OP({.name = "sqrt_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first, .kernel = "sqrt_backward", .in_place = true});
-
-Var rsqrt(const Var& x) { return apply1("rsqrt", {x}); }
-TROUPE_DEFINE_OP({.name = "rsqrt", .infer = infer_same_as_input, .sharding = shard_pointwise, .kernel = "rsqrt", .grad = backward_of_input("rsqrt_backward"), .in_place = true});
-TROUPE_DEFINE_OP({.name = "rsqrt_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first, .kernel = "rsqrt_backward", .in_place = true});
-
-// gelu, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-Var gelu(const Var& x) { return apply1("gelu", {x}); }
-TROUPE_DEFINE_OP({.name = "gelu", .infer = infer_same_as_input, .sharding = shard_pointwise, .kernel = "gelu", .grad = backward_of_input("gelu_backward"), .in_place = true});
-TROUPE_DEFINE_OP({.name = "gelu_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first, .kernel = "gelu_backward", .in_place = true});
-
-Var silu(const Var& x) { return apply1("silu", {x}); }
-TROUPE_DEFINE_OP({.name = "silu", .infer = infer_same_as_input, .sharding = shard_pointwise, .kernel = "silu", .grad = backward_of_input("silu_backward"), .in_place = true});
-TROUPE_DEFINE_OP({.name = "silu_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first, .kernel = "silu_backward", .in_place = true});
+// A unary function from the kernels' list (kernels/elementwise.hpp) as a graph op: its builder,
+// its definition, and its backward op dy * f'(x) ("<op>_backward"); one line per op below, with its
+// sharding rule and what mixed precision does with it.
+#define TROUPE_DEFINE_UNARY(op, sharding_rule, precision_rule)                                                 \
+  Var op(const Var& x) { return apply1(#op, {x}); }                                                          \
+  TROUPE_DEFINE_OP({.name = #op, .infer = infer_same_as_input, .sharding = sharding_rule, .kernel = #op,      \
+                    .grad = backward_of_input(#op "_backward"), .in_place = true, .precision = precision_rule}); \
+  TROUPE_DEFINE_OP({.name = #op "_backward", .infer = infer_grad_pair, .sharding = shard_linear_in_first,    \
+                    .kernel = #op "_backward", .in_place = true})
+TROUPE_DEFINE_UNARY(neg, shard_linear_in_first, Precision::follows);
+TROUPE_DEFINE_UNARY(exp, shard_pointwise, Precision::keeps_f32);
+TROUPE_DEFINE_UNARY(log, shard_pointwise, Precision::keeps_f32);
+TROUPE_DEFINE_UNARY(tanh, shard_pointwise, Precision::follows);
+TROUPE_DEFINE_UNARY(sqrt, shard_pointwise, Precision::follows);
+TROUPE_DEFINE_UNARY(rsqrt, shard_pointwise, Precision::follows);
+TROUPE_DEFINE_UNARY(gelu, shard_pointwise, Precision::follows);  // the tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+TROUPE_DEFINE_UNARY(silu, shard_pointwise, Precision::follows);
+#undef TROUPE_DEFINE_UNARY
 
 // gelu(h + b) for a bias b over h's last dim, in one pass that never stores the sum (level 3 fuses
 // a Linear layer's bias with its gelu into it); equal to add-then-gelu bit for bit, gradients too.

@@ -265,23 +265,16 @@ template <class T>
 void run_chain_step(const ChainStep& s, T* d, const T* a, const T* b, std::int64_t n) {
   const T v = static_cast<T>(s.value);
   switch (s.op) {
-    case ChainOp::add: return map_dense(d, a, b, n, BinaryFn<BinaryOp::add, T>{});
-    case ChainOp::sub: return map_dense(d, a, b, n, BinaryFn<BinaryOp::sub, T>{});
-    case ChainOp::mul: return map_dense(d, a, b, n, BinaryFn<BinaryOp::mul, T>{});
-    case ChainOp::div: return map_dense(d, a, b, n, BinaryFn<BinaryOp::div, T>{});
+#define TROUPE_CHAIN_BINARY(op) \
+  case ChainOp::op: return map_dense(d, a, b, n, BinaryFn<BinaryOp::op, T>{});
+    TROUPE_BINARY_OPS(TROUPE_CHAIN_BINARY)
+#undef TROUPE_CHAIN_BINARY
     case ChainOp::add_scalar: return map_dense(d, a, n, ScalarFn<BinaryOp::add, T>{v});
     case ChainOp::mul_scalar: return map_dense(d, a, n, ScalarFn<BinaryOp::mul, T>{v});
-#define TROUPE_CHAIN_UNARY(op)                                                           \
-  case ChainOp::op: return map_dense(d, a, n, ForwardFn<UnaryOp::op, T>{});             \
-  case ChainOp::op##_backward: return map_dense(d, a, b, n, BackwardFn<UnaryOp::op, T>{})
-    TROUPE_CHAIN_UNARY(gelu);
-    TROUPE_CHAIN_UNARY(silu);
-    TROUPE_CHAIN_UNARY(exp);
-    TROUPE_CHAIN_UNARY(log);
-    TROUPE_CHAIN_UNARY(tanh);
-    TROUPE_CHAIN_UNARY(sqrt);
-    TROUPE_CHAIN_UNARY(rsqrt);
-    TROUPE_CHAIN_UNARY(neg);
+#define TROUPE_CHAIN_UNARY(op)                                               \
+  case ChainOp::op: return map_dense(d, a, n, ForwardFn<UnaryOp::op, T>{}); \
+  case ChainOp::op##_backward: return map_dense(d, a, b, n, BackwardFn<UnaryOp::op, T>{});
+    TROUPE_SMOOTH_UNARY_OPS(TROUPE_CHAIN_UNARY)
 #undef TROUPE_CHAIN_UNARY
     case ChainOp::relu: return map_dense(d, a, n, ForwardFn<UnaryOp::relu, T>{});
     case ChainOp::relu_backward: return map_dense(d, a, b, n, ReluBackwardFn<T>{v});
@@ -342,32 +335,22 @@ void elementwise_chain_kernel(const std::vector<Tensor>& in, std::vector<Tensor>
 #define TROUPE_ELEMENT_KERNELS(op, fn)   \
   TROUPE_REGISTER_FLOAT_KERNELS(op, fn); \
   TROUPE_REGISTER_LOW_PRECISION_KERNELS(op, fn)
-#define TROUPE_BINARY(op)                                           \
-  TROUPE_ELEMENT_KERNELS(#op, Binary<BinaryOp::op>::kernel);        \
-  TROUPE_ELEMENT_KERNELS(#op "_scalar", Binary<BinaryOp::op>::scalar_kernel)
-TROUPE_BINARY(add);
-TROUPE_BINARY(sub);
-TROUPE_BINARY(mul);
-TROUPE_BINARY(div);
+#define TROUPE_BINARY(op)                                    \
+  TROUPE_ELEMENT_KERNELS(#op, Binary<BinaryOp::op>::kernel); \
+  TROUPE_ELEMENT_KERNELS(#op "_scalar", Binary<BinaryOp::op>::scalar_kernel);
+TROUPE_BINARY_OPS(TROUPE_BINARY)
 #undef TROUPE_BINARY
 
-#define TROUPE_UNARY(op)                                           \
-  TROUPE_ELEMENT_KERNELS(#op, Unary<UnaryOp::op>::kernel);         \
-  TROUPE_ELEMENT_KERNELS(#op "_backward", Unary<UnaryOp::op>::backward_kernel)
+#define TROUPE_UNARY(op)                                   \
+  TROUPE_ELEMENT_KERNELS(#op, Unary<UnaryOp::op>::kernel); \
+  TROUPE_ELEMENT_KERNELS(#op "_backward", Unary<UnaryOp::op>::backward_kernel);
+TROUPE_SMOOTH_UNARY_OPS(TROUPE_UNARY)
+#undef TROUPE_UNARY
 TROUPE_ELEMENT_KERNELS("relu", Unary<UnaryOp::relu>::kernel);
 TROUPE_ELEMENT_KERNELS("relu_backward", relu_backward_kernel);
-TROUPE_UNARY(gelu);
 TROUPE_ELEMENT_KERNELS("bias_gelu", bias_gelu_kernel);
 TROUPE_ELEMENT_KERNELS("bias_gelu_backward", bias_gelu_backward_kernel);
 TROUPE_REGISTER_FLOAT_KERNELS("elementwise_chain", elementwise_chain_kernel);
-TROUPE_UNARY(silu);
-TROUPE_UNARY(exp);
-TROUPE_UNARY(log);
-TROUPE_UNARY(tanh);
-TROUPE_UNARY(sqrt);
-TROUPE_UNARY(rsqrt);
-TROUPE_UNARY(neg);
-#undef TROUPE_UNARY
 #undef TROUPE_ELEMENT_KERNELS
 
 }  // namespace troupe::kernels

@@ -6,10 +6,22 @@
 
 namespace troupe::kernels {
 
+/// The elementwise ops, one line each: the enums, their names, the chain's steps
+/// (elementwise_chain.hpp), the kernels' registrations and the graph's ops are made from these
+/// lists. The binary arithmetic ops: "<op>" (a op b, broadcast) and "<op>_scalar" (a op s).
+#define TROUPE_BINARY_OPS(X) X(add) X(sub) X(mul) X(div)
+/// The unary functions whose backward is grad * f'(x) ("<op>_backward"); gelu is the tanh
+/// approximation. A new one is a line here and its f and f' in cpu/elementwise.cpp.
+#define TROUPE_SMOOTH_UNARY_OPS(X) X(gelu) X(silu) X(exp) X(log) X(tanh) X(sqrt) X(rsqrt) X(neg)
+/// Every unary function: relu's backward takes a negative slope (relu_backward, the custom-gradient path).
+#define TROUPE_UNARY_OPS(X) X(relu) TROUPE_SMOOTH_UNARY_OPS(X)
+
+#define TROUPE_ENUMERATOR(op) op,
 /// The binary arithmetic ops.
-enum class BinaryOp { add, sub, mul, div };
-/// The unary functions; gelu is the tanh approximation.
-enum class UnaryOp { relu, gelu, silu, exp, log, tanh, sqrt, rsqrt, neg };
+enum class BinaryOp { TROUPE_BINARY_OPS(TROUPE_ENUMERATOR) };
+/// The unary functions.
+enum class UnaryOp { TROUPE_UNARY_OPS(TROUPE_ENUMERATOR) };
+#undef TROUPE_ENUMERATOR
 
 /// Name of a binary op ("add", ...), as registered in the kernel registry.
 const char* to_string(BinaryOp op);

@@ -9,18 +9,24 @@
 #include <string>
 #include <vector>
 
+#include "troupe/kernels/elementwise.hpp"
 #include "troupe/kernels/registry.hpp"
 #include "troupe/kernels/tensor.hpp"
 
 namespace troupe::kernels {
 
-/// The ops a chain can take as steps; each is the elementwise kernel of the same name.
+#define TROUPE_CHAIN_ENUMERATOR(op) op,
+#define TROUPE_CHAIN_BACKWARD_ENUMERATOR(op) op##_backward,
+/// The ops a chain can take as steps; each is the elementwise kernel of the same name: the binary
+/// ops, their scalar forms, the unary functions and their backwards (elementwise.hpp's lists).
 enum class ChainOp : std::int64_t {
-  add, sub, mul, div, add_scalar, mul_scalar,
-  relu, gelu, silu, exp, log, tanh, sqrt, rsqrt, neg,
-  relu_backward, gelu_backward, silu_backward, exp_backward, log_backward, tanh_backward, sqrt_backward,
-  rsqrt_backward, neg_backward, bias_gelu,
+  TROUPE_BINARY_OPS(TROUPE_CHAIN_ENUMERATOR) add_scalar, mul_scalar,
+  TROUPE_UNARY_OPS(TROUPE_CHAIN_ENUMERATOR)
+  TROUPE_UNARY_OPS(TROUPE_CHAIN_BACKWARD_ENUMERATOR)
+  bias_gelu,
 };
+#undef TROUPE_CHAIN_ENUMERATOR
+#undef TROUPE_CHAIN_BACKWARD_ENUMERATOR
 
 /// One step: `op` applied to operands a and b (b = -1 for a one-operand op). Operand k below the
 /// chain's input count is input k; operand inputs + j is the result of step j (an earlier step).
