@@ -87,6 +87,21 @@ std::vector<Tensor> OpDef::run_in_place(const std::vector<Tensor>& inputs, const
   return outputs;
 }
 
+double elements_touched(const CostContext& ctx) {
+  double touched = static_cast<double>(shape_numel(ctx.outputs.at(0)));
+  for (const Shape& in : ctx.inputs) touched = std::max(touched, static_cast<double>(shape_numel(in)));
+  return touched;
+}
+
+double op_cost(const Graph& g, const Node& node, const SymBindings& bindings) {
+  std::vector<Shape> inputs, outputs;
+  for (ValueId v : node.inputs) inputs.push_back(bind(g.value(v).info.shape, bindings));
+  for (ValueId v : node.outputs) outputs.push_back(bind(g.value(v).info.shape, bindings));
+  const OpDef& def = OpRegistry::instance().get(node.op);
+  const CostContext ctx{inputs, outputs, node.attrs};
+  return def.cost ? def.cost(ctx) : elements_touched(ctx);
+}
+
 GradFn missing_gradient(const std::string& op) {
   return [op](const GradContext&) -> std::vector<Var> {
     fail(ErrorKind::unsupported, "op '", op, "' has no gradient rule, but a gradient must flow through it",

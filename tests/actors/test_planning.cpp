@@ -23,6 +23,7 @@
 #include "troupe/actors/planning.hpp"
 #include "troupe/actors/strategy.hpp"
 #include "troupe/graph/nn.hpp"
+#include "troupe/graph/op_def.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/transport/inprocess.hpp"
@@ -234,15 +235,28 @@ TEST(Strategy, AFileForAnotherMeshOrModelOrDamagedIsRefused) {
   std::filesystem::remove(file);
 }
 
-TEST(CostModel, FlopsOfProductsAndAttention) {
+// Each op declares its work (OpDef::cost): 2mnk for a product, 4 T^2 D per head for attention,
+// 2 per output element and weight tap for a convolution, nothing for a view, and by default the
+// elements an op touches; symbolic dims at the bindings' sizes.
+TEST(CostModel, EachOpDeclaresItsWork) {
   const TracedFunction f = trace(
       [](const std::vector<Var>& in) {
-        return std::vector<Var>{matmul(in[0], in[1], false, true), causal_attention(in[2], in[2], in[2], 0.5)};
+        return std::vector<Var>{matmul(in[0], in[1], false, true), causal_attention(in[2], in[2], in[2], 0.5),
+                                reshape(in[0], {8, 4}), gelu(in[0]), conv2d(in[3], in[4], 1, 1)};
       },
-      {{"a", {4, 8}}, {"b", {6, 8}}, {"q", {2, 3, 5, 4}}});
+      {{"a", {4, 8}}, {"b", {6, 8}}, {"q", {2, 3, 5, 4}}, {"x", {SymDim::symbol("n"), 3, 6, 6}}, {"w", {5, 3, 3, 3}}});
   const Graph& g = f.graph();
-  EXPECT_DOUBLE_EQ(actors::node_flops(g, g.nodes()[0], {}), 2 * 4 * 6 * 8);
-  EXPECT_DOUBLE_EQ(actors::node_flops(g, g.nodes()[1], {}), 4 * (2 * 3 * 5 * 4) * 5);
+  const auto cost = [&](const std::string& op) {
+    for (const Node& n : g.nodes())
+      if (n.op == op) return op_cost(g, n, {{"n", 2}});
+    ADD_FAILURE() << "no " << op;
+    return 0.0;
+  };
+  EXPECT_DOUBLE_EQ(cost("matmul"), 2 * 4 * 6 * 8);
+  EXPECT_DOUBLE_EQ(cost("causal_attention"), 4 * (2 * 3 * 5 * 4) * 5);
+  EXPECT_DOUBLE_EQ(cost("reshape"), 0);
+  EXPECT_DOUBLE_EQ(cost("gelu"), 4 * 8);
+  EXPECT_DOUBLE_EQ(cost("conv2d"), 2 * (2 * 5 * 6 * 6) * (3 * 3 * 3));
 }
 
 TEST(CostModel, TensorParallelismTradesComputeForAllReduces) {

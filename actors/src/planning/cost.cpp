@@ -4,41 +4,10 @@
 #include <set>
 
 #include "troupe/actors/planning.hpp"
+#include "troupe/graph/op_def.hpp"
 #include "troupe/kernels/error.hpp"
 
 namespace troupe::actors {
-
-namespace {
-
-double elements(const graph::Graph& g, graph::ValueId v, const graph::SymBindings& bindings) {
-  return static_cast<double>(shape_numel(bind(g.value(v).info.shape, bindings)));
-}
-
-}  // namespace
-
-double node_flops(const graph::Graph& g, const graph::Node& node, const graph::SymBindings& bindings) {
-  static const std::set<std::string> moves{"reshape", "permute", "split", "concat", "identity", "cast", "after",
-                                           "stop_gradient", "zeros_like", "broadcast_to", "pixel_shuffle", "pixel_unshuffle"};
-  if (moves.count(node.op)) return 0;
-  const double out = elements(g, node.outputs[0], bindings);
-  if (node.op == "matmul" || node.op == "matmul_bias") {
-    const Shape a = bind(g.value(node.inputs[0]).info.shape, bindings);
-    const bool ta = node.attrs.has("trans_a") && node.attrs.get_int("trans_a") != 0;
-    return 2 * out * static_cast<double>(a[a.size() - (ta ? 2 : 1)]);
-  }
-  if (node.op == "causal_attention" || node.op == "causal_attention_backward") {
-    const Shape q = bind(g.value(node.inputs[node.op == "causal_attention" ? 0 : 1]).info.shape, bindings);
-    const double forward = 4 * static_cast<double>(shape_numel(q)) * static_cast<double>(q[q.size() - 2]);
-    return node.op == "causal_attention" ? forward : 2 * forward;
-  }
-  if (node.op.rfind("conv2d", 0) == 0 && node.inputs.size() > 1) {
-    const Shape w = bind(g.value(node.inputs[1]).info.shape, bindings);
-    if (w.size() == 4) return 2 * out * static_cast<double>(w[1] * w[2] * w[3]);
-  }
-  double in = 0;
-  for (graph::ValueId v : node.inputs) in = std::max(in, elements(g, v, bindings));
-  return std::max(in, out);
-}
 
 PlanTime plan_time(const graph::TracedFunction& step, const graph::ShardingPlan& plan, const graph::SymBindings& bindings,
                    const CostModel& cost) {
@@ -53,7 +22,7 @@ PlanTime plan_time(const graph::TracedFunction& step, const graph::ShardingPlan&
       for (const graph::Placement& p : sigs[a].outputs) split |= p.kind == graph::Placement::Kind::split;
       if (split) devices *= plan.mesh.axes[a].second;
     }
-    t.compute += node_flops(g, node, bindings) / (cost.gflops * 1e9) / devices;
+    t.compute += graph::op_cost(g, node, bindings) / (cost.gflops * 1e9) / devices;
   }
   const auto measured = cost.mesh_links.find(plan.mesh.str());
   const auto send = [&](std::size_t axis, double bytes) {

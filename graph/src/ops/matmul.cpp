@@ -112,20 +112,27 @@ Attrs product_attrs(bool trans_a, bool trans_b, std::optional<DType> out) {
   if (out) attrs.set("out_dtype", static_cast<std::int64_t>(*out));
   return attrs;
 }
+
+// 2 m n k: two operations per output element and step of the shared dim (a's last, or its second
+// last when transposed).
+double product_cost(const CostContext& c) {
+  const Shape& a = c.inputs[0];
+  return 2 * static_cast<double>(shape_numel(c.outputs[0])) * static_cast<double>(a[a.size() - (get_flag(c.attrs, "trans_a") ? 2 : 1)]);
+}
 }  // namespace
 
 Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b, std::optional<DType> out_dtype) {
   return apply1("matmul", {a, b}, product_attrs(trans_a, trans_b, out_dtype));
 }
 // compute: kernels::matmul (one GEMM for x[..., k] @ w[k, n] over all rows).
-TROUPE_DEFINE_OP({.name = "matmul", .infer = infer_matmul, .sharding = shard_matmul, .kernel = "matmul", .grad = grad_matmul,
+TROUPE_DEFINE_OP({.name = "matmul", .infer = infer_matmul, .cost = product_cost, .sharding = shard_matmul, .kernel = "matmul", .grad = grad_matmul,
                   .autocast_inputs = {0, 1}});
 
 Var matmul_bias(const Var& a, const Var& b, const Var& bias, bool trans_a, bool trans_b, std::optional<DType> out_dtype) {
   return apply1("matmul_bias", {a, b, bias}, product_attrs(trans_a, trans_b, out_dtype));
 }
 // The gradients are the unfused matmul's and add's: the same nodes, so the same bits.
-TROUPE_DEFINE_OP({.name = "matmul_bias", .infer = infer_matmul_bias, .kernel = "matmul_bias",
+TROUPE_DEFINE_OP({.name = "matmul_bias", .infer = infer_matmul_bias, .cost = product_cost, .kernel = "matmul_bias",
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     std::vector<Var> g = grad_matmul(c);
                     g.push_back(c.needs_grad[2] ? sum_to(c.grad_output(0), c.inputs[2]) : Var());

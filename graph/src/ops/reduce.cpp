@@ -219,7 +219,7 @@ TROUPE_DEFINE_OP({.name = "sum_to", .infer = infer_sum_to, .sharding = shard_sum
                   },
                   .no_grad_inputs = {1}});
 Var broadcast_to(const Var& x, const Var& like) { return apply1("broadcast_to", {x, like}); }
-TROUPE_DEFINE_OP({.name = "broadcast_to", .infer = infer_broadcast_to, .sharding = shard_broadcast_to, .compute = compute_broadcast_to,
+TROUPE_DEFINE_OP({.name = "broadcast_to", .infer = infer_broadcast_to, .cost = moves_only, .sharding = shard_broadcast_to, .compute = compute_broadcast_to,
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     return {sum_to(c.grad_output(0), c.inputs[0]), Var()};
                   },

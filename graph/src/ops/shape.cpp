@@ -252,7 +252,7 @@ std::vector<ShardSignature> shard_permute(const ShardContext& c) {
 
 // reshape, transpose and permute are views when the layout allows.
 Var reshape(const Var& x, const SymShape& shape) { return apply1("reshape", {x}, {}, shape); }
-TROUPE_DEFINE_OP({.name = "reshape", .infer = infer_reshape, .sharding = shard_reshape, .compute = compute_reshape,
+TROUPE_DEFINE_OP({.name = "reshape", .infer = infer_reshape, .cost = moves_only, .sharding = shard_reshape, .compute = compute_reshape,
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     return {reshape(c.grad_output(0), c.inputs[0].shape())};
                   }});
@@ -260,7 +260,7 @@ TROUPE_DEFINE_OP({.name = "reshape", .infer = infer_reshape, .sharding = shard_r
 Var permute(const Var& x, const std::vector<std::int64_t>& dims) {
   return apply1("permute", {x}, Attrs().set("dims", dims));
 }
-TROUPE_DEFINE_OP({.name = "permute", .infer = infer_permute, .sharding = shard_permute, .compute = compute_permute,
+TROUPE_DEFINE_OP({.name = "permute", .infer = infer_permute, .cost = moves_only, .sharding = shard_permute, .compute = compute_permute,
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     return {permute(c.grad_output(0), inverse_permutation(c.attrs.get_ints("dims")))};
                   }});
@@ -275,22 +275,22 @@ Var transpose(const Var& x, std::int64_t a, std::int64_t b) {
 
 // compute: kernels::concat (a copy); its gradient is a split.
 Var concat(const std::vector<Var>& xs, std::int64_t axis) { return apply1("concat", xs, Attrs().set("axis", axis)); }
-TROUPE_DEFINE_OP({.name = "concat", .infer = infer_concat, .sharding = shard_pieces, .compute = compute_concat, .grad = grad_concat});
+TROUPE_DEFINE_OP({.name = "concat", .infer = infer_concat, .cost = moves_only, .sharding = shard_pieces, .compute = compute_concat, .grad = grad_concat});
 
 // compute: kernels::split (views); its gradient is a concat.
 std::vector<Var> split(const Var& x, const std::vector<std::int64_t>& sizes, std::int64_t axis) {
   return apply("split", {x}, Attrs().set("sizes", sizes).set("axis", axis));
 }
-TROUPE_DEFINE_OP({.name = "split", .infer = infer_split, .sharding = shard_pieces, .compute = compute_split, .grad = grad_split});
+TROUPE_DEFINE_OP({.name = "split", .infer = infer_split, .cost = moves_only, .sharding = shard_pieces, .compute = compute_split, .grad = grad_split});
 
 // compute: kernels::pixel_shuffle / pixel_unshuffle (copies); each is the other's gradient.
 Var pixel_shuffle(const Var& x, std::int64_t r) { return apply1("pixel_shuffle", {x}, Attrs().set("r", r)); }
-TROUPE_DEFINE_OP({.name = "pixel_shuffle", .infer = infer_pixel_shuffle<true>, .compute = compute_pixel_shuffle,
+TROUPE_DEFINE_OP({.name = "pixel_shuffle", .infer = infer_pixel_shuffle<true>, .cost = moves_only, .compute = compute_pixel_shuffle,
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     return {pixel_unshuffle(c.grad_output(0), c.attrs.get_int("r"))};
                   }});
 Var pixel_unshuffle(const Var& x, std::int64_t r) { return apply1("pixel_unshuffle", {x}, Attrs().set("r", r)); }
-TROUPE_DEFINE_OP({.name = "pixel_unshuffle", .infer = infer_pixel_shuffle<false>, .compute = compute_pixel_unshuffle,
+TROUPE_DEFINE_OP({.name = "pixel_unshuffle", .infer = infer_pixel_shuffle<false>, .cost = moves_only, .compute = compute_pixel_unshuffle,
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     return {pixel_shuffle(c.grad_output(0), c.attrs.get_int("r"))};
                   }});
@@ -300,14 +300,14 @@ Var cast(const Var& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   return apply1("cast", {x}, Attrs().set("dtype", static_cast<std::int64_t>(dtype)));
 }
-TROUPE_DEFINE_OP({.name = "cast", .infer = infer_cast, .sharding = shard_linear_in_first, .compute = compute_cast,
+TROUPE_DEFINE_OP({.name = "cast", .infer = infer_cast, .cost = moves_only, .sharding = shard_linear_in_first, .compute = compute_cast,
                   .grad = [](const GradContext& c) -> std::vector<Var> {
                     if (!is_floating(c.inputs[0].dtype())) return {Var()};
                     return {cast(c.grad_output(0), c.inputs[0].dtype())};
                   }});
 
 // identity has no builder of its own: the runtime's benchmarks and tests use it as an empty op.
-TROUPE_DEFINE_OP({.name = "identity", .infer = infer_identity, .sharding = shard_linear_in_first, .compute = compute_identity,
+TROUPE_DEFINE_OP({.name = "identity", .infer = infer_identity, .cost = moves_only, .sharding = shard_linear_in_first, .compute = compute_identity,
                   .grad = [](const GradContext& c) -> std::vector<Var> { return {c.grad_output(0)}; }});
 // after(x, token) is x, once token exists: an order among nodes that data alone does not give. The
 // recomputation pass makes a recomputed value wait, through it, for the backward to reach its
@@ -317,13 +317,13 @@ std::vector<ValueInfo> infer_after(const InferContext& c) {
   expect_arity(c, 2, 2);
   return one(c.inputs[0].dtype, c.inputs[0].shape);
 }
-TROUPE_DEFINE_OP({.name = "after", .infer = infer_after, .compute = compute_identity,
+TROUPE_DEFINE_OP({.name = "after", .infer = infer_after, .cost = moves_only, .compute = compute_identity,
                   .grad = [](const GradContext& c) -> std::vector<Var> { return {c.grad_output(0), Var()}; },
                   .no_grad_inputs = {1}});
 // Input 0 takes no gradient, so neither the tape nor autodiff go through stop_gradient.
 Var stop_gradient(const Var& x) { return apply1("stop_gradient", {x}); }
-TROUPE_DEFINE_OP({.name = "stop_gradient", .infer = infer_identity, .compute = compute_identity, .no_grad_inputs = {0}});
+TROUPE_DEFINE_OP({.name = "stop_gradient", .infer = infer_identity, .cost = moves_only, .compute = compute_identity, .no_grad_inputs = {0}});
 Var zeros_like(const Var& x) { return apply1("zeros_like", {x}); }
-TROUPE_DEFINE_OP({.name = "zeros_like", .infer = infer_identity, .sharding = shard_zeros_like, .compute = compute_zeros_like, .no_grad_inputs = {0}});
+TROUPE_DEFINE_OP({.name = "zeros_like", .infer = infer_identity, .cost = moves_only, .sharding = shard_zeros_like, .compute = compute_zeros_like, .no_grad_inputs = {0}});
 
 }  // namespace troupe::graph

@@ -130,10 +130,6 @@ struct BucketSizes {
 /// (docs/PERFORMANCE.md).
 BucketSizes choose_buckets(const CostModel::Link& link);
 
-/// The floating-point operations of `node` with its symbolic dims sized by `bindings`: 2mnk for a
-/// product (its batch dims included), 4T^2D per head for attention, one per element for
-/// elementwise ops, normalisations and reductions (their inputs' elements), none for views.
-double node_flops(const graph::Graph& g, const graph::Node& node, const graph::SymBindings& bindings);
 
 /// A plan's predicted step time on device 0, in seconds.
 struct PlanTime {

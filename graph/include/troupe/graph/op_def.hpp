@@ -35,6 +35,16 @@ struct ComputeContext {
 
 /// Shape/dtype inference: the outputs' infos, or a troupe::Error naming op, inputs and the rule.
 using InferFn = std::vector<ValueInfo> (*)(const InferContext& ctx);
+
+/// What an op's cost rule sees: its inputs' and outputs' shapes at given sizes, and its attributes.
+struct CostContext {
+  const std::vector<Shape>& inputs;
+  const std::vector<Shape>& outputs;
+  const Attrs& attrs;
+};
+/// The work of one run of an op at given sizes, in floating-point operations (a product's 2 m n k)
+/// or, for ops bound by memory, the elements they touch: what the planner's cost model adds up.
+using CostFn = double (*)(const CostContext& ctx);
 /// A computation written by hand: output tensors from input tensors (views, and kernel calls that
 /// need their inputs reshaped or their attributes translated).
 using ComputeFn = std::vector<Tensor> (*)(const std::vector<Tensor>& inputs, const ComputeContext& ctx);
@@ -54,7 +64,8 @@ enum class Precision {
 
 /// The definition of an op, written with designated initialisers in the op's family file
 /// (graph/src/ops/), next to its builder:
-///   TROUPE_DEFINE_OP({.name = "gelu", .infer = same_as_input, .kernel = "gelu", .grad = grad_gelu});
+///   TROUPE_DEFINE_OP({.name = "bias_gelu", .infer = infer_bias_gelu, .sharding = shard_pointwise,
+///                     .kernel = "bias_gelu", .grad = grad_bias_gelu, .in_place = true});
 /// An op runs `kernel`, the name of a kernel in the kernel registry (dispatched on the inputs'
 /// device and dtype, with the node's attributes, into outputs allocated from the inferred shapes and
 /// dtypes), or `compute`, or `collective`; exactly one is set. `kernel` is for kernels that take their inputs as they
@@ -63,6 +74,7 @@ enum class Precision {
 struct OpDef {
   const char* name = nullptr;        // the op's one name, as builders and graphs spell it
   InferFn infer = nullptr;           // shape and dtype rule, run when a node is built
+  CostFn cost = nullptr;             // its work at given sizes (op_cost); null: elements_touched
   ShardFn sharding = nullptr;        // the signatures it runs under on a mesh axis besides all-broadcast
                                      // (graph/sharding.hpp); null: replicated only
   const char* kernel = nullptr;      // the registry kernel this op dispatches, or null
@@ -94,6 +106,11 @@ struct OpDef {
   /// dense and of output 0's shape and dtype, and which nothing may read afterwards.
   std::vector<Tensor> run_in_place(const std::vector<Tensor>& inputs, const ComputeContext& ctx, std::size_t input) const;
 };
+
+/// The default cost rule: the elements an op touches, the larger of its biggest input and its first output.
+double elements_touched(const CostContext& ctx);
+/// The work of `node` of `g` at `bindings`' sizes: its OpDef's cost rule, or elements_touched.
+double op_cost(const Graph& g, const Node& node, const SymBindings& bindings);
 
 /// A gradient rule that fails with an error naming `op`: for ops without a rule of their own that
 /// lie on a path autodiff must cross (second-order gradients, for example).

@@ -3,7 +3,8 @@
 // runs eagerly on tensors or appends a node while tracing; see var.hpp. Shapes and dtypes are
 // checked when the op is built, with errors naming the op and the shapes involved. Each builder is
 // defined next to its op's definition and gradient, in its family's file: graph/src/ops/
-// elementwise.cpp, matmul.cpp, reduce.cpp, shape.cpp, nn.cpp.
+// elementwise.cpp, matmul.cpp, reduce.cpp, shape.cpp, softmax.cpp, norm.cpp, embedding.cpp,
+// loss.cpp, conv.cpp, attention.cpp.
 
 #include <cstdint>
 #include <optional>
@@ -88,7 +89,8 @@ Var stop_gradient(const Var& x);
 /// Zeros of x's shape and dtype.
 Var zeros_like(const Var& x);
 
-/// Softmax / log-softmax along `axis` (ops/nn.cpp, like the rest of this list).
+/// Softmax / log-softmax along `axis` (ops/softmax.cpp; the rest of this list: ops/norm.cpp,
+/// embedding.cpp, loss.cpp, conv.cpp, attention.cpp).
 Var softmax(const Var& x, std::int64_t axis = -1);
 Var log_softmax(const Var& x, std::int64_t axis = -1);
 /// Layer normalisation over the last dim with gain and bias of shape [D].
