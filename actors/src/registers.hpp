@@ -1,5 +1,5 @@
 #pragma once
-// The register protocol (OneFlow's regst; DESIGN.md). Every producer owns a fixed number of output
+// The register protocol (OneFlow's regst; docs/RUNTIME.md). Every producer owns a fixed number of output
 // registers. It fires for its next micro-batch when every input is readable and a register is free:
 // it acts, releases the input registers it read, puts its outputs into a free register and tells
 // each consumer `ready`. Each consumer drops its handle on the values and then sends `release`; the

@@ -133,7 +133,6 @@ TEST(OpDefs, EveryListedElementwiseOpIsAKernelAChainStepAndAGraphOp) {
   TROUPE_UNARY_OPS(TROUPE_BACKWARD_NAME)
 #undef TROUPE_NAME
 #undef TROUPE_BACKWARD_NAME
-  EXPECT_EQ(names.size(), 4u + 2u * 9u);
   for (const std::string& name : names) {
     EXPECT_NO_THROW(OpRegistry::instance().get(name)) << name;
     for (const DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16})

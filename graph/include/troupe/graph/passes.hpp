@@ -102,7 +102,7 @@ Graph fuse_conv_relu(const Graph& g);
 /// last among the fusions, on forward graphs and again on differentiated ones.
 Graph fuse_elementwise_chains(const Graph& g);
 /// In a differentiated graph, computes again, right before its first backward reader, each forward
-/// value the backward reads that an elementwise op or a layer norm makes from values the backward
+/// value the backward reads that an elementwise op makes from values the backward
 /// holds anyway (the same bits), so it is not kept from the forward to the backward. The
 /// recomputation waits for the backward to reach it (op after). No-op on graphs without backward.
 Graph recompute_activations(const Graph& g);

@@ -11,7 +11,8 @@ namespace troupe::kernels {
 /// lists. The binary arithmetic ops: "<op>" (a op b, broadcast) and "<op>_scalar" (a op s).
 #define TROUPE_BINARY_OPS(X) X(add) X(sub) X(mul) X(div)
 /// The unary functions whose backward is grad * f'(x) ("<op>_backward"); gelu is the tanh
-/// approximation. A new one is a line here and its f and f' in cpu/elementwise.cpp.
+/// approximation. A new one is a line here, its f and f' in cpu/elementwise.cpp, and one
+/// TROUPE_DEFINE_UNARY line in graph/src/ops/elementwise.cpp (docs/GRAPH.md, "How to add an op").
 #define TROUPE_SMOOTH_UNARY_OPS(X) X(gelu) X(silu) X(exp) X(log) X(tanh) X(sqrt) X(rsqrt) X(neg)
 /// Every unary function: relu's backward takes a negative slope (relu_backward, the custom-gradient path).
 #define TROUPE_UNARY_OPS(X) X(relu) TROUPE_SMOOTH_UNARY_OPS(X)

@@ -58,7 +58,7 @@ class ProcessGroup {
   std::uint32_t channel_;
   std::size_t chunk_bytes_;
   std::uint32_t sequence_ = 0;
-  std::vector<char> scratch_;  // one chunk, reused: receives that are reduced rather than stored
+  std::vector<char> scratch_;  // two chunks, alternating, reused: receives that are reduced rather than stored
 };
 
 /// Called when a queued collective finished: null, or the exception that failed it.
