@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "trace_hooks.hpp"
 #include "troupe/actors/tracer.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/transport/process_group.hpp"
@@ -127,10 +128,13 @@ void ZeroShard::step(const std::map<std::string, Tensor>& gradients) {
   };
   // The forward reads the first layers first, whose gradients were bucketed last.
   group_->submit(
-      [this, tell](transport::ProcessGroup& g) {
+      [this, tell, step](transport::ProcessGroup& g) {
         for (std::size_t b = buckets_->buckets.size(); b-- > 0;) {
-          gather_bucket(g, b, [](const Piece& piece) { return piece.var.tensor(); },
-                        [&](std::size_t sink) { return parameters_[sink]; });
+          {
+            HandlerTrace span(track_, "all-gather", 0, static_cast<std::uint64_t>(step), -1);  // a slice per bucket
+            gather_bucket(g, b, [](const Piece& piece) { return piece.var.tensor(); },
+                          [&](std::size_t sink) { return parameters_[sink]; });
+          }
           std::vector<Then> waiters;
           {
             const std::lock_guard<std::mutex> lock(mu_);
