@@ -55,6 +55,8 @@ run gpt-tp2-2mb 2 $gpt -- "${small[@]}" --tp 2 --amp O0 --micro-batches 2
 run gpt-tp2-o2 2 $gpt -- "${small[@]}" --tp 2 --amp O2
 run gpt-dp2-tp2-zero1 4 $gpt -- "${small[@]}" --dp 2 --tp 2 --zero 1 --amp O0 --comm-fusion-mb 1
 run gpt-dp2-zero1 2 $gpt -- "${small[@]}" --dp 2 --zero 1 --comm-fusion-mb 1
+# (the searched mesh is chosen from the speeds measured at start: a busy machine can choose another
+# mesh, whose sums differ in the last bits while the printed figures agree; run it again then)
 run gpt-searched-4 4 $gpt -- --batch 8 --seq 64 --amp O0 --comm-fusion-mb 1
 run sr-plain 1 troupe-sr -- --patch 32
 run sr-uneven 1 troupe-sr -- --patch 32 --batch 3 --micro-batches 2

@@ -93,10 +93,7 @@ void Node::on_acted(std::uint64_t step, int mb, std::exception_ptr error) {
   std::optional<ActMemory> memory;
   memory.emplace(ctx_->memory.get(), index_, mb, p.allocations);
   if (!complete(mb, memory, [&] { return p.resume(error); })) return;
-  if (++next_mb_ == ctx_->micro_batches) {
-    if (kind_->reports_done()) tell(self_, track(), peers_->program, SendTag{"done", step_}, done_atom::value, step_, index_);
-    return;
-  }
+  if (++next_mb_ == ctx_->micro_batches) return report_done();
   pump();
 }
 
@@ -154,10 +151,12 @@ void Node::await_parameters() {
 void Node::pump() {
   if (!ctx_ || failed_ || pending_ || ungathered_ > 0) return;
   const auto may_act = [this](int mb) { return gos_[static_cast<std::size_t>(mb)] >= waits(mb); };
-  const bool finished =
-      act_while_ready(next_mb_, ctx_->micro_batches, in_, out_, may_act, [this](int mb) { return fire(mb); });
-  if (finished && kind_->reports_done())
-    tell(self_, track(), peers_->program, SendTag{"done", step_}, done_atom::value, step_, index_);
+  if (act_while_ready(next_mb_, ctx_->micro_batches, in_, out_, may_act, [this](int mb) { return fire(mb); }))
+    report_done();
+}
+
+void Node::report_done() {
+  if (kind_->reports_done()) tell(self_, track(), peers_->program, SendTag{"done", step_}, done_atom::value, step_, index_);
 }
 
 // One firing: act, give the inputs back, pass the outputs on. What the act allocates and drops,

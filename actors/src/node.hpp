@@ -85,6 +85,8 @@ class Node {
  private:
   void begin_step(const StepContextPtr& ctx);
   void pump();
+  // Tells the program this node finished the step (unless its kind reports otherwise).
+  void report_done();
   bool fire(int mb);
   // Begins a suspended act; it ends in on_acted.
   void suspend(int mb);

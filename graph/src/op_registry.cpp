@@ -25,15 +25,16 @@ std::vector<Tensor> allocate_outputs(const char* op, const std::vector<Tensor>& 
 }
 
 // Checks a node's computed outputs against its inferred shapes and dtypes.
-void check_outputs(const char* name, const std::vector<Tensor>& outputs, const ComputeContext& ctx) {
+void check_outputs(const char* name, const std::vector<Tensor>& outputs, const std::vector<Shape>& shapes,
+                   const std::vector<DType>& dtypes) {
   // A compute function that disagrees with its op's inference is a bug in the op; caught here, it
   // cannot reach the next op as a wrongly shaped tensor.
-  TROUPE_CHECK(outputs.size() == ctx.output_shapes.size(), runtime, name, ": computed ", outputs.size(),
-               " outputs, inference gave ", ctx.output_shapes.size());
+  TROUPE_CHECK(outputs.size() == shapes.size(), runtime, name, ": computed ", outputs.size(),
+               " outputs, inference gave ", shapes.size());
   for (std::size_t i = 0; i < outputs.size(); ++i)
-    TROUPE_CHECK(outputs[i].shape() == ctx.output_shapes[i] && outputs[i].dtype() == ctx.output_dtypes[i], runtime,
+    TROUPE_CHECK(outputs[i].shape() == shapes[i] && outputs[i].dtype() == dtypes[i], runtime,
                  name, ": output ", i, " is ", dtype_name(outputs[i].dtype()), " ", shape_str(outputs[i].shape()),
-                 " but inference gave ", dtype_name(ctx.output_dtypes[i]), " ", shape_str(ctx.output_shapes[i]));
+                 " but inference gave ", dtype_name(dtypes[i]), " ", shape_str(shapes[i]));
 }
 
 }  // namespace
@@ -56,7 +57,7 @@ std::vector<Tensor> OpDef::run(const std::vector<Tensor>& inputs, const ComputeC
     outputs = allocate_outputs(name, inputs, ctx);
     dispatch(kernel, inputs, outputs, ctx.attrs);
   }
-  check_outputs(name, outputs, ctx);
+  check_outputs(name, outputs, ctx.output_shapes, ctx.output_dtypes);
   return outputs;
 }
 
@@ -64,10 +65,10 @@ CollectiveCall OpDef::start(const std::vector<Tensor>& inputs, const ComputeCont
   TROUPE_CHECK(collective, invalid_argument, name, ": is not a collective op");
   CollectiveCall call = collective(inputs, ctx);
   // The context's references do not outlive this call: finish checks against copies.
-  call.finish = [name = name, finish = std::move(call.finish), shapes = ctx.output_shapes, dtypes = ctx.output_dtypes,
-                 attrs = ctx.attrs, label = ctx.label](std::exception_ptr failure) {
+  call.finish = [name = name, finish = std::move(call.finish), shapes = ctx.output_shapes,
+                 dtypes = ctx.output_dtypes](std::exception_ptr failure) {
     std::vector<Tensor> outputs = finish(failure);
-    check_outputs(name, outputs, ComputeContext{attrs, shapes, dtypes, label});
+    check_outputs(name, outputs, shapes, dtypes);
     return outputs;
   };
   return call;
@@ -83,7 +84,7 @@ std::vector<Tensor> OpDef::run_in_place(const std::vector<Tensor>& inputs, const
                dtype_name(ctx.output_dtypes[0]), shape_str(ctx.output_shapes[0]));
   std::vector<Tensor> outputs{target};
   dispatch(kernel, inputs, outputs, ctx.attrs);
-  check_outputs(name, outputs, ctx);
+  check_outputs(name, outputs, ctx.output_shapes, ctx.output_dtypes);
   return outputs;
 }
 

@@ -94,6 +94,10 @@ struct CostModel {
   std::map<std::string, std::map<std::string, Link>> mesh_links;
 };
 
+// Start-up measurements: measure_link, measure_mesh_links and agree_on_means block their caller
+// until the ranks have met, so a job calls them from its own thread before any step runs (the apps
+// do, in ParallelJob and search_training_mesh), never from an actor's handler, which must not wait.
+
 /// The link of a group of ranks, measured: the latency of an all-reduce of a few bytes (the median
 /// of 20) and the bandwidth each rank sends at in a 4 MiB one (2 (n-1)/n of it; the best of 3). A
 /// collective of the communicator's ranks, every one calling it, which all get the ranks' mean (so
