@@ -160,7 +160,7 @@ apps::TrainingSetup setup(const TrainFlags& f) {
     return apps::gpt_training_plan(f.plan, step, f.model.heads, job.dp_size(), job.tp_size(), replica_batch, job.rank() == 0);
   };
   if (!f.mesh_given)
-    s.search = [&f](const graph::TracedFunction& step, transport::Communicator& world, const actors::GroupMaker& group,
+    s.search = [&f](const graph::TracedFunction& step, transport::Communicator& world, const plan::GroupMaker& group,
                     bool tensor_parallel) {
       return apps::search_training_mesh(f.plan, step, f.model.heads, f.batch, world, group, tensor_parallel);
     };

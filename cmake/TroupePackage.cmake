@@ -3,14 +3,14 @@
 #   P/lib/libtroupe_*.so       the layer libraries (finding each other through their RUNPATH $ORIGIN)
 #   P/bin/troupe-*             the applications
 #   P/lib/cmake/Troupe/        TroupeConfig.cmake, TroupeConfigVersion.cmake (SameMajorVersion) and
-#                              the exported targets Troupe::kernels, graph, transport, transport_ucx,
+#                              the exported targets Troupe::kernels, graph, transport, transport_ucx, plan,
 #                              actors, models, and Troupe::troupe for all of them
 # The libraries are shared and link oneDNN, OpenBLAS, CAF and UCX privately, so the exported
 # targets carry no dependency but Threads. tests/package checks the result from a clean prefix.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(troupe_layer_libraries troupe_kernels troupe_graph troupe_transport troupe_transport_ucx troupe_actors troupe_models)
+set(troupe_layer_libraries troupe_kernels troupe_graph troupe_transport troupe_transport_ucx troupe_plan troupe_actors troupe_models)
 foreach(lib IN LISTS troupe_layer_libraries)
   string(REPLACE "troupe_" "" export_name ${lib})
   set_target_properties(${lib} PROPERTIES EXPORT_NAME ${export_name} VERSION ${PROJECT_VERSION}
@@ -35,14 +35,14 @@ install(TARGETS ${troupe_apps_installed} RUNTIME DESTINATION ${CMAKE_INSTALL_BIN
 set(troupe_public_headers
   kernels/include/troupe/kernels/allocator.hpp kernels/include/troupe/kernels/device.hpp
   kernels/include/troupe/kernels/dtype.hpp kernels/include/troupe/kernels/error.hpp
-  kernels/include/troupe/kernels/memory_plan.hpp kernels/include/troupe/kernels/optim.hpp
+  kernels/include/troupe/kernels/arena_layout.hpp kernels/include/troupe/kernels/optim.hpp
   kernels/include/troupe/kernels/planned_memory.hpp kernels/include/troupe/kernels/registry.hpp
   kernels/include/troupe/kernels/rng.hpp kernels/include/troupe/kernels/shape.hpp
   kernels/include/troupe/kernels/storage.hpp kernels/include/troupe/kernels/tensor.hpp
   kernels/include/troupe/kernels/threading.hpp
   graph/include/troupe/graph/amp.hpp graph/include/troupe/graph/custom_gradient.hpp
   graph/include/troupe/graph/debug.hpp graph/include/troupe/graph/grad_scaler.hpp
-  graph/include/troupe/graph/graph.hpp graph/include/troupe/graph/memory_plans.hpp
+  graph/include/troupe/graph/graph.hpp graph/include/troupe/graph/arena_layouts.hpp
   graph/include/troupe/graph/module.hpp graph/include/troupe/graph/nn.hpp graph/include/troupe/graph/ops.hpp
   graph/include/troupe/graph/optim.hpp graph/include/troupe/graph/safetensors.hpp
   graph/include/troupe/graph/sym_shape.hpp graph/include/troupe/graph/trace.hpp graph/include/troupe/graph/var.hpp

@@ -10,7 +10,7 @@
 
 #include <memory>
 
-#include "bucket_plan.hpp"
+#include "bucket_layout.hpp"
 #include "node.hpp"
 #include "troupe/graph/graph.hpp"
 #include "troupe/graph/optim.hpp"
@@ -84,7 +84,7 @@ struct GradientActors {
 /// Spawns the gradient path of a program (optimizer, clip, bucket and communicator actors, as the
 /// options ask) and fills peers->gradients (gradient_path.cpp). Throws a troupe::Error naming
 /// options that cannot work.
-GradientActors spawn_gradient_path(caf::actor_system& sys, const graph::TracedFunction& fn, const ActorPlan& plan,
+GradientActors spawn_gradient_path(caf::actor_system& sys, const graph::TracedFunction& fn, const ActorGraph& plan,
                                    const ProgramOptions& options, const PeersPtr& peers);
 
 }  // namespace troupe::actors

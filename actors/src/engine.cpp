@@ -116,7 +116,7 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
   TROUPE_CHECK(options.loss_scaler || scale_at < 0, invalid_argument, "compile: the function's gradients are ",
                "multiplied by a loss scale; pass its GradScaler as ProgramOptions::loss_scaler so it is divided out");
   auto traced = std::make_shared<const graph::TracedFunction>(fn);
-  auto plan = std::make_shared<const ActorPlan>(plan_actors(*traced));
+  auto plan = std::make_shared<const ActorGraph>(lower_to_actors(*traced));
   auto graph = std::shared_ptr<const graph::Graph>(traced, &traced->graph());
   Tracer& tracer = Tracer::instance();
   caf::actor_system& sys = *impl_->system;

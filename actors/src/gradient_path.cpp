@@ -29,7 +29,7 @@ void check_optimizers(const ProgramOptions& options, const std::vector<std::stri
 }
 
 // The bucket plan of data parallelism (null when off), its buffers split evenly among the ranks with ZeRO-1.
-std::shared_ptr<const BucketPlan> plan_data_parallel(const graph::TracedFunction& fn, const ActorPlan& plan,
+std::shared_ptr<const BucketLayout> plan_data_parallel(const graph::TracedFunction& fn, const ActorGraph& plan,
                                                      const ProgramOptions& options) {
   const DataParallel& dp = options.data_parallel;
   TROUPE_CHECK(!dp.zero || dp.communicator, invalid_argument, "compile: data_parallel.zero needs a communicator");
@@ -50,7 +50,7 @@ std::shared_ptr<const BucketPlan> plan_data_parallel(const graph::TracedFunction
                "compile: data parallelism needs gradients; trace the function with_gradients()");
   // Without overlap: one bucket per gradient tensor, all reduced after backward.
   const auto mb = [](double m) { return static_cast<std::size_t>(m * 1024 * 1024); };
-  return std::make_shared<const BucketPlan>(plan_buckets(plan, fn, dp.overlap ? mb(dp.first_bucket_mb) : 0,
+  return std::make_shared<const BucketLayout>(layout_buckets(plan, fn, dp.overlap ? mb(dp.first_bucket_mb) : 0,
                                                          dp.overlap ? mb(dp.fusion_mb) : 0, dp.zero ? dp.communicator->size() : 1));
 }
 
@@ -88,7 +88,7 @@ void spawn_optimizers(caf::actor_system& sys, const ProgramOptions& options,
 
 }  // namespace
 
-GradientActors spawn_gradient_path(caf::actor_system& sys, const graph::TracedFunction& fn, const ActorPlan& plan,
+GradientActors spawn_gradient_path(caf::actor_system& sys, const graph::TracedFunction& fn, const ActorGraph& plan,
                                    const ProgramOptions& options, const PeersPtr& peers) {
   Tracer& tracer = Tracer::instance();
   GradientPath& path = peers->gradients;

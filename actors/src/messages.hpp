@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "bucket_plan.hpp"
+#include "bucket_layout.hpp"
 #include "handler.hpp"
 #include "registers.hpp"
 #include "zero_shard.hpp"
@@ -115,7 +115,7 @@ struct GradientPath {
   std::vector<int> clip_slot;                         // per sink: its place among the gradients (-1: an output)
   std::vector<double> norm_weight;                    // per sink: its squared norm's weight in the clipping norm
                                                       // (1/n for a parameter n tensor-parallel devices hold whole)
-  std::shared_ptr<const BucketPlan> buckets;          // null without data parallelism
+  std::shared_ptr<const BucketLayout> buckets;          // null without data parallelism
   std::shared_ptr<ZeroShard> zero;                    // ZeRO-1: this rank's slices and their update; null otherwise
   std::vector<AddressOf<BucketActor>> bucket_actors;
   AddressOf<CommunicatorActor> communicator;

@@ -18,7 +18,7 @@ std::uint64_t bytes_of(const std::vector<Tensor>& ts) {
 
 }  // namespace
 
-Node::Node(NodeActor::pointer self, std::shared_ptr<const ActorPlan> plan, int index, int registers,
+Node::Node(NodeActor::pointer self, std::shared_ptr<const ActorGraph> plan, int index, int registers,
            PeersPtr peers, std::shared_ptr<NodeKind> kind)
     : self_(self),
       plan_(std::move(plan)),
@@ -254,7 +254,7 @@ struct NodeState {
   static inline const char* name = "troupe.node";
 };
 
-NodeActor::behavior_type node_actor(NodeActor::stateful_pointer<NodeState> self, std::shared_ptr<const ActorPlan> plan, int index,
+NodeActor::behavior_type node_actor(NodeActor::stateful_pointer<NodeState> self, std::shared_ptr<const ActorGraph> plan, int index,
                          int registers, PeersPtr peers, std::shared_ptr<NodeKind> kind) {
   const ActorInit init(self);
   self->state.node = std::make_unique<Node>(self, std::move(plan), index, registers, std::move(peers), std::move(kind));
@@ -290,7 +290,7 @@ NodeActor::behavior_type node_actor(NodeActor::stateful_pointer<NodeState> self,
 
 }  // namespace
 
-NodeActor spawn_node(caf::actor_system& sys, std::shared_ptr<const ActorPlan> plan, int index, int registers,
+NodeActor spawn_node(caf::actor_system& sys, std::shared_ptr<const ActorGraph> plan, int index, int registers,
                       PeersPtr peers, std::shared_ptr<NodeKind> kind) {
   spawn_released();
   return sys.spawn(node_actor, std::move(plan), index, registers, std::move(peers), std::move(kind));

@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "messages.hpp"
-#include "plan.hpp"
+#include "actor_graph.hpp"
 
 namespace troupe::actors {
 
@@ -48,7 +48,7 @@ class NodeKind {
 /// The protocol state of one node for the step in progress, and the sends every kind needs.
 class Node {
  public:
-  Node(NodeActor::pointer self, std::shared_ptr<const ActorPlan> plan, int index, int registers, PeersPtr peers,
+  Node(NodeActor::pointer self, std::shared_ptr<const ActorGraph> plan, int index, int registers, PeersPtr peers,
        std::shared_ptr<NodeKind> kind);
   /// The plan entry of this node.
   const ActorSpec& spec() const { return *spec_; }
@@ -108,7 +108,7 @@ class Node {
   void signal_next_collective(int mb);
 
   NodeActor::pointer self_;
-  std::shared_ptr<const ActorPlan> plan_;
+  std::shared_ptr<const ActorGraph> plan_;
   const ActorSpec* spec_;
   int index_;
   int registers_;
@@ -135,7 +135,7 @@ class Node {
 };
 
 /// Spawns node `index` of the plan as an actor running `kind`.
-NodeActor spawn_node(caf::actor_system& sys, std::shared_ptr<const ActorPlan> plan, int index, int registers,
+NodeActor spawn_node(caf::actor_system& sys, std::shared_ptr<const ActorGraph> plan, int index, int registers,
                       PeersPtr peers, std::shared_ptr<NodeKind> kind);
 
 }  // namespace troupe::actors

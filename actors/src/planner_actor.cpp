@@ -1,5 +1,5 @@
-// The planner actor (troupe/actors/planner.hpp): one actor that answers plan questions with the
-// CAF-free search of src/planning/.
+// The planner actor (troupe/actors/planner.hpp): one actor that answers mesh searches with the
+// CAF-free search of the plan layer (troupe/plan/mesh_search.hpp).
 #include "engine_impl.hpp"
 #include "handler.hpp"
 #include "troupe/actors/planner.hpp"
@@ -9,8 +9,8 @@ namespace troupe::actors {
 
 /// A question and where its answer goes.
 struct Asked {
-  PlanQuestion question;
-  std::promise<std::vector<MeshCandidate>> answer;
+  plan::MeshSearch question;
+  std::promise<std::vector<plan::MeshCandidate>> answer;
 };
 using AskedPtr = std::shared_ptr<Asked>;
 
@@ -36,10 +36,8 @@ PlannerActor::behavior_type planner_actor(PlannerActor::stateful_pointer<Planner
   return {
       [=](ask_atom, AskedPtr& asked, std::uint64_t flow) {
         Handling h(self, track, "ask", flow, 0, -1);
-        const PlanQuestion& q = asked->question;
         try {
-          asked->answer.set_value(search_gpt_meshes(q.step, q.world, q.heads, q.bindings, q.cost, q.memory_budget,
-                                                    q.optimizer_bytes_per_parameter, q.zero1));
+          asked->answer.set_value(plan::search_meshes(asked->question));
         } catch (...) {
           asked->answer.set_exception(std::current_exception());
         }
@@ -68,10 +66,10 @@ Planner::~Planner() {
   caf::anon_send_exit(impl_->actor.actor, caf::exit_reason::user_shutdown);
 }
 
-std::future<std::vector<MeshCandidate>> Planner::ask(PlanQuestion question) {
+std::future<std::vector<plan::MeshCandidate>> Planner::ask(plan::MeshSearch question) {
   auto asked = std::make_shared<Asked>();
   asked->question = std::move(question);
-  std::future<std::vector<MeshCandidate>> answer = asked->answer.get_future();
+  std::future<std::vector<plan::MeshCandidate>> answer = asked->answer.get_future();
   tell_from_outside(impl_->caller, impl_->actor, SendTag{"ask", 0}, ask_atom::value, AskedPtr(std::move(asked)));
   return answer;
 }

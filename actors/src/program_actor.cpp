@@ -62,7 +62,7 @@ using Self = caf::stateful_actor<ProgramState>;
 
 std::uint32_t me(const ProgramState& s) { return s.setup->peers->program.track; }
 const GradientPath& path(const ProgramState& s) { return s.setup->peers->gradients; }
-int output_count(const ActorPlan& plan) {
+int output_count(const ActorGraph& plan) {
   int n = 0;
   for (int param : plan.sink_param) n += param < 0;
   return n;

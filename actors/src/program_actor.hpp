@@ -5,9 +5,9 @@
 
 #include <caf/fwd.hpp>
 
-#include "bucket_plan.hpp"
+#include "bucket_layout.hpp"
 #include "messages.hpp"
-#include "plan.hpp"
+#include "actor_graph.hpp"
 #include "step_memory.hpp"
 #include "troupe/graph/trace.hpp"
 
@@ -16,7 +16,7 @@ namespace troupe::actors {
 /// What the program actor needs to know about the program it runs.
 struct ProgramSetup {
   std::shared_ptr<const graph::TracedFunction> fn;
-  std::shared_ptr<const ActorPlan> plan;
+  std::shared_ptr<const ActorGraph> plan;
   int micro_batches = 1;
   double clip_grad_norm = 0;  // 0: no clipping
   ClipMode clip_mode = ClipMode::parallel;

@@ -98,7 +98,7 @@ StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, 
     ctx->parameters.push_back(step_value(g, setup.plan->step_nodes[k], ctx->parameters, whole, step_values[k]));
   if (setup.comm) {
     // The program's buffers, made by its first step (or after it gave the last ones away).
-    const BucketPlan& plan = *setup.peers->gradients.buckets;
+    const BucketLayout& plan = *setup.peers->gradients.buckets;
     bucket_buffers.resize(plan.numel.size());
     for (std::size_t b = 0; b < plan.numel.size(); ++b) {
       Tensor& buffer = bucket_buffers[b];

@@ -58,7 +58,7 @@ struct StepPlan {
 
 // reach_[a] has bit b when act a comes before act b. Actors are numbered in topological order,
 // so every edge goes to a higher act number and one backward pass closes the relation.
-ActOrder::ActOrder(const ActorPlan& plan, int micro_batches, int registers)
+ActOrder::ActOrder(const ActorGraph& plan, int micro_batches, int registers)
     : actors_(static_cast<int>(plan.actors.size())),
       acts_(static_cast<std::size_t>(actors_) * static_cast<std::size_t>(micro_batches)),
       words_((acts_ + 63) / 64),
@@ -87,7 +87,7 @@ bool ActOrder::before(int a, int b) const {
 class StepArena {
  public:
   /// A step of a program of `plan` with `micro_batches`, at the input shapes `key`.
-  StepArena(std::shared_ptr<const ActorPlan> plan, int micro_batches, std::vector<Shape> key)
+  StepArena(std::shared_ptr<const ActorGraph> plan, int micro_batches, std::vector<Shape> key)
       : plan_(std::move(plan)), actors_(static_cast<int>(plan_->actors.size())), micro_batches_(micro_batches), key_(std::move(key)) {}
 
   /// The number of act (actor, mb).
@@ -163,7 +163,7 @@ class StepArena {
 
  private:
   friend class StepMemory;
-  std::shared_ptr<const ActorPlan> plan_;
+  std::shared_ptr<const ActorGraph> plan_;
   int actors_, micro_batches_;
   std::vector<Shape> key_;
   std::shared_ptr<Recording> recording_;      // a recording step
@@ -206,7 +206,7 @@ namespace {
 // For the latter the plan adds a memory edge: j's maker then waits for the act's signal, so the
 // recorded order's sharing holds in every run. The edges follow the recorded run's start times,
 // as the protocol's do, so together they stay acyclic and the recorded run satisfies them all.
-std::shared_ptr<const StepPlan> plan_recording(const Recording& r, const ActorPlan& actors, int micro_batches,
+std::shared_ptr<const StepPlan> plan_recording(const Recording& r, const ActorGraph& actors, int micro_batches,
                                                int registers) {
   const ActOrder order(actors, micro_batches, registers);
   const auto done_before = [&](int a, int b) {
@@ -227,11 +227,11 @@ std::shared_ptr<const StepPlan> plan_recording(const Recording& r, const ActorPl
   // One slot per result: a training loop drops a step's result before the next; a result still
   // held then is allocated afresh.
   auto planned = std::make_shared<StepPlan>();
-  planned->arena = std::make_shared<PlannedArena>(MemoryPlan::build(r.blocks, 1, overlap), overlap);
+  planned->arena = std::make_shared<PlannedArena>(ArenaLayout::build(r.blocks, 1, overlap), overlap);
   planned->act_blocks = r.act_blocks;
   // The edges: for two blocks sharing bytes, every act touching the first that the protocol does
   // not already order before the second's maker.
-  const MemoryPlan& plan = planned->arena->plan();
+  const ArenaLayout& plan = planned->arena->plan();
   const std::size_t acts = r.act_blocks.size();
   std::vector<std::vector<int>> signals(acts);
   for (std::size_t i = 0; i < plan.blocks.size(); ++i) {
@@ -274,7 +274,7 @@ struct StepMemory::Entry {
   graph::MemoryPlanReport report;
 };
 
-StepMemory::StepMemory(std::shared_ptr<const ActorPlan> plan, int registers, std::size_t capacity)
+StepMemory::StepMemory(std::shared_ptr<const ActorGraph> plan, int registers, std::size_t capacity)
     : plan_(std::move(plan)), registers_(registers), capacity_(capacity) {
   TROUPE_CHECK(capacity_ >= 1, invalid_argument, "a step memory needs room for at least one plan");
 }
@@ -322,7 +322,7 @@ void StepMemory::end(StepArena& step, bool failed) {
     }
     try {
       e.plan = plan_recording(r, *plan_, step.micro_batches_, registers_);
-      const MemoryPlan& plan = e.plan->arena->plan();
+      const ArenaLayout& plan = e.plan->arena->plan();
       e.report = graph::MemoryPlanReport{peak_live_bytes(plan.blocks), plan.unplanned_bytes(), plan.arena_bytes,
                                          plan.total_bytes, plan.blocks.size()};
       for (const auto& s : e.plan->signals) e.report.memory_edges += s.size();

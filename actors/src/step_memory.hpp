@@ -35,9 +35,9 @@
 #include <mutex>
 #include <vector>
 
-#include "plan.hpp"
+#include "actor_graph.hpp"
 #include "step_context.hpp"
-#include "troupe/graph/memory_plans.hpp"
+#include "troupe/graph/arena_layouts.hpp"
 #include "troupe/kernels/planned_memory.hpp"
 
 namespace troupe::actors {
@@ -47,7 +47,7 @@ namespace troupe::actors {
 class ActOrder {
  public:
   /// The order for `plan` with `micro_batches` per step and `registers` per actor output.
-  ActOrder(const ActorPlan& plan, int micro_batches, int registers);
+  ActOrder(const ActorGraph& plan, int micro_batches, int registers);
   /// The number of act (actor, mb) among `actors` actors.
   static int act(int actor, int mb, int actors) { return mb * actors + actor; }
   /// True when act a is over before act b starts (never for a == b).
@@ -96,7 +96,7 @@ void for_each_memory_signal(const StepArena* step, int actor, int mb, const std:
 class StepMemory {
  public:
   /// For programs of `plan`, with `registers` per actor output; at most `capacity` shapes keep a plan.
-  StepMemory(std::shared_ptr<const ActorPlan> plan, int registers, std::size_t capacity = 8);
+  StepMemory(std::shared_ptr<const ActorGraph> plan, int registers, std::size_t capacity = 8);
   ~StepMemory();
   /// The memory of the step of `ctx` (its inputs fix the shape): recording or planned.
   std::shared_ptr<StepArena> begin(const StepContext& ctx);
@@ -109,7 +109,7 @@ class StepMemory {
   struct Entry;
   Entry& entry_for(const std::vector<Shape>& key);  // the caller locks
 
-  std::shared_ptr<const ActorPlan> plan_;
+  std::shared_ptr<const ActorGraph> plan_;
   int registers_;
   std::size_t capacity_;
   mutable std::mutex mutex_;

@@ -51,7 +51,7 @@ std::shared_ptr<graph::CollectiveGroup> communicator_group(std::shared_ptr<trans
   return std::make_shared<CommunicatorGroup>(std::move(comm), std::move(axis));
 }
 
-std::vector<std::string> replicated_parameters(const graph::TracedFunction& step, const graph::ShardingPlan& plan, int axis) {
+std::vector<std::string> replicated_parameters(const graph::TracedFunction& step, const graph::GraphPlacement& plan, int axis) {
   std::vector<std::string> out;
   for (std::size_t k = 0; k < step.parameters().size(); ++k)
     if (plan.placements.at(step.graph().parameters()[k]).at(static_cast<std::size_t>(axis)).kind != graph::Placement::Kind::split)
@@ -59,7 +59,7 @@ std::vector<std::string> replicated_parameters(const graph::TracedFunction& step
   return out;
 }
 
-TensorParallelStep::TensorParallelStep(const graph::TracedFunction& step, graph::ShardingPlan plan,
+TensorParallelStep::TensorParallelStep(const graph::TracedFunction& step, graph::GraphPlacement plan,
                                        std::shared_ptr<transport::Communicator> comm)
     : plan_(std::move(plan)) {
   TROUPE_CHECK(plan_.mesh.axes.size() == 1, invalid_argument, "tensor parallel step: the plan's mesh ", plan_.mesh.str(),

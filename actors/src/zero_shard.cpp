@@ -9,7 +9,7 @@
 
 namespace troupe::actors {
 
-ZeroShard::ZeroShard(std::shared_ptr<const BucketPlan> buckets, const std::vector<Tensor>& parameters,
+ZeroShard::ZeroShard(std::shared_ptr<const BucketLayout> buckets, const std::vector<Tensor>& parameters,
                      const std::vector<std::string>& names, const std::vector<int>& indices, const graph::Optimizer& optimizer,
                      std::shared_ptr<transport::Communicator> group)
     : buckets_(std::move(buckets)), parameters_(parameters), names_(names), group_(std::move(group)),

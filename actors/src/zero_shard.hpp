@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "bucket_plan.hpp"
+#include "bucket_layout.hpp"
 #include "troupe/actors/program.hpp"
 #include "troupe/graph/optim.hpp"
 
@@ -39,7 +39,7 @@ class ZeroShard : public ZeroState {
   /// their names, `indices` their indices among the program's parameters (-1 for outputs);
   /// `optimizer` is the user's, over the whole parameters; `group` the ranks of the data-parallel
   /// communicator, for the all-gather.
-  ZeroShard(std::shared_ptr<const BucketPlan> buckets, const std::vector<Tensor>& parameters,
+  ZeroShard(std::shared_ptr<const BucketLayout> buckets, const std::vector<Tensor>& parameters,
             const std::vector<std::string>& names, const std::vector<int>& indices, const graph::Optimizer& optimizer,
             std::shared_ptr<transport::Communicator> group);
   /// Waits for an all-gather still writing the parameters.
@@ -78,7 +78,7 @@ class ZeroShard : public ZeroState {
     std::size_t bucket = 0;
     std::int64_t flat = 0;  // where element `begin` is in the bucket's buffer
   };
-  std::shared_ptr<const BucketPlan> buckets_;
+  std::shared_ptr<const BucketLayout> buckets_;
   std::vector<Tensor> parameters_;  // per sink
   std::vector<Piece> pieces_;
   // Every rank's elements of flat bucket `b` under `piece_value` (this rank's piece's tensor of a

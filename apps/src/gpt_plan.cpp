@@ -7,7 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "troupe/actors/planner.hpp"
-#include "troupe/actors/strategy.hpp"
+#include "troupe/models/gpt_placement.hpp"
+#include "troupe/plan/link.hpp"
+#include "troupe/plan/propagation.hpp"
+#include "troupe/plan/strategy.hpp"
 #include "troupe/apps/cli.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/kernels/error.hpp"
@@ -89,8 +92,8 @@ double mib(double bytes) { return bytes / (1 << 20); }
 
 // The cost model the flags give: --gflops and --update-gbps (measured on this machine when 0), the
 // links of --link-gbps and --link-latency-us, the tp axis' of --tp-link-gbps and --tp-link-latency-us.
-actors::CostModel flag_cost_model(const PlanFlags& f) {
-  actors::CostModel cost;
+plan::CostModel flag_cost_model(const PlanFlags& f) {
+  plan::CostModel cost;
   cost.gflops = f.gflops > 0 ? f.gflops : measured_gflops();
   cost.update_gbps = f.update_gbps > 0 ? f.update_gbps : measured_update_gbps();
   cost.default_link = {f.link_gbps, f.link_latency_us};
@@ -102,15 +105,15 @@ actors::CostModel flag_cost_model(const PlanFlags& f) {
 
 // The planner actor's candidates for `world` devices, fastest first among those that fit, each
 // printed when `print` (troupe-gpt: candidate dp=.. x tp=..: predicted .. ms, .. MiB per rank).
-std::vector<actors::MeshCandidate> ask_planner(const PlanFlags& f, const graph::TracedFunction& step, int world,
+std::vector<plan::MeshCandidate> ask_planner(const PlanFlags& f, const graph::TracedFunction& step, int world,
                                                std::int64_t heads, const graph::SymBindings& bindings,
-                                               const actors::CostModel& cost, bool print) {
+                                               const plan::CostModel& cost, bool print) {
   actors::Engine engine(actors::EngineOptions{1});
   actors::Planner planner(engine);
-  const std::vector<actors::MeshCandidate> candidates =
-      planner.ask({step, world, heads, bindings, cost, f.mem_per_rank, 8, f.zero == 1}).get();
+  const std::vector<plan::MeshCandidate> candidates =
+      planner.ask({step, world, models::megatron_gpt_policy(heads), bindings, cost, f.mem_per_rank, 8, f.zero == 1}).get();
   if (print)
-    for (const actors::MeshCandidate& c : candidates)
+    for (const plan::MeshCandidate& c : candidates)
       std::printf("troupe-gpt: candidate dp=%d x tp=%d: predicted %.3f ms, %.2f MiB per rank%s\n", c.dp, c.tp,
                   c.time.total() * 1e3, mib(c.memory.total()), c.fits ? "" : " (over the budget)");
   return candidates;
@@ -120,16 +123,16 @@ std::vector<actors::MeshCandidate> ask_planner(const PlanFlags& f, const graph::
 
 std::pair<int, int> search_training_mesh(const PlanFlags& f, const graph::TracedFunction& step, std::int64_t heads,
                                          std::int64_t global_batch, transport::Communicator& world,
-                                         const actors::GroupMaker& group, bool tensor_parallel) {
-  actors::CostModel cost = flag_cost_model(f);
+                                         const plan::GroupMaker& group, bool tensor_parallel) {
+  plan::CostModel cost = flag_cost_model(f);
   // Each rank measured its own figures: all plan with the ranks' means, so all choose alike.
-  const std::vector<double> agreed = actors::agree_on_means(world, {cost.gflops, cost.update_gbps});
+  const std::vector<double> agreed = plan::agree_on_means(world, {cost.gflops, cost.update_gbps});
   cost.gflops = agreed[0];
   cost.update_gbps = agreed[1];
   std::vector<int> tps;  // the meshes the planner may choose, whose groups' links it measures
   for (int tp = 1; tp <= world.size(); ++tp)
     if (world.size() % tp == 0 && heads % tp == 0 && (tp == 1 || tensor_parallel)) tps.push_back(tp);
-  cost.mesh_links = actors::measure_mesh_links(world, tps, group);
+  cost.mesh_links = plan::measure_mesh_links(world, tps, group);
   const bool print = world.rank() == 0;
   if (print) {
     std::printf("troupe-gpt: planning %d ranks (no --dp, no --tp): %.1f GFLOP/s and update %.1f GB/s measured; links",
@@ -138,9 +141,9 @@ std::pair<int, int> search_training_mesh(const PlanFlags& f, const graph::Traced
       for (const auto& [axis, link] : links) std::printf(" %s %s %.3f GB/s %.0f us;", mesh.c_str(), axis.c_str(), link.gbytes_per_s, link.latency_us);
     std::printf("\n");
   }
-  const std::vector<actors::MeshCandidate> candidates =
+  const std::vector<plan::MeshCandidate> candidates =
       ask_planner(f, step, world.size(), heads, {{"batch", global_batch}}, cost, print);
-  for (const actors::MeshCandidate& c : candidates) {
+  for (const plan::MeshCandidate& c : candidates) {
     if (!c.fits || (c.tp > 1 && !tensor_parallel) || (f.zero == 1 && c.dp == 1)) continue;
     if (print) std::printf("troupe-gpt: planner chose dp=%d x tp=%d\n", c.dp, c.tp);
     return {c.dp, c.tp};
@@ -150,23 +153,23 @@ std::pair<int, int> search_training_mesh(const PlanFlags& f, const graph::Traced
        f.zero == 1 ? " with 2 or more replicas for ZeRO-1" : "", " and fits the memory; give --dp and --tp, or another --batch");
 }
 
-graph::ShardingPlan gpt_training_plan(const PlanFlags& f, const graph::TracedFunction& step, std::int64_t heads, int dp,
+graph::GraphPlacement gpt_training_plan(const PlanFlags& f, const graph::TracedFunction& step, std::int64_t heads, int dp,
                                       int tp, std::int64_t batch, bool write) {
-  const graph::Mesh mesh = actors::job_mesh(dp, tp, dp * tp);
-  const actors::PlacementRequest request =
-      f.strategy_load.empty() ? actors::megatron_gpt_placement(step, mesh, heads, f.zero == 1)
-                              : actors::strategy_request(actors::load_strategy(f.strategy_load), step, mesh, f.strategy_load);
+  const graph::Mesh mesh = plan::job_mesh(dp, tp, dp * tp);
+  const plan::PlacementRequest request =
+      f.strategy_load.empty() ? models::megatron_gpt_placement(step, mesh, heads, f.zero == 1)
+                              : plan::strategy_request(plan::load_strategy(f.strategy_load), step, mesh, f.strategy_load);
   // ZeRO-1 is the runtime's (DataParallel::zero): a strategy that splits the gradients over dp needs --zero 1.
   for (const auto& [v, p] : request.required)
     TROUPE_CHECK(f.zero == 1 || dp == 1 || p[0].kind != graph::Placement::Kind::split, invalid_argument, "strategy file '",
                  f.strategy_load, "' splits the gradients over dp (ZeRO-1); train it with --zero 1");
   if (write && !f.strategy_save.empty()) {
     const graph::SymBindings bindings{{"batch", batch * dp}};
-    const graph::ShardingPlan whole = graph::propagate_sharding(step.graph(), mesh, request.given, request.required, bindings);
-    actors::save_strategy(f.strategy_save, actors::make_strategy(step, mesh, request, whole));
+    const graph::GraphPlacement whole = plan::propagate_sharding(step.graph(), mesh, request.given, request.required, bindings);
+    plan::save_strategy(f.strategy_save, plan::make_strategy(step, mesh, request, whole));
   }
-  const auto [tp_mesh, along_tp] = actors::project_request(request, mesh, "tp");
-  return graph::propagate_sharding(step.graph(), tp_mesh, along_tp.given, along_tp.required, {{"batch", batch}});
+  const auto [tp_mesh, along_tp] = plan::project_request(request, mesh, "tp");
+  return plan::propagate_sharding(step.graph(), tp_mesh, along_tp.given, along_tp.required, {{"batch", batch}});
 }
 
 int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t batch, int dp, std::uint64_t seed) {
@@ -181,41 +184,41 @@ int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t 
   // The global batch: --batch per data-parallel rank, as training with --dp reads it; a searched
   // mesh with another dp splits the same sequences.
   const graph::SymBindings bindings{{"batch", batch * dp}};
-  const actors::CostModel cost = flag_cost_model(f);
+  const plan::CostModel cost = flag_cost_model(f);
   const int world = f.devices > 0 ? f.devices : dp * (f.tp > 0 ? f.tp : 1);
   nlohmann::json out{{"app", "troupe-gpt"}, {"plan_only", true}, {"devices", world}, {"global_batch", batch * dp}, {"zero", f.zero},
                      {"gflops", cost.gflops}, {"update_gbps", cost.update_gbps},
                      {"link_gbps", f.link_gbps}, {"link_latency_us", f.link_latency_us}};
 
   graph::Mesh mesh;
-  actors::PlacementRequest request;
+  plan::PlacementRequest request;
   if (!f.strategy_load.empty()) {
-    const actors::Strategy s = actors::load_strategy(f.strategy_load);
+    const plan::Strategy s = plan::load_strategy(f.strategy_load);
     mesh = s.mesh;
-    request = actors::strategy_request(s, step, mesh, f.strategy_load);
+    request = plan::strategy_request(s, step, mesh, f.strategy_load);
     out["strategy_loaded"] = f.strategy_load;
   } else if (f.tp > 0) {
-    mesh = actors::job_mesh(world / f.tp, f.tp, world);
-    request = actors::megatron_gpt_placement(step, mesh, config.heads, f.zero == 1);
+    mesh = plan::job_mesh(world / f.tp, f.tp, world);
+    request = models::megatron_gpt_placement(step, mesh, config.heads, f.zero == 1);
   } else {
-    const std::vector<actors::MeshCandidate> candidates = ask_planner(f, step, world, config.heads, bindings, cost, true);
+    const std::vector<plan::MeshCandidate> candidates = ask_planner(f, step, world, config.heads, bindings, cost, true);
     out["candidates"] = nlohmann::json::array();
-    for (const actors::MeshCandidate& c : candidates) {
+    for (const plan::MeshCandidate& c : candidates) {
       out["candidates"].push_back({{"dp", c.dp}, {"tp", c.tp}, {"predicted_ms", c.time.total() * 1e3},
                                    {"memory_bytes", c.memory.total()}, {"fits", c.fits}});
     }
-    mesh = actors::job_mesh(candidates.front().dp, candidates.front().tp, world);
-    request = actors::megatron_gpt_placement(step, mesh, config.heads, f.zero == 1);
+    mesh = plan::job_mesh(candidates.front().dp, candidates.front().tp, world);
+    request = models::megatron_gpt_placement(step, mesh, config.heads, f.zero == 1);
   }
   const graph::Graph& g = step.graph();
-  const graph::ShardingPlan plan = graph::propagate_sharding(g, mesh, request.given, request.required, bindings);
-  const actors::PlanTime time = actors::plan_time(step, plan, bindings, cost);
-  const actors::PlanMemory memory = actors::plan_memory(step, plan, bindings, 8);
-  if (!f.strategy_save.empty()) actors::save_strategy(f.strategy_save, actors::make_strategy(step, mesh, request, plan));
+  const graph::GraphPlacement placed = plan::propagate_sharding(g, mesh, request.given, request.required, bindings);
+  const plan::StepTime time = plan::step_time(step, placed, bindings, cost);
+  const plan::DeviceMemory memory = plan::device_memory(step, placed, bindings, 8);
+  if (!f.strategy_save.empty()) plan::save_strategy(f.strategy_save, plan::make_strategy(step, mesh, request, placed));
 
   std::map<std::pair<std::string, std::string>, std::pair<int, double>> by_kind;  // (axis, collective) -> count, bytes
   nlohmann::json collectives = nlohmann::json::array();
-  for (const graph::Transition& t : plan.transitions) {
+  for (const graph::Transition& t : placed.transitions) {
     if (t.collective == graph::Collective::local) continue;
     const std::string axis = mesh.axes[static_cast<std::size_t>(t.mesh_axis)].first;
     auto& k = by_kind[{axis, graph::to_string(t.collective)}];
@@ -241,12 +244,12 @@ int plan_only(const PlanFlags& f, const models::GptConfig& config, std::int64_t 
   nlohmann::json ops = nlohmann::json::array();
   for (const graph::Node& n : g.nodes()) {
     nlohmann::json outs = nlohmann::json::array();
-    for (graph::ValueId v : n.outputs) outs.push_back(graph::placement_strings(plan.placements.at(v)));
+    for (graph::ValueId v : n.outputs) outs.push_back(graph::placement_strings(placed.placements.at(v)));
     ops.push_back({{"op", n.op}, {"backward", n.backward}, {"outputs", outs}});
   }
   nlohmann::json params = nlohmann::json::array();
   for (graph::ValueId v : g.parameters())
-    params.push_back({{"name", g.value(v).name}, {"placement", graph::placement_strings(plan.placements.at(v))}});
+    params.push_back({{"name", g.value(v).name}, {"placement", graph::placement_strings(placed.placements.at(v))}});
   out["mesh"] = mesh.str();
   out["predicted_ms"] = time.total() * 1e3;
   out["predicted_compute_ms"] = time.compute * 1e3;

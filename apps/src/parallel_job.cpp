@@ -68,8 +68,8 @@ actors::DataParallel ParallelJob::options(double fusion_mb) {
   dp.communicator = allreduce_;
   dp.fusion_mb = fusion_mb;
   if (fusion_mb == 0 && allreduce_) {
-    link_ = actors::measure_link(*allreduce_);
-    const actors::BucketSizes sizes = actors::choose_buckets(link_);
+    link_ = plan::measure_link(*allreduce_);
+    const plan::BucketSizes sizes = plan::choose_buckets(link_);
     dp.fusion_mb = sizes.fusion_mb;
     dp.first_bucket_mb = sizes.first_mb;
   } else if (fusion_mb == 0) {

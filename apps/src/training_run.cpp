@@ -258,7 +258,7 @@ void TrainingRun::check_tensor_parallel(const TrainingSetup& setup) const {
 ParallelJob TrainingRun::join_searched(TrainingSetup& setup, const TrainingParts& parts) const {
   const graph::TracedFunction step = graph::trace(parts.loss, setup.signature).with_gradients();
   const bool tensor_parallel = !tensor_parallel_refusal(setup, 2).has_value();
-  ParallelJob job([&](transport::Communicator& world, const actors::GroupMaker& group) {
+  ParallelJob job([&](transport::Communicator& world, const plan::GroupMaker& group) {
     return setup.search(step, world, group, tensor_parallel);
   }, setup.zero);
   const std::int64_t global = setup.batch;

@@ -94,7 +94,7 @@ namespace {
 // The local graph of one device, built node by node from the step's.
 class Lowering {
  public:
-  Lowering(const Graph& g, const ShardingPlan& plan, const MeshDevice& device)
+  Lowering(const Graph& g, const GraphPlacement& plan, const MeshDevice& device)
       : g_(g), plan_(plan), mesh_(plan.mesh), device_(device) {
     TROUPE_CHECK(device.coords.size() == mesh_.axes.size() && device.groups.size() == mesh_.axes.size(), invalid_argument,
                  "shard_step: the device has ", device.coords.size(), " coordinates and ", device.groups.size(),
@@ -371,7 +371,7 @@ class Lowering {
   }
 
   const Graph& g_;
-  const ShardingPlan& plan_;
+  const GraphPlacement& plan_;
   const Mesh& mesh_;
   const MeshDevice& device_;
   Graph out_;
@@ -382,7 +382,7 @@ class Lowering {
 
 }  // namespace
 
-TracedFunction shard_step(const TracedFunction& step, const ShardingPlan& plan, const MeshDevice& device) {
+TracedFunction shard_step(const TracedFunction& step, const GraphPlacement& plan, const MeshDevice& device) {
   const Graph& g = step.graph();
   Lowering lower(g, plan, device);
   lower.sources(step.parameters(), step.gradient_parameters());

@@ -140,8 +140,8 @@ TracedFunction TracedFunction::optimized(int level) const {
   OptimizeOptions options;
   options.inference = inference_;
   f.graph_ = std::make_shared<const Graph>(optimize(*graph_, level, options));
-  const bool plan_memory = level >= 3 && !options.disabled.count(kMemoryPlanningPass);
-  f.memory_ = plan_memory ? std::make_shared<MemoryPlanCache>() : nullptr;
+  const bool device_memory = level >= 3 && !options.disabled.count(kMemoryPlanningPass);
+  f.memory_ = device_memory ? std::make_shared<ArenaLayoutCache>() : nullptr;
   return f;
 }
 

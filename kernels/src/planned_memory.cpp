@@ -68,7 +68,7 @@ std::size_t peak_live_bytes(const std::vector<PlannedBlock>& blocks) {
 // escaping block has plan.escape_slots of them). Leases share it, so the memory outlives the arena
 // object while a tensor still uses it.
 struct PlannedArena::State final : MemoryLeaseOwner {
-  MemoryPlan plan;
+  ArenaLayout plan;
   char* base = nullptr;
   std::vector<std::size_t> first_slot;                  // per block
   std::vector<std::pair<std::size_t, std::size_t>> slots;  // [offset, end) per slot
@@ -100,8 +100,8 @@ struct PlannedArena::State final : MemoryLeaseOwner {
   }
 };
 
-PlannedArena::PlannedArena(MemoryPlan plan, const LifetimeOverlap& overlap) : state_(std::make_shared<State>()) {
-  check_memory_plan(plan, overlap);
+PlannedArena::PlannedArena(ArenaLayout plan, const LifetimeOverlap& overlap) : state_(std::make_shared<State>()) {
+  check_arena_layout(plan, overlap);
   State& s = *state_;
   s.plan = std::move(plan);
   for (std::size_t k = 0; k < s.plan.blocks.size(); ++k) {
@@ -119,7 +119,7 @@ PlannedArena::PlannedArena(MemoryPlan plan, const LifetimeOverlap& overlap) : st
 
 PlannedArena::~PlannedArena() = default;
 
-const MemoryPlan& PlannedArena::plan() const { return state_->plan; }
+const ArenaLayout& PlannedArena::plan() const { return state_->plan; }
 
 PlannedArena::Scope::Scope(PlannedArena& arena) : arena_(arena) {
   TROUPE_CHECK(!arena_.state_->scoped.exchange(true), invalid_argument,

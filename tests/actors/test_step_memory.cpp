@@ -59,8 +59,8 @@ std::uint64_t requests_of(Program& program, const std::vector<Tensor>& inputs) {
 }
 
 // input -> a -> {b, c} -> d: a diamond of actors, each the consumer of the ones before.
-actors::ActorPlan diamond() {
-  actors::ActorPlan plan;
+actors::ActorGraph diamond() {
+  actors::ActorGraph plan;
   plan.actors.resize(5);
   const auto edge = [&](int from, int to) {
     plan.actors[static_cast<std::size_t>(from)].consumers.push_back(to);

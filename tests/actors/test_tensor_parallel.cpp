@@ -14,7 +14,8 @@
 #include "kernels/reference.hpp"
 #include "tiny_gpt.hpp"
 #include "troupe/actors/engine.hpp"
-#include "troupe/actors/planning.hpp"
+#include "troupe/models/gpt_placement.hpp"
+#include "troupe/plan/propagation.hpp"
 #include "troupe/actors/tensor_parallel.hpp"
 #include "troupe/actors/tracer.hpp"
 #include "troupe/graph/optim.hpp"
@@ -24,6 +25,7 @@
 
 using namespace troupe;
 using namespace troupe::graph;
+using troupe::plan::propagate_sharding;
 
 namespace {
 
@@ -34,9 +36,9 @@ constexpr double kClip = 0.5;  // below the norms of the first steps, so clippin
 Tensor tokens(std::uint64_t seed) { return test::tiny_gpt_tokens(kBatch, seed); }
 
 // Megatron's plan of `step` on a mesh of tp devices, at `batch` rows per step.
-ShardingPlan megatron_tp_plan(const TracedFunction& step, int tp, std::int64_t batch) {
+GraphPlacement megatron_tp_plan(const TracedFunction& step, int tp, std::int64_t batch) {
   const Mesh mesh{{{"tp", tp}}};
-  const actors::PlacementRequest request = actors::megatron_gpt_placement(step, mesh, 4);
+  const plan::PlacementRequest request = models::megatron_gpt_placement(step, mesh, 4);
   return propagate_sharding(step.graph(), mesh, request.given, request.required, {{"batch", batch}});
 }
 

@@ -18,8 +18,8 @@ namespace troupe::actors {
 namespace {
 
 // One parameter of 4 elements in one bucket, shared by 2 ranks (2 elements each).
-std::shared_ptr<const BucketPlan> one_bucket() {
-  auto plan = std::make_shared<BucketPlan>();
+std::shared_ptr<const BucketLayout> one_bucket() {
+  auto plan = std::make_shared<BucketLayout>();
   plan->buckets = {{BucketEntry{0, 0, {4}}}};
   plan->bucket_of_sink = {0};
   plan->numel = {4};

@@ -1,10 +1,12 @@
-// Strategy files (troupe/actors/strategy.hpp) on arbitrary bytes: read, checked against the step
+// Strategy files (troupe/plan/strategy.hpp) on arbitrary bytes: read, checked against the step
 // they were saved for, and planned; every refusal must be a one-line troupe::Error.
 #include <memory>
 
 #include "fuzz/files.hpp"
 #include "fuzz/targets.hpp"
-#include "troupe/actors/strategy.hpp"
+#include "troupe/models/gpt_placement.hpp"
+#include "troupe/plan/propagation.hpp"
+#include "troupe/plan/strategy.hpp"
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/ops.hpp"
 
@@ -23,7 +25,7 @@ struct Step {
                                    },
                                    {{"x", {2, 4, 8}}})
                                    .with_gradients();
-  graph::Mesh mesh = actors::job_mesh(1, 2, 2);
+  graph::Mesh mesh = plan::job_mesh(1, 2, 2);
 };
 
 }  // namespace
@@ -31,9 +33,10 @@ struct Step {
 FuzzTarget strategy_target(const std::string& scratch) {
   auto s = std::make_shared<Step>();
   const std::string path = scratch + "/strategy.json";
-  const actors::PlacementRequest request = actors::megatron_gpt_placement(s->step, s->mesh, 2);
-  const graph::ShardingPlan plan = graph::propagate_sharding(s->step.graph(), s->mesh, request.given, request.required, {});
-  actors::save_strategy(path, actors::make_strategy(s->step, s->mesh, request, plan));
+  const plan::PlacementRequest request = models::megatron_gpt_placement(s->step, s->mesh, 2);
+  const graph::GraphPlacement placed =
+      plan::propagate_sharding(s->step.graph(), s->mesh, request.given, request.required, {});
+  plan::save_strategy(path, plan::make_strategy(s->step, s->mesh, request, placed));
   FuzzTarget t;
   t.name = "strategy";
   t.seeds = {read_bytes(path)};
@@ -42,9 +45,9 @@ FuzzTarget strategy_target(const std::string& scratch) {
                   "\"output\"", "\"outputs\"", "\"ops\"", "\"S(0)\"", "\"S(1)x3\"", "\"P\"", "\"B\"", "\"S(7)\""};
   t.run = [s, path](const std::string& bytes) {
     write_bytes(path, bytes);
-    const actors::Strategy loaded = actors::load_strategy(path);
-    const actors::PlacementRequest r = actors::strategy_request(loaded, s->step, s->mesh, path);
-    (void)graph::propagate_sharding(s->step.graph(), s->mesh, r.given, r.required, {});
+    const plan::Strategy loaded = plan::load_strategy(path);
+    const plan::PlacementRequest r = plan::strategy_request(loaded, s->step, s->mesh, path);
+    (void)plan::propagate_sharding(s->step.graph(), s->mesh, r.given, r.required, {});
     return std::string(r.given.empty() ? "accepted, nothing placed" : "accepted");
   };
   return t;

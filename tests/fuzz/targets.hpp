@@ -17,7 +17,7 @@ FuzzTarget png_target(const std::string& scratch);
 /// troupe-gpt's corpus path: load_corpus, split_corpus and a window batch, with seq and the
 /// held-out fraction taken from the first bytes.
 FuzzTarget corpus_target(const std::string& scratch);
-/// A strategy file (actors::load_strategy), checked against the step it was saved for
+/// A strategy file (plan::load_strategy), checked against the step it was saved for
 /// (strategy_request) and planned (propagate_sharding).
 FuzzTarget strategy_target(const std::string& scratch);
 /// Rank 0's side of the rendezvous: a stranger's bytes (or a rank with the right token followed by

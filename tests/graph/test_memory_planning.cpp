@@ -102,7 +102,7 @@ TEST(MemoryPlanning, ANewBatchSizePlansOnceAndStaysCorrect) {
 }
 
 TEST(MemoryPlanning, ThePlanCacheIsBoundedAndEvictsTheOldest) {
-  MemoryPlanCache cache(3);
+  ArenaLayoutCache cache(3);
   int calls = 0;
   for (std::int64_t n = 1; n <= 5; ++n) cache.run({{n}}, [&] { Tensor::empty({n * 16}); ++calls; });
   EXPECT_EQ(cache.size(), 3u);
@@ -115,7 +115,7 @@ TEST(MemoryPlanning, ThePlanCacheIsBoundedAndEvictsTheOldest) {
 }
 
 TEST(MemoryPlanning, ACallThatThrowsLeavesNoPlanBehind) {
-  MemoryPlanCache cache;
+  ArenaLayoutCache cache;
   EXPECT_THROW(cache.run({{2}}, [] {
     Tensor::empty({4});
     throw std::runtime_error("op failed");

@@ -58,7 +58,7 @@ std::vector<Pass> pipeline(int level, bool inference) {
   if (level < 2) return {};  // level 1 runs the graph as traced
   // Folding and simplification first: they leave nodes for CSE to merge and dead ones for DCE.
   // Level 3 fuses after them, then (inference only) chooses algorithms and layouts for the convolutions;
-  // its memory planning happens when the graph runs (TracedFunction, memory_plans.hpp).
+  // its memory planning happens when the graph runs (TracedFunction, arena_layouts.hpp).
   std::vector<Pass> passes{{"constant-folding", fold_constants},
                            {"algebraic-simplification", simplify_algebra},
                            {"cse", eliminate_common_subexpressions},

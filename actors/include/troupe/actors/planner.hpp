@@ -1,6 +1,7 @@
 #pragma once
-// The planner actor, which places a Transformer's shards: asked about a traced GPT training step
-// and the devices, it searches every dp x tp mesh of them (search_gpt_meshes, planning.hpp) on the
+// The planner actor, which places a Transformer's shards: asked about a traced training step, the
+// devices and the model's placement policy, it searches every dp x tp mesh of them
+// (plan::search_meshes, troupe/plan/mesh_search.hpp) on the
 // engine's scheduler threads while the caller goes on (troupe-gpt loads its data meanwhile), and
 // answers with the candidates, the fastest that fits the memory budget first.
 
@@ -10,21 +11,9 @@
 #include <vector>
 
 #include "troupe/actors/engine.hpp"
-#include "troupe/actors/planning.hpp"
+#include "troupe/plan/mesh_search.hpp"
 
 namespace troupe::actors {
-
-/// What the planner is asked.
-struct PlanQuestion {
-  graph::TracedFunction step;                // a GPT training step (with gradients)
-  int world = 1;                             // devices to place it on
-  std::int64_t heads = 1;                    // attention heads (tp must divide them)
-  graph::SymBindings bindings;               // sizes of the symbolic dims (the global batch)
-  CostModel cost;
-  double memory_budget = 0;                  // bytes per device; 0: none
-  double optimizer_bytes_per_parameter = 8;  // AdamW's two f32 moments
-  bool zero1 = false;                        // ZeRO-1 on the dp axis
-};
 
 /// The planner actor on an engine's threads; questions are answered one at a time, in order.
 class Planner {
@@ -35,7 +24,7 @@ class Planner {
   Planner& operator=(const Planner&) = delete;
   /// Hands the planner `question` and returns at once; the future holds the candidates (or the
   /// planner's error: heads that no tp divides, a budget no mesh meets).
-  std::future<std::vector<MeshCandidate>> ask(PlanQuestion question);
+  std::future<std::vector<plan::MeshCandidate>> ask(plan::MeshSearch question);
 
   struct Impl;
 

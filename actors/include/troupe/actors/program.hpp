@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "troupe/graph/grad_scaler.hpp"
-#include "troupe/graph/memory_plans.hpp"
+#include "troupe/graph/arena_layouts.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/kernels/tensor.hpp"
 

@@ -30,7 +30,7 @@ std::shared_ptr<graph::CollectiveGroup> communicator_group(std::shared_ptr<trans
 /// The names of the parameters of `step` that `plan` does not split along mesh axis `axis`: every
 /// device of that axis holds them whole, so clipping counts each device's share of their norm 1/n
 /// (ProgramOptions::tensor_parallel).
-std::vector<std::string> replicated_parameters(const graph::TracedFunction& step, const graph::ShardingPlan& plan, int axis);
+std::vector<std::string> replicated_parameters(const graph::TracedFunction& step, const graph::GraphPlacement& plan, int axis);
 
 /// One device's part of a tensor-parallel training step: `plan` (of `step` on a mesh of one axis)
 /// lowered for the device whose group along that axis is `comm` (its rank is the device's
@@ -38,14 +38,14 @@ std::vector<std::string> replicated_parameters(const graph::TracedFunction& step
 /// tensor_parallel's `replicated` from replicated().
 class TensorParallelStep {
  public:
-  TensorParallelStep(const graph::TracedFunction& step, graph::ShardingPlan plan, std::shared_ptr<transport::Communicator> comm);
+  TensorParallelStep(const graph::TracedFunction& step, graph::GraphPlacement plan, std::shared_ptr<transport::Communicator> comm);
   ~TensorParallelStep();
   TensorParallelStep(const TensorParallelStep&) = delete;
   TensorParallelStep& operator=(const TensorParallelStep&) = delete;
   /// The device's step: its shards as parameters, the plan's collectives inside.
   const graph::TracedFunction& local() const { return local_; }
   /// The plan it runs.
-  const graph::ShardingPlan& plan() const { return plan_; }
+  const graph::GraphPlacement& plan() const { return plan_; }
   /// The parameters this device's optimizer updates: its shards of the step's trained parameters.
   std::vector<graph::Var> trained() const;
   /// The parameters every device of the group holds whole.
@@ -63,7 +63,7 @@ class TensorParallelStep {
  private:
   // The split placement of the parameter whose tensor `key` is (null: taken whole).
   const graph::Placement* split_of(const std::string& key) const;
-  graph::ShardingPlan plan_;
+  graph::GraphPlacement plan_;
   std::unique_ptr<graph::GroupRegistration> group_;  // the device's group along the axis (its communicator)
   graph::TracedFunction local_;
   std::map<std::string, graph::Placement> splits_;  // the split parameters' placements

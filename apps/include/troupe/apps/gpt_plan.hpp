@@ -11,7 +11,7 @@
 #include <string>
 #include <utility>
 
-#include "troupe/actors/planning.hpp"
+#include "troupe/plan/link.hpp"
 #include "troupe/graph/sharding.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/models/gpt.hpp"
@@ -41,7 +41,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f);
 /// Megatron's placement of the traced `step` (a GPT of `heads` heads), or --strategy-load's, along
 /// the tp axis; the dp axis is the runtime's data parallelism (and ZeRO-1 with --zero 1). With
 /// --strategy-save and `write`, also writes the dp x tp plan there.
-graph::ShardingPlan gpt_training_plan(const PlanFlags& f, const graph::TracedFunction& step, std::int64_t heads, int dp,
+graph::GraphPlacement gpt_training_plan(const PlanFlags& f, const graph::TracedFunction& step, std::int64_t heads, int dp,
                                       int tp, std::int64_t batch, bool write);
 
 /// The mesh a training job of several ranks runs when neither --dp nor --tp is given: the planner
@@ -54,7 +54,7 @@ graph::ShardingPlan gpt_training_plan(const PlanFlags& f, const graph::TracedFun
 /// candidates and the choice.
 std::pair<int, int> search_training_mesh(const PlanFlags& f, const graph::TracedFunction& step, std::int64_t heads,
                                          std::int64_t global_batch, transport::Communicator& world,
-                                         const actors::GroupMaker& group, bool tensor_parallel);
+                                         const plan::GroupMaker& group, bool tensor_parallel);
 
 /// Plans the training step of `model` at a global batch of `batch` x `dp` sequences (--batch per
 /// rank of --dp, as training reads them); prints the plan and its JSON line; returns the exit code.

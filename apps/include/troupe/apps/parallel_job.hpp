@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "troupe/actors/planning.hpp"
+#include "troupe/plan/link.hpp"
 #include "troupe/actors/program.hpp"
 #include "troupe/transport/bootstrap.hpp"
 #include "troupe/transport/process_group.hpp"
@@ -29,7 +29,7 @@ struct DataParallelFlags {
 /// Chooses a job's mesh once its processes have joined, from a communicator of all of them and
 /// communicators of groups of them made on demand (to measure their links): a collective, every
 /// rank calls it, and it must give every rank the same (dp, tp), dp x tp being the world size.
-using MeshChooser = std::function<std::pair<int, int>(transport::Communicator& world, const actors::GroupMaker& group)>;
+using MeshChooser = std::function<std::pair<int, int>(transport::Communicator& world, const plan::GroupMaker& group)>;
 
 /// This process's place in a dp x tp job and its communicators.
 class ParallelJob {
@@ -54,7 +54,7 @@ class ParallelJob {
   /// from the dp group's link, measured now (a collective of the dp group; link() says what it found).
   actors::DataParallel options(double fusion_mb);
   /// The dp group's link as options() measured it (zeros when it did not).
-  const actors::CostModel::Link& link() const { return link_; }
+  const plan::CostModel::Link& link() const { return link_; }
   /// The tp group: the step's collectives (null without tensor parallelism).
   const std::shared_ptr<transport::Communicator>& tensor_parallel() const { return tp_group_; }
   /// The tp group again, for the clipping norm, which the clip actor sums while the step's
@@ -75,7 +75,7 @@ class ParallelJob {
                                                         std::uint32_t channel);
 
   int dp_ = 1, tp_ = 1;
-  actors::CostModel::Link link_{0, 0};
+  plan::CostModel::Link link_{0, 0};
   transport::JobInfo job_;
   std::unique_ptr<transport::Bootstrap> bootstrap_;
   std::shared_ptr<transport::Communicator> allreduce_, allgather_, zero_, tp_group_, tp_norms_;

@@ -41,14 +41,14 @@ struct TrainingSetup {
   /// With tensor_parallel > 1: the plan of the traced training step (loss and gradients) on a mesh
   /// of one "tp" axis, for this rank of `job` (the app places its model, e.g. Megatron's GPT
   /// placement); called on every rank.
-  std::function<graph::ShardingPlan(const graph::TracedFunction& step, const ParallelJob& job)> plan;
+  std::function<graph::GraphPlacement(const graph::TracedFunction& step, const ParallelJob& job)> plan;
   /// When set, and the job has several processes but data_parallel->ranks and tensor_parallel are
   /// both 1 (no --dp, no --tp): the mesh (dp, tp) the planner chooses for the traced training step,
   /// over the world's communicator and groups it makes to measure their links (every rank calls it
   /// and gets the same), with tensor parallelism
   /// only where `tensor_parallel` allows it. `batch` is then the global batch, which dp splits.
   std::function<std::pair<int, int>(const graph::TracedFunction& step, transport::Communicator& world,
-                                    const actors::GroupMaker& group, bool tensor_parallel)>
+                                    const plan::GroupMaker& group, bool tensor_parallel)>
       search;
   std::string grad_mode_note;                       // appended to "GRAD_MODE=<mode>" at start
   std::string weights_advice;                       // ends the error when --load-weights does not fit

@@ -4,7 +4,7 @@
 // or a partial sum (the devices' tensors add up to it). Each op declares, next to its shape rule,
 // the signatures it can run under along one axis (OpDef::sharding): matmul's row, column and
 // inner-dim splits, elementwise ops following their inputs, sums producing partial sums. Every op
-// can also run replicated, all broadcast. propagate_sharding() gives every value of a graph its
+// can also run replicated, all broadcast. propagate_sharding() (troupe/plan/propagation.hpp) gives every value of a graph its
 // placement from those of the parameters and inputs, choosing for each node the signature whose
 // input transitions move the fewest bytes, and lists the collectives those transitions are:
 // P->B all-reduce, P->S reduce-scatter, S->B all-gather, S->S all-to-all, B->S and B->P local.
@@ -58,6 +58,8 @@ struct Mesh {
   int devices() const;
   /// "dp=2 x tp=2".
   std::string str() const;
+  /// The index of the axis called `name`, or -1.
+  int axis(const std::string& name) const;
 };
 
 /// One device's graph as a sharded step's lowering builds it (graph/spmd.hpp), for the ops whose
@@ -145,7 +147,7 @@ struct Transition {
 };
 
 /// Every value's placement, each node's chosen signature per mesh axis, and the transitions.
-struct ShardingPlan {
+struct GraphPlacement {
   Mesh mesh;
   std::map<ValueId, NdPlacement> placements;
   std::map<NodeId, std::vector<ShardSignature>> signatures;  // one per mesh axis
@@ -160,16 +162,5 @@ struct ShardingPlan {
 /// The bytes one device holds of a value of `shape` and `dtype` placed `p` on `mesh`: each axis that
 /// splits it divides it, except `except_axis` (the axis a collective runs along; -1: none).
 double held_bytes(const Shape& shape, DType dtype, const NdPlacement& p, const Mesh& mesh, int except_axis = -1);
-
-/// Places every value of `g` on `mesh`. `given` holds the placements of the graph's inputs and
-/// parameters (those absent are broadcast) and of any op output the caller pins (brought there
-/// right after its producer, as Megatron all-reduces a row-parallel product's output); `required`
-/// the placements its outputs must have (those absent keep what propagation gives them). `bindings` sizes the symbolic dims, for the bytes.
-/// Nodes are placed in order, each taking, per mesh axis, the signature whose input transitions send
-/// the fewest bytes, then change the fewest placements (the op's own order breaks ties). A split that does not divide its dim evenly
-/// among the axis's devices is not taken; a given placement that does not fit its value is an
-/// error naming the value, its shape, the placement and the mesh.
-ShardingPlan propagate_sharding(const Graph& g, const Mesh& mesh, const std::map<ValueId, NdPlacement>& given,
-                                const std::map<ValueId, NdPlacement>& required, const SymBindings& bindings);
 
 }  // namespace troupe::graph

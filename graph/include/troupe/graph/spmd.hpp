@@ -53,6 +53,6 @@ struct MeshDevice {
 /// a split of a symbolic dim whose size is not a known multiple of the devices, an axis splitting
 /// a dim an earlier axis splits too when it must be gathered, a partial sum turned into a split of
 /// another device's data.
-TracedFunction shard_step(const TracedFunction& step, const ShardingPlan& plan, const MeshDevice& device);
+TracedFunction shard_step(const TracedFunction& step, const GraphPlacement& plan, const MeshDevice& device);
 
 }  // namespace troupe::graph

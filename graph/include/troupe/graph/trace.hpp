@@ -10,7 +10,7 @@
 
 #include "troupe/graph/amp.hpp"
 #include "troupe/graph/graph.hpp"
-#include "troupe/graph/memory_plans.hpp"
+#include "troupe/graph/arena_layouts.hpp"
 #include "troupe/graph/var.hpp"
 
 namespace troupe::graph {
@@ -40,7 +40,7 @@ class TracedFunction {
   TracedFunction with_gradients(const std::vector<Var>& params = {}, const Var& loss_scale = Var()) const;
   /// A copy whose graph went through the pass pipeline of JIT level `level` (graph/passes.hpp):
   /// the same signature and results (bit for bit at level 2; level 3 fuses) with less work. Level
-  /// 3 also plans memory: each input shape gets an arena (memory_plans.hpp) after its first call,
+  /// 3 also plans memory: each input shape gets an arena (arena_layouts.hpp) after its first call,
   /// and elementwise ops write over inputs that die at them. For
   /// training, run it before with_gradients (fusion rewrites forward chains, and autodiff then
   /// takes the fused ops' gradients) and again after (the passes see forward and backward together).
@@ -83,7 +83,7 @@ class TracedFunction {
   std::size_t outputs_ = 0;                   // the function's own outputs; gradients follow them
   std::vector<std::size_t> grad_parameters_;  // parameter index of each gradient output
   int loss_scale_ = -1;                        // parameter index of the backward's seed, or -1
-  std::shared_ptr<MemoryPlanCache> memory_;    // level 3: the arenas, one per input shape
+  std::shared_ptr<ArenaLayoutCache> memory_;    // level 3: the arenas, one per input shape
   bool inference_ = false;                     // for_inference(): no gradients may be added
 };
 

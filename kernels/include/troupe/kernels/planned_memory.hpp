@@ -1,6 +1,6 @@
 #pragma once
 // Memory pre-allocation for repeated steps. A step run once under an AllocationRecorder yields its
-// blocks with their lifetimes; MemoryPlan places them in one arena; later steps run under a
+// blocks with their lifetimes; ArenaLayout places them in one arena; later steps run under a
 // PlannedArena::Scope, which hands each host allocation of the thread its planned place instead of
 // calling the allocator. A step that allocates differently (other sizes, order or lifetimes) is
 // served by the allocator from the first difference on and reports itself diverged, so a plan can
@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "troupe/kernels/memory_plan.hpp"
+#include "troupe/kernels/arena_layout.hpp"
 
 namespace troupe {
 
@@ -58,7 +58,7 @@ class UnplannedMemory final : public HostMemoryScope {
 MemoryLease lease_host_memory(std::size_t bytes);
 
 /// Records the host allocations this thread makes while it lives, and when each is freed (on any
-/// thread), as the blocks of a MemoryPlan.
+/// thread), as the blocks of a ArenaLayout.
 class AllocationRecorder final : public HostMemoryScope {
  public:
   AllocationRecorder();
@@ -76,17 +76,17 @@ class AllocationRecorder final : public HostMemoryScope {
 /// without a plan, before the allocator's rounding.
 std::size_t peak_live_bytes(const std::vector<PlannedBlock>& blocks);
 
-/// Memory reserved once for a MemoryPlan (one allocator request), serving the allocations of
+/// Memory reserved once for a ArenaLayout (one allocator request), serving the allocations of
 /// repeated steps at their planned offsets.
 class PlannedArena {
  public:
   /// Checks `plan` (against `overlap` when its lifetimes are not tick intervals) and reserves its bytes.
-  explicit PlannedArena(MemoryPlan plan, const LifetimeOverlap& overlap = {});
+  explicit PlannedArena(ArenaLayout plan, const LifetimeOverlap& overlap = {});
   ~PlannedArena();
   PlannedArena(const PlannedArena&) = delete;
   PlannedArena& operator=(const PlannedArena&) = delete;
   /// The plan it serves.
-  const MemoryPlan& plan() const;
+  const ArenaLayout& plan() const;
   /// The place of block `k` (a free slot of it, for an escaping block) for an allocation of
   /// `bytes`; an empty lease, for the allocator to serve, when k is past the plan, the size is
   /// not k's, or the bytes are still held by a live tensor. Sets `diverged` when the step

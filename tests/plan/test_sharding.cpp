@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "expect_error.hpp"
+#include "troupe/plan/propagation.hpp"
 #include "kernels/reference.hpp"
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/op_def.hpp"
@@ -21,6 +22,7 @@
 
 using namespace troupe;
 using namespace troupe::graph;
+using troupe::plan::propagate_sharding;
 
 namespace {
 
@@ -46,7 +48,7 @@ Tensor whole(const Shards& s, const Placement& p) { return assemble(s, {p}, Mesh
 // Runs `g` as `plan` places it on a 1-D mesh: every node on every device on its own shards, under
 // the node's chosen signature; a transition takes the whole value and places it anew, which is what
 // its collective computes. `values` holds the inputs and parameters. Returns the outputs, whole.
-std::vector<Tensor> run_sharded(const Graph& g, const ShardingPlan& plan, const std::map<ValueId, Tensor>& values) {
+std::vector<Tensor> run_sharded(const Graph& g, const GraphPlacement& plan, const std::map<ValueId, Tensor>& values) {
   const int n = plan.mesh.axes.at(0).second;
   std::map<ValueId, Shards> held;
   for (const Value& v : g.values()) {
@@ -116,7 +118,7 @@ ValueId named(const Graph& g, const std::string& name) {
 }
 
 // The transitions that communicate (not local), by collective.
-std::vector<Transition> communicating(const ShardingPlan& plan) {
+std::vector<Transition> communicating(const GraphPlacement& plan) {
   std::vector<Transition> out;
   for (const Transition& t : plan.transitions)
     if (t.collective != Collective::local) out.push_back(t);
@@ -166,7 +168,7 @@ TEST(Sharding, MegatronMlpNeedsOneAllReduceAndComputesTheSame) {
   const TracedFunction f = trace([&](const std::vector<Var>& in) { return std::vector<Var>{mlp(in[0])}; }, {{"x", {4, 8}}});
   const Graph& g = f.graph();
   const Mesh tp{{{"tp", 2}}};
-  const ShardingPlan plan = propagate_sharding(
+  const GraphPlacement plan = propagate_sharding(
       g, tp, {{named(g, "fc.weight"), {S(0)}}, {named(g, "fc.bias"), {S(0)}}, {named(g, "proj.weight"), {S(1)}}},
       {{g.outputs()[0], {B}}}, {});
   // The hidden activations stay split by columns; the row-parallel product's partial sums meet one all-reduce.
@@ -184,7 +186,7 @@ TEST(Sharding, MegatronMlpNeedsOneAllReduceAndComputesTheSame) {
   const Tensor expected = f({x})[0];
   EXPECT_LE(test::scaled_max_error(run_sharded(g, plan, values_of(f, {x}))[0], expected), 1e-6);
   // Any placement is exact, not only the cheap one: fc split by rows makes partial sums before gelu.
-  const ShardingPlan rows = propagate_sharding(g, tp, {{named(g, "fc.weight"), {S(1)}}, {named(g, "x"), {S(1)}}},
+  const GraphPlacement rows = propagate_sharding(g, tp, {{named(g, "fc.weight"), {S(1)}}, {named(g, "x"), {S(1)}}},
                                                {{g.outputs()[0], {B}}}, {});
   EXPECT_EQ(communicating(rows).at(0).collective, Collective::reduce_scatter);  // the partial sums, for gelu
   EXPECT_LE(test::scaled_max_error(run_sharded(g, rows, values_of(f, {x}))[0], expected), 1e-6);
@@ -202,7 +204,7 @@ TEST(Sharding, DataParallelTrainingAllReducesTheGradientsOnly) {
                                .with_gradients();
   const Graph& g = f.graph();
   ASSERT_EQ(g.outputs().size(), 2u);  // the loss, then the weight's gradient
-  const ShardingPlan plan = propagate_sharding(g, Mesh{{{"dp", 2}}}, {{named(g, "x"), {S(0)}}},
+  const GraphPlacement plan = propagate_sharding(g, Mesh{{{"dp", 2}}}, {{named(g, "x"), {S(0)}}},
                                                {{g.outputs()[0], {B}}, {g.outputs()[1], {B}}}, {});
   const std::vector<Transition> comm = communicating(plan);
   ASSERT_EQ(comm.size(), 2u) << "the loss and the gradient, nothing else";
@@ -229,12 +231,12 @@ TEST(Sharding, HeadsSplitThroughReshapePermuteAndSoftmaxStayLocal) {
       },
       {{"x", {2, 4, 12}}});
   const Graph& g = f.graph();
-  const ShardingPlan plan = propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(2)}}}, {{g.outputs()[0], {S(1)}}}, {});
+  const GraphPlacement plan = propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(2)}}}, {{g.outputs()[0], {S(1)}}}, {});
   EXPECT_TRUE(communicating(plan).empty());
   const Tensor x = test::random_tensor({2, 4, 12}, 5);
   EXPECT_LE(test::scaled_max_error(run_sharded(g, plan, values_of(f, {x}))[0], f({x})[0]), 1e-6);
   // Split by time instead, softmax over time needs the whole rows: an all-to-all or gather first.
-  const ShardingPlan by_time = propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(1)}}}, {}, {});
+  const GraphPlacement by_time = propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(1)}}}, {}, {});
   EXPECT_FALSE(communicating(by_time).empty());
   EXPECT_LE(test::scaled_max_error(run_sharded(g, by_time, values_of(f, {x}))[0], f({x})[0]), 1e-6);
 }
@@ -246,7 +248,7 @@ TEST(Sharding, ATwoDimensionalMeshPlacesEachAxis) {
   const TracedFunction f = trace([&](const std::vector<Var>& in) { return std::vector<Var>{mlp(in[0])}; },
                                  {{"x", {SymDim::symbol("batch"), 8}}});
   const Graph& g = f.graph();
-  const ShardingPlan plan = propagate_sharding(
+  const GraphPlacement plan = propagate_sharding(
       g, Mesh{{{"dp", 2}, {"tp", 2}}},
       {{named(g, "x"), {S(0), B}}, {named(g, "fc.weight"), {B, S(0)}}, {named(g, "fc.bias"), {B, S(0)}},
        {named(g, "proj.weight"), {B, S(1)}}},
@@ -272,7 +274,7 @@ TEST(Sharding, PlacementsThatDoNotFitAreRefused) {
                {"one placement per mesh axis"});
   test::expect_error_mentions([&] { propagate_sharding(g, Mesh{}, {}, {}, {}); }, {"no axes"});
   // An uneven split is never chosen: the 3 rows stay whole on both devices.
-  const ShardingPlan plan = propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(1)}}}, {{g.outputs()[0], {B}}}, {});
+  const GraphPlacement plan = propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(1)}}}, {{g.outputs()[0], {B}}}, {});
   EXPECT_EQ(plan.placements.at(g.nodes()[0].outputs[0])[0], S(1));
 }
 
@@ -311,7 +313,7 @@ TEST(Sharding, MegatronGptBlockNeedsTwoAllReducesEachWay) {
     const ValueId param = g.parameters()[f.gradient_parameters()[k]];
     required[g.outputs()[1 + k]] = given.count(param) ? given[param] : NdPlacement{B};
   }
-  const ShardingPlan plan = propagate_sharding(g, Mesh{{{"tp", 2}}}, given, required, {});
+  const GraphPlacement plan = propagate_sharding(g, Mesh{{{"tp", 2}}}, given, required, {});
   int forward = 0, backward = 0;
   for (const Transition& t : communicating(plan)) {
     EXPECT_EQ(t.collective, Collective::all_reduce) << "value " << t.value << " at node " << t.consumer;
@@ -375,7 +377,7 @@ TEST(Sharding, AnyPlacementOfAGptBlockComputesTheSame) {
       given[named(g, name)] = {p};
       what += name + "=" + p.str() + " ";
     }
-    const ShardingPlan plan = propagate_sharding(g, Mesh{{{"tp", 2}}}, given, {}, {});
+    const GraphPlacement plan = propagate_sharding(g, Mesh{{{"tp", 2}}}, given, {}, {});
     int sharded = 0;  // nodes that run on slices or partial sums, not replicated
     for (const auto& [node, sigs] : plan.signatures)
       for (const Placement& p : sigs[0].outputs) sharded += p.kind != Kind::broadcast;
@@ -403,7 +405,7 @@ TEST(Sharding, MeansOverSplitRowsComputeTheSame) {
   const Graph& g = f.graph();
   std::map<ValueId, NdPlacement> required;
   for (ValueId v : g.outputs()) required[v] = {B};
-  const ShardingPlan plan =
+  const GraphPlacement plan =
       propagate_sharding(g, Mesh{{{"dp", 2}}}, {{named(g, "x"), {S(0)}}, {named(g, "targets"), {S(0)}}}, required, {});
   for (const Transition& t : communicating(plan)) EXPECT_EQ(t.consumer, -1) << "value " << t.value << " inside the step";
   const Tensor x = test::random_tensor({6, 8}, 12);
@@ -450,7 +452,7 @@ TEST(Sharding, VocabParallelTablesRunExpanded) {
     const ValueId param = g.parameters()[f.gradient_parameters()[k]];
     if (given.count(param)) required[g.outputs()[1 + k]] = given.at(param);
   }
-  const ShardingPlan plan = propagate_sharding(g, Mesh{{{"tp", 2}}}, given, required, {});
+  const GraphPlacement plan = propagate_sharding(g, Mesh{{{"tp", 2}}}, given, required, {});
   std::map<std::string, int> expanded;
   for (const Node& node : g.nodes()) {
     const bool wte_table = node.op == "embedding" && node.inputs[0] == named(g, "wte.weight");
@@ -466,7 +468,7 @@ TEST(Sharding, VocabParallelTablesRunExpanded) {
 
   const Mesh two_axes{{{"a", 2}, {"b", 2}}};
   std::map<ValueId, NdPlacement> both{{named(g, "wte.weight"), {S(0), S(0)}}};
-  const ShardingPlan twice = propagate_sharding(g, two_axes, both, {}, {});
+  const GraphPlacement twice = propagate_sharding(g, two_axes, both, {}, {});
   test::expect_error_mentions([&] { shard_step(f, twice, MeshDevice{{0, 1}, {1, 2}}); },
                               {"shard_step: op 'embedding'", "runs expanded along mesh axes 'a' and 'b'"});
 }
@@ -481,11 +483,11 @@ TEST(Sharding, APlanNeverSplitsASymbolicDimItWasNotGivenSplit) {
     const Graph& g = f.graph();
     return propagate_sharding(g, Mesh{{{"tp", 2}}}, {{named(g, "x"), {S(1)}}, {named(g, "w"), {S(0)}}}, {}, {{"batch", 4}});
   };
-  const ShardingPlan symbolic = plan_of({SymDim::symbol("batch"), 8});
+  const GraphPlacement symbolic = plan_of({SymDim::symbol("batch"), 8});
   ASSERT_EQ(communicating(symbolic).size(), 1u);
   EXPECT_EQ(communicating(symbolic)[0].collective, Collective::reduce_scatter);
   EXPECT_EQ(communicating(symbolic)[0].to, S(1)) << "not the batch";
-  const ShardingPlan fixed = plan_of({4, 8});
+  const GraphPlacement fixed = plan_of({4, 8});
   ASSERT_EQ(communicating(fixed).size(), 1u);
   EXPECT_EQ(communicating(fixed)[0].to, S(0)) << "the first dim that fits, when it is fixed";
 }

@@ -1,5 +1,5 @@
-// Strategy files (troupe/actors/strategy.hpp): JSON through nlohmann, every field checked on load.
-#include "troupe/actors/strategy.hpp"
+// Strategy files (troupe/plan/strategy.hpp): JSON through nlohmann, every field checked on load.
+#include "troupe/plan/strategy.hpp"
 
 #include <cstdio>
 #include <filesystem>
@@ -10,7 +10,7 @@
 #include "troupe/graph/spmd.hpp"
 #include "troupe/kernels/error.hpp"
 
-namespace troupe::actors {
+namespace troupe::plan {
 
 using graph::NdPlacement;
 using graph::Placement;
@@ -100,7 +100,7 @@ const json& field(const json& j, const char* key, const std::string& where) {
 }  // namespace
 
 Strategy make_strategy(const graph::TracedFunction& step, const graph::Mesh& mesh, const PlacementRequest& request,
-                       const graph::ShardingPlan& plan) {
+                       const graph::GraphPlacement& plan) {
   const graph::Graph& g = step.graph();
   Strategy s;
   s.mesh = mesh;
@@ -281,4 +281,4 @@ PlacementRequest strategy_request(const Strategy& s, const graph::TracedFunction
   return r;
 }
 
-}  // namespace troupe::actors
+}  // namespace troupe::plan

@@ -1,4 +1,4 @@
-// Planning a hybrid-parallel step (troupe/actors/planning.hpp, strategy.hpp): the job's mesh uses
+// Planning a hybrid-parallel step (troupe/plan/placement.hpp, strategy.hpp): the job's mesh uses
 // every device; Megatron's placement of a GPT training step needs four all-reduces per block on a
 // tensor-parallel axis (and two at its vocab-parallel tables) and, on a data-parallel one, the loss' and the gradients' once and nothing
 // inside the step; heads that do not split are refused; tensor parallelism divides the split
@@ -18,10 +18,14 @@
 #include <thread>
 
 #include "expect_error.hpp"
-#include "tiny_gpt.hpp"
+#include "actors/tiny_gpt.hpp"
 #include "troupe/actors/planner.hpp"
-#include "troupe/actors/planning.hpp"
-#include "troupe/actors/strategy.hpp"
+#include "troupe/models/gpt_placement.hpp"
+#include "troupe/plan/link.hpp"
+#include "troupe/plan/mesh_search.hpp"
+#include "troupe/plan/placement.hpp"
+#include "troupe/plan/propagation.hpp"
+#include "troupe/plan/strategy.hpp"
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/op_def.hpp"
 #include "troupe/graph/ops.hpp"
@@ -31,24 +35,31 @@
 
 using namespace troupe;
 using namespace troupe::graph;
+using troupe::plan::propagate_sharding;
 
 namespace {
+
+// The search over the meshes of 4 devices for `step` (a GPT of 4 heads, Megatron's placement).
+std::vector<plan::MeshCandidate> search_4(const TracedFunction& step, const SymBindings& batch, const plan::CostModel& cost,
+                                          double budget) {
+  return plan::search_meshes({step, 4, models::megatron_gpt_policy(4), batch, cost, budget, 8});
+}
 
 // Megatron's placement of `step` on dp x tp devices, and its plan at a global batch of `batch`.
 struct MegatronPlan {
   Mesh mesh;
-  actors::PlacementRequest request;
-  ShardingPlan plan;
+  plan::PlacementRequest request;
+  GraphPlacement plan;
 };
 MegatronPlan megatron_plan(const TracedFunction& step, int dp, int tp, std::int64_t batch, bool zero1 = false) {
   MegatronPlan m;
-  m.mesh = actors::job_mesh(dp, tp, dp * tp);
-  m.request = actors::megatron_gpt_placement(step, m.mesh, 4, zero1);
+  m.mesh = plan::job_mesh(dp, tp, dp * tp);
+  m.request = models::megatron_gpt_placement(step, m.mesh, 4, zero1);
   m.plan = propagate_sharding(step.graph(), m.mesh, m.request.given, m.request.required, {{"batch", batch}});
   return m;
 }
 
-std::vector<Transition> communicating(const ShardingPlan& plan) {
+std::vector<Transition> communicating(const GraphPlacement& plan) {
   std::vector<Transition> out;
   for (const Transition& t : plan.transitions)
     if (t.collective != Collective::local) out.push_back(t);
@@ -58,15 +69,15 @@ std::vector<Transition> communicating(const ShardingPlan& plan) {
 }  // namespace
 
 TEST(Planning, TheJobMeshUsesEveryDevice) {
-  EXPECT_EQ(actors::job_mesh(2, 2, 4).str(), "dp=2 x tp=2");
+  EXPECT_EQ(plan::job_mesh(2, 2, 4).str(), "dp=2 x tp=2");
   try {
-    actors::job_mesh(2, 3, 4);
+    plan::job_mesh(2, 3, 4);
     ADD_FAILURE() << "dp x tp != world was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--dp 2 x --tp 3 = 6 devices, but the job has 4 processes"), std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(actors::job_mesh(0, 4, 4), Error);
+  EXPECT_THROW(plan::job_mesh(0, 4, 4), Error);
 }
 
 // Along tp, 4 all-reduces of an activation per block (Megatron's g and f) and 2 at the vocabulary
@@ -111,7 +122,7 @@ TEST(Planning, DataParallelAllReducesTheLossAndTheGradientsOnce) {
   Generator gen(2);
   test::TinyGpt model(gen);
   const TracedFunction step = model.step();
-  const ShardingPlan plan = megatron_plan(step, 2, 1, 4).plan;
+  const GraphPlacement plan = megatron_plan(step, 2, 1, 4).plan;
   double bytes = 0;
   for (const Transition& t : communicating(plan)) {
     EXPECT_EQ(t.consumer, -1) << "value " << t.value << ": the step itself stays local";
@@ -128,7 +139,7 @@ TEST(Planning, HeadsThatDoNotSplitAreRefused) {
   test::TinyGpt model(gen);
   const TracedFunction step = model.step();
   try {
-    actors::megatron_gpt_placement(step, actors::job_mesh(1, 3, 3), 4);
+    models::megatron_gpt_placement(step, plan::job_mesh(1, 3, 3), 4);
     ADD_FAILURE() << "4 heads on tp=3 were accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("4 attention heads do not split among tp=3"), std::string::npos) << e.what();
@@ -147,10 +158,10 @@ TEST(Planning, TensorParallelismDividesTheSplitWeightsPerDevice) {
       if (name.find(s) != std::string::npos) split += static_cast<double>(t.nbytes());
   }
   const auto memory = [&](int tp) {
-    return actors::plan_memory(step, megatron_plan(step, 1, tp, 2).plan,
+    return plan::device_memory(step, megatron_plan(step, 1, tp, 2).plan,
                                {{"batch", 2}}, 8);
   };
-  const actors::PlanMemory one = memory(1), two = memory(2), four = memory(4);
+  const plan::DeviceMemory one = memory(1), two = memory(2), four = memory(4);
   EXPECT_DOUBLE_EQ(one.parameters, all);
   EXPECT_DOUBLE_EQ(two.parameters, all - split / 2);
   EXPECT_DOUBLE_EQ(four.parameters, all - split * 3 / 4);
@@ -175,16 +186,16 @@ TEST(Strategy, SavedThenLoadedGivesTheIdenticalPlan) {
   const SymBindings batch{{"batch", 4}};
   const auto [mesh, request, plan] = megatron_plan(step, 2, 2, 4);
   const std::string file = temp_file("strategy.json");
-  actors::save_strategy(file, actors::make_strategy(step, mesh, request, plan));
-  const actors::Strategy loaded = actors::load_strategy(file);
+  plan::save_strategy(file, plan::make_strategy(step, mesh, request, plan));
+  const plan::Strategy loaded = plan::load_strategy(file);
   // The qkv weight [48, 16], (B, S(0)x3) on dp=2 x tp=2: each device holds 8 rows of q, k and v.
-  for (const actors::Strategy::Layout& l : loaded.parameters)
+  for (const plan::Strategy::Layout& l : loaded.parameters)
     if (l.name == "blocks.0.attn.qkv.weight") {
       EXPECT_EQ(placement_str(l.placement), "(B, S(0)x3)");
       EXPECT_EQ(l.shard_shape, (Shape{24, 16}));
     }
-  const actors::PlacementRequest again = actors::strategy_request(loaded, step, mesh, file);
-  const ShardingPlan replanned = propagate_sharding(step.graph(), mesh, again.given, again.required, batch);
+  const plan::PlacementRequest again = plan::strategy_request(loaded, step, mesh, file);
+  const GraphPlacement replanned = propagate_sharding(step.graph(), mesh, again.given, again.required, batch);
   ASSERT_EQ(replanned.placements.size(), plan.placements.size());
   for (const auto& [v, p] : plan.placements) EXPECT_EQ(placement_str(replanned.placements.at(v)), placement_str(p)) << v;
   ASSERT_EQ(replanned.transitions.size(), plan.transitions.size());
@@ -203,35 +214,35 @@ TEST(Strategy, AFileForAnotherMeshOrModelOrDamagedIsRefused) {
   const MegatronPlan m = megatron_plan(step, 2, 2, 4);
   const Mesh& mesh = m.mesh;
   const std::string file = temp_file("strategy_mismatch.json");
-  actors::save_strategy(file, actors::make_strategy(step, mesh, m.request, m.plan));
-  const actors::Strategy s = actors::load_strategy(file);
-  test::expect_error_mentions([&] { actors::strategy_request(s, step, actors::job_mesh(1, 4, 4), file); },
+  plan::save_strategy(file, plan::make_strategy(step, mesh, m.request, m.plan));
+  const plan::Strategy s = plan::load_strategy(file);
+  test::expect_error_mentions([&] { plan::strategy_request(s, step, plan::job_mesh(1, 4, 4), file); },
                {file, "made for the mesh dp=2 x tp=2, and this job's is dp=1 x tp=4"});
   test::TinyGpt wider(gen, 32);
   const TracedFunction other = wider.step();
-  test::expect_error_mentions([&] { actors::strategy_request(s, other, mesh, file); },
+  test::expect_error_mentions([&] { plan::strategy_request(s, other, mesh, file); },
                {file, "'blocks.0.mlp.fc.weight' [64, 16] in the file and 'blocks.0.mlp.fc.weight' [32, 16] in this model"});
   const auto write = [&](const std::string& text) {
     std::ofstream(file) << text;
     return file;
   };
-  test::expect_error_mentions([&] { actors::load_strategy(write("{\"format\": \"troupe-strategy\", \"version\": 1,")); },
+  test::expect_error_mentions([&] { plan::load_strategy(write("{\"format\": \"troupe-strategy\", \"version\": 1,")); },
                {file, "not valid JSON"});
-  test::expect_error_mentions([&] { actors::load_strategy(write("{\"format\": \"other\"}")); }, {file, "not a troupe strategy"});
+  test::expect_error_mentions([&] { plan::load_strategy(write("{\"format\": \"other\"}")); }, {file, "not a troupe strategy"});
   std::string good;
-  actors::save_strategy(file, s);
+  plan::save_strategy(file, s);
   {
     std::ifstream saved(file);
     good.assign(std::istreambuf_iterator<char>(saved), {});
   }
   const std::size_t at = good.find("\"S(0)x3\"");
   ASSERT_NE(at, std::string::npos);
-  test::expect_error_mentions([&] { actors::load_strategy(write(good.substr(0, at) + "\"S(0)y3\"" + good.substr(at + 8))); },
+  test::expect_error_mentions([&] { plan::load_strategy(write(good.substr(0, at) + "\"S(0)y3\"" + good.substr(at + 8))); },
                {file, "placement 'S(0)y3' is none of B, P, S(<dim>) or S(<dim>)x<blocks>"});
-  test::expect_error_mentions([&] { actors::load_strategy(temp_file("no_such_strategy.json")); }, {"cannot be read"});
-  EXPECT_EQ(actors::parse_placement("S(2)x3"), Placement::split(2, 3));
+  test::expect_error_mentions([&] { plan::load_strategy(temp_file("no_such_strategy.json")); }, {"cannot be read"});
+  EXPECT_EQ(plan::parse_placement("S(2)x3"), Placement::split(2, 3));
   for (const char* bad : {"S()", "S(1", "S(1)x", "S(1)x0", "s(1)", "S(1) ", "BB", ""})
-    EXPECT_THROW(actors::parse_placement(bad), Error) << bad;
+    EXPECT_THROW(plan::parse_placement(bad), Error) << bad;
   std::filesystem::remove(file);
 }
 
@@ -264,13 +275,13 @@ TEST(CostModel, TensorParallelismTradesComputeForAllReduces) {
   test::TinyGpt model(gen);
   const TracedFunction step = model.step();
   const SymBindings batch{{"batch", 2}};
-  actors::CostModel cost;
+  plan::CostModel cost;
   cost.gflops = 10;
   cost.default_link = {10, 20};
   const auto time = [&](int tp) {
-    return actors::plan_time(step, megatron_plan(step, 1, tp, 2).plan, batch, cost);
+    return plan::step_time(step, megatron_plan(step, 1, tp, 2).plan, batch, cost);
   };
-  const actors::PlanTime one = time(1), two = time(2);
+  const plan::StepTime one = time(1), two = time(2);
   EXPECT_DOUBLE_EQ(one.communication, 0);
   EXPECT_LT(two.compute, one.compute);
   EXPECT_GT(two.compute, one.compute / 2);  // LayerNorms and the residual sums stay whole
@@ -288,32 +299,57 @@ TEST(CostModel, TheSearchPicksTheFastestMeshThatFits) {
   test::TinyGpt model(gen);
   const TracedFunction step = model.step();
   const SymBindings batch{{"batch", 4}};
-  actors::CostModel slow_compute;  // compute dominates: the data-parallel mesh splits the most of it
+  plan::CostModel slow_compute;  // compute dominates: the data-parallel mesh splits the most of it
   slow_compute.gflops = 0.001;
-  std::vector<actors::MeshCandidate> c = actors::search_gpt_meshes(step, 4, 4, batch, slow_compute, 0, 8);
+  std::vector<plan::MeshCandidate> c = search_4(step, batch, slow_compute, 0);
   ASSERT_EQ(c.size(), 3u);  // dp4, dp2 x tp2, tp4
   EXPECT_EQ(c[0].dp, 4);
-  actors::CostModel slow_links;  // communication dominates: activations are smaller than gradients here
+  plan::CostModel slow_links;  // communication dominates: activations are smaller than gradients here
   slow_links.gflops = 1e6;
   slow_links.default_link = {1e-3, 0};
-  c = actors::search_gpt_meshes(step, 4, 4, batch, slow_links, 0, 8);
+  c = search_4(step, batch, slow_links, 0);
   EXPECT_EQ(c.back().dp, 4);
   for (std::size_t i = 1; i < c.size(); ++i) EXPECT_LE(c[i - 1].time.total(), c[i].time.total());
   // A budget only tp4 fits (it holds the least: a quarter of the weights and of the batch's logits): it comes first, whatever its time.
-  const auto tp4_mesh = std::find_if(c.begin(), c.end(), [](const actors::MeshCandidate& m) { return m.tp == 4; });
+  const auto tp4_mesh = std::find_if(c.begin(), c.end(), [](const plan::MeshCandidate& m) { return m.tp == 4; });
   ASSERT_NE(tp4_mesh, c.end());
   const double tp4 = tp4_mesh->memory.total();
-  c = actors::search_gpt_meshes(step, 4, 4, batch, slow_compute, tp4, 8);
+  c = search_4(step, batch, slow_compute, tp4);
   EXPECT_EQ(c[0].tp, 4);
   EXPECT_TRUE(c[0].fits);
   EXPECT_FALSE(c[1].fits);
   try {
-    actors::search_gpt_meshes(step, 4, 4, batch, slow_compute, tp4 / 4, 8);
+    search_4(step, batch, slow_compute, tp4 / 4);
     ADD_FAILURE() << "a budget nothing fits was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no mesh of 4 devices fits"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("(dp=1 x tp=4)"), std::string::npos) << e.what();
   }
+}
+
+// The search knows no model: a policy brings the placement and the tp it splits among. One that
+// replicates everything along tp and refuses tp=4 leaves dp4 and dp2 x tp2, and none at all is
+// an error naming the policy.
+TEST(CostModel, TheSearchTakesAnyModelsPolicy) {
+  Generator gen(8);
+  test::TinyGpt model(gen);
+  plan::PlacementPolicy replicated;
+  replicated.name = "replicated";
+  replicated.place = [](const TracedFunction& step, const Mesh& mesh, bool) {
+    plan::PlacementRequest r;
+    for (ValueId v : step.graph().inputs()) r.given[v] = {Placement::split(0), Placement::broadcast()};
+    for (ValueId v : step.graph().outputs()) r.required[v] = {Placement::broadcast(), Placement::broadcast()};
+    (void)mesh;
+    return r;
+  };
+  replicated.splits = [](int tp) { return tp < 4; };
+  plan::CostModel cost;
+  const std::vector<plan::MeshCandidate> c = plan::search_meshes({model.step(), 4, replicated, {{"batch", 4}}, cost});
+  ASSERT_EQ(c.size(), 2u);
+  for (const plan::MeshCandidate& m : c) EXPECT_LT(m.tp, 4);
+  replicated.splits = [](int) { return false; };
+  test::expect_error_mentions([&] { plan::search_meshes({model.step(), 4, replicated, {{"batch", 4}}, cost}); },
+                              {"replicated placement"});
 }
 
 // ZeRO-1 (the article's enable_parallel_optimizer): each gradient is reduce-scattered over dp
@@ -325,18 +361,18 @@ TEST(Planning, ZeroOneShardsTheOptimizerStateOverDataParallelRanks) {
   test::TinyGpt model(gen);
   const TracedFunction step = model.step();
   const SymBindings batch{{"batch", 4}};
-  actors::CostModel cost;
+  plan::CostModel cost;
   cost.default_link = {10, 0};
-  const ShardingPlan plain = megatron_plan(step, 2, 1, 4).plan, zero = megatron_plan(step, 2, 1, 4, true).plan;
+  const GraphPlacement plain = megatron_plan(step, 2, 1, 4).plan, zero = megatron_plan(step, 2, 1, 4, true).plan;
   for (const Transition& t : communicating(zero)) {
     if (t.value == step.graph().outputs()[0]) continue;  // the loss is all-reduced; every gradient reduce-scattered
     EXPECT_EQ(t.collective, Collective::reduce_scatter) << "value " << t.value;
   }
-  const actors::PlanMemory m0 = actors::plan_memory(step, plain, batch, 8), m1 = actors::plan_memory(step, zero, batch, 8);
+  const plan::DeviceMemory m0 = plan::device_memory(step, plain, batch, 8), m1 = plan::device_memory(step, zero, batch, 8);
   EXPECT_DOUBLE_EQ(m1.parameters, m0.parameters);
   EXPECT_DOUBLE_EQ(m1.gradients, m0.gradients);
   EXPECT_DOUBLE_EQ(m1.optimizer_state, m0.optimizer_state / 2);
-  const actors::PlanTime t0 = actors::plan_time(step, plain, batch, cost), t1 = actors::plan_time(step, zero, batch, cost);
+  const plan::StepTime t0 = plan::step_time(step, plain, batch, cost), t1 = plan::step_time(step, zero, batch, cost);
   EXPECT_NEAR(t1.communication, t0.communication, 1e-12);
   EXPECT_NEAR(t1.optimizer, t0.optimizer / 2, 1e-15);
   EXPECT_GT(t0.optimizer, 0);
@@ -345,24 +381,24 @@ TEST(Planning, ZeroOneShardsTheOptimizerStateOverDataParallelRanks) {
 // Bucket sizes from a link: latency at most 1% of a bucket's transfer, within 0.25-64 MiB; the
 // measured link is the ranks' mean, the same on every rank, like any figures the ranks agree on.
 TEST(Planning, BucketSizesFollowTheMeasuredLink) {
-  const actors::BucketSizes shm = actors::choose_buckets({6.4, 17}), tcp = actors::choose_buckets({0.12, 95});
+  const plan::BucketSizes shm = plan::choose_buckets({6.4, 17}), tcp = plan::choose_buckets({0.12, 95});
   EXPECT_NEAR(shm.fusion_mb, 99 * 17e-6 * 6.4e9 / (1 << 20), 1e-9);  // 10.3 MiB
   EXPECT_DOUBLE_EQ(shm.first_mb, 1);
   EXPECT_NEAR(tcp.fusion_mb, 1.076, 1e-3);
-  EXPECT_DOUBLE_EQ(actors::choose_buckets({0.01, 1}).fusion_mb, 0.25);
-  EXPECT_DOUBLE_EQ(actors::choose_buckets({0.01, 1}).first_mb, 0.25);
-  EXPECT_DOUBLE_EQ(actors::choose_buckets({100, 1000}).fusion_mb, 64);
+  EXPECT_DOUBLE_EQ(plan::choose_buckets({0.01, 1}).fusion_mb, 0.25);
+  EXPECT_DOUBLE_EQ(plan::choose_buckets({0.01, 1}).first_mb, 0.25);
+  EXPECT_DOUBLE_EQ(plan::choose_buckets({100, 1000}).fusion_mb, 64);
 
   auto world = transport::make_inprocess_world(2);
-  std::vector<actors::CostModel::Link> links(2);
+  std::vector<plan::CostModel::Link> links(2);
   std::vector<std::vector<double>> figures(2);
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r)
     ranks.emplace_back([&, r] {
       transport::Communicator comm(std::move(world[static_cast<std::size_t>(r)]), "allreduce");
-      links[static_cast<std::size_t>(r)] = actors::measure_link(comm);
+      links[static_cast<std::size_t>(r)] = plan::measure_link(comm);
       // What each rank measured itself (its GFLOP/s, say) becomes the ranks' mean on every rank.
-      figures[static_cast<std::size_t>(r)] = actors::agree_on_means(comm, {10.0 + r, -3.0 * r});
+      figures[static_cast<std::size_t>(r)] = plan::agree_on_means(comm, {10.0 + r, -3.0 * r});
     });
   for (std::thread& t : ranks) t.join();
   EXPECT_GT(links[0].gbytes_per_s, 0);
@@ -382,13 +418,13 @@ TEST(Planning, EachCandidateMeshsGroupsHaveTheirLinksMeasured) {
   auto world = transport::make_inprocess_world(kRanks);
   std::mutex mu;
   std::map<std::pair<int, std::vector<int>>, std::vector<std::unique_ptr<transport::Transport>>> groups;  // by (call, members)
-  std::vector<std::map<std::string, std::map<std::string, actors::CostModel::Link>>> measured(kRanks);
+  std::vector<std::map<std::string, std::map<std::string, plan::CostModel::Link>>> measured(kRanks);
   std::vector<std::thread> ranks;
   for (int r = 0; r < kRanks; ++r)
     ranks.emplace_back([&, r] {
       transport::Communicator comm(std::move(world[static_cast<std::size_t>(r)]), "world");
       int calls = 0;
-      const actors::GroupMaker group = [&](const std::vector<int>& members, const char* name) {
+      const plan::GroupMaker group = [&](const std::vector<int>& members, const char* name) {
         std::unique_ptr<transport::Transport> mine;
         {
           const std::lock_guard<std::mutex> lock(mu);
@@ -398,7 +434,7 @@ TEST(Planning, EachCandidateMeshsGroupsHaveTheirLinksMeasured) {
         }
         return std::make_shared<transport::Communicator>(std::move(mine), name);
       };
-      measured[static_cast<std::size_t>(r)] = actors::measure_mesh_links(comm, {1, 2, 4}, group);
+      measured[static_cast<std::size_t>(r)] = plan::measure_mesh_links(comm, {1, 2, 4}, group);
     });
   for (std::thread& t : ranks) t.join();
   const auto& links = measured[0];
@@ -425,14 +461,14 @@ TEST(Planning, ThePlannerActorAnswersWithTheSearch) {
   Generator gen(9);
   test::TinyGpt model(gen);
   const TracedFunction step = model.step();
-  actors::CostModel cost;
+  plan::CostModel cost;
   cost.gflops = 0.001;  // compute dominates: dp=4 first
   actors::Engine engine(actors::EngineOptions{1});
   actors::Planner planner(engine);
-  std::future<std::vector<actors::MeshCandidate>> answer = planner.ask({step, 4, 4, {{"batch", 4}}, cost});
-  std::future<std::vector<actors::MeshCandidate>> refused = planner.ask({step, 4, 4, {{"batch", 4}}, cost, 1.0});
-  const std::vector<actors::MeshCandidate> direct = actors::search_gpt_meshes(step, 4, 4, {{"batch", 4}}, cost, 0, 8);
-  const std::vector<actors::MeshCandidate> got = answer.get();
+  std::future<std::vector<plan::MeshCandidate>> answer = planner.ask({step, 4, models::megatron_gpt_policy(4), {{"batch", 4}}, cost});
+  std::future<std::vector<plan::MeshCandidate>> refused = planner.ask({step, 4, models::megatron_gpt_policy(4), {{"batch", 4}}, cost, 1.0});
+  const std::vector<plan::MeshCandidate> direct = search_4(step, {{"batch", 4}}, cost, 0);
+  const std::vector<plan::MeshCandidate> got = answer.get();
   ASSERT_EQ(got.size(), direct.size());
   for (std::size_t k = 0; k < got.size(); ++k) {
     EXPECT_EQ(got[k].dp, direct[k].dp);

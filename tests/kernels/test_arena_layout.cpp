@@ -39,38 +39,38 @@ std::shared_ptr<PlannedArena> record(const Tensor& x, Tensor* result = nullptr) 
   AllocationRecorder recorder;
   Tensor r = step(x);
   if (result) *result = r;
-  return std::make_shared<PlannedArena>(MemoryPlan::build(recorder.finish()));
+  return std::make_shared<PlannedArena>(ArenaLayout::build(recorder.finish()));
 }
 
 }  // namespace
 
-TEST(MemoryPlan, BlocksAliveTogetherNeverShareAndOthersDo) {
+TEST(ArenaLayout, BlocksAliveTogetherNeverShareAndOthersDo) {
   // a and b overlap in time; c starts after a ended, so it can take a's place.
-  const MemoryPlan plan = MemoryPlan::build({block(100, 0, 4), block(200, 1, 6), block(64, 5, 8)});
-  check_memory_plan(plan);
+  const ArenaLayout plan = ArenaLayout::build({block(100, 0, 4), block(200, 1, 6), block(64, 5, 8)});
+  check_arena_layout(plan);
   EXPECT_EQ(plan.arena_bytes, 128u + 256u);
   EXPECT_EQ(plan.unplanned_bytes(), 128u + 256u + 64u);
   EXPECT_NE(plan.offset[0], plan.offset[1]);
   EXPECT_EQ(plan.offset[2], plan.offset[0]) << "c fits the gap a left";
 }
 
-TEST(MemoryPlan, BestFitTakesTheSmallestGapThatFits) {
+TEST(ArenaLayout, BestFitTakesTheSmallestGapThatFits) {
   // Placed by size: 1024 at 0, 512 at 1024, 256 at 1536, 128 at 1792, 128 at 1920. The 512 and
   // the first 128 die early, leaving holes of 512 and 128 bytes among the long-lived blocks; a
   // later 64-byte block takes the 128-byte hole (first fit would take the 512 one).
   const std::vector<PlannedBlock> blocks{block(1024, 0, 100), block(512, 0, 2), block(256, 0, 100),
                                          block(128, 0, 2),    block(128, 0, 100), block(64, 3, 5)};
-  const MemoryPlan plan = MemoryPlan::build(blocks);
-  check_memory_plan(plan);
+  const ArenaLayout plan = ArenaLayout::build(blocks);
+  check_arena_layout(plan);
   EXPECT_EQ(plan.offset[1], 1024u);
   EXPECT_EQ(plan.offset[3], 1792u);
   EXPECT_EQ(plan.offset[5], plan.offset[3]);
   EXPECT_EQ(plan.arena_bytes, 2048u);
 }
 
-TEST(MemoryPlan, EscapingBlocksGetTheirOwnSlots) {
-  const MemoryPlan plan = MemoryPlan::build({block(100, 0, 2), block(100, 1, PlannedBlock::escapes)}, 2);
-  check_memory_plan(plan);
+TEST(ArenaLayout, EscapingBlocksGetTheirOwnSlots) {
+  const ArenaLayout plan = ArenaLayout::build({block(100, 0, 2), block(100, 1, PlannedBlock::escapes)}, 2);
+  check_arena_layout(plan);
   EXPECT_EQ(plan.arena_bytes, 128u);
   EXPECT_EQ(plan.total_bytes, 128u + 2 * 128u);
   EXPECT_GE(plan.offset[1], plan.arena_bytes);
@@ -78,43 +78,43 @@ TEST(MemoryPlan, EscapingBlocksGetTheirOwnSlots) {
 
 // Lifetimes that are not intervals of one schedule (an actor program's acts are only partly
 // ordered): the planner and the checker follow the given relation, not the ticks.
-TEST(MemoryPlan, ALifetimeRelationOtherThanTicksIsHonouredAndChecked) {
+TEST(ArenaLayout, ALifetimeRelationOtherThanTicksIsHonouredAndChecked) {
   // By ticks all three are disjoint in time; the relation says 0 and 2 may be alive together.
   const std::vector<PlannedBlock> blocks{block(100, 0, 1), block(100, 1, 2), block(100, 2, 3)};
   const LifetimeOverlap overlap = [](std::size_t i, std::size_t j) { return i + j == 2 && i != j; };
-  const MemoryPlan by_ticks = MemoryPlan::build(blocks);
+  const ArenaLayout by_ticks = ArenaLayout::build(blocks);
   EXPECT_EQ(by_ticks.arena_bytes, 128u) << "one place for all three";
-  const MemoryPlan plan = MemoryPlan::build(blocks, 1, overlap);
-  check_memory_plan(plan, overlap);
+  const ArenaLayout plan = ArenaLayout::build(blocks, 1, overlap);
+  check_arena_layout(plan, overlap);
   EXPECT_EQ(plan.arena_bytes, 256u);
   EXPECT_NE(plan.offset[0], plan.offset[2]);
-  EXPECT_THROW(check_memory_plan(by_ticks, overlap), Error) << "the tick plan breaks the relation";
+  EXPECT_THROW(check_arena_layout(by_ticks, overlap), Error) << "the tick plan breaks the relation";
   EXPECT_NO_THROW(PlannedArena(plan, overlap));
   EXPECT_THROW(PlannedArena(by_ticks, overlap), Error);
 }
 
-TEST(MemoryPlan, CheckerCatchesOverlappingLiveBlocks) {
-  MemoryPlan plan = MemoryPlan::build({block(100, 0, 4), block(100, 2, 6)});
+TEST(ArenaLayout, CheckerCatchesOverlappingLiveBlocks) {
+  ArenaLayout plan = ArenaLayout::build({block(100, 0, 4), block(100, 2, 6)});
   plan.offset[1] = plan.offset[0];
   try {
-    check_memory_plan(plan);
+    check_arena_layout(plan);
     FAIL() << "the checker accepted two live blocks at one offset";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("blocks 0 and 1 are alive together"), std::string::npos) << e.what();
   }
   plan.offset[1] = plan.total_bytes;  // outside the reservation
-  EXPECT_THROW(check_memory_plan(plan), Error);
+  EXPECT_THROW(check_arena_layout(plan), Error);
 }
 
-TEST(MemoryPlan, RandomStepsPlanWithinPeakAndUnplannedBounds) {
+TEST(ArenaLayout, RandomStepsPlanWithinPeakAndUnplannedBounds) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 50; ++trial) {
     std::vector<PlannedBlock> blocks;
     std::uniform_int_distribution<int> size(1, 5000), length(1, 30);
     for (std::uint64_t t = 0; t < 200; t += 2)
       blocks.push_back(block(static_cast<std::size_t>(size(rng)), t, t + 1 + static_cast<std::uint64_t>(length(rng))));
-    const MemoryPlan plan = MemoryPlan::build(blocks);
-    check_memory_plan(plan);
+    const ArenaLayout plan = ArenaLayout::build(blocks);
+    check_arena_layout(plan);
     EXPECT_LE(plan.arena_bytes, plan.unplanned_bytes());
     EXPECT_GE(plan.arena_bytes, peak_live_bytes(blocks));
   }

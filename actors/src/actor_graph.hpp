@@ -41,7 +41,7 @@ struct StepNode {
 };
 
 /// The lowered graph. Actor 0 is the input actor; op actors follow in node order; sinks last.
-struct ActorPlan {
+struct ActorGraph {
   std::vector<ActorSpec> actors;
   /// In node order. Step node k's output is read like a parameter, at index (parameter count + k).
   std::vector<StepNode> step_nodes;
@@ -52,6 +52,6 @@ struct ActorPlan {
 };
 
 /// Lowers `fn`'s graph. Inference-only graphs work too (no gradient sinks).
-ActorPlan plan_actors(const graph::TracedFunction& fn);
+ActorGraph lower_to_actors(const graph::TracedFunction& fn);
 
 }  // namespace troupe::actors

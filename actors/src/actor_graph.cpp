@@ -1,4 +1,4 @@
-#include "plan.hpp"
+#include "actor_graph.hpp"
 
 #include <algorithm>
 
@@ -36,7 +36,7 @@ std::vector<InputRef> value_sources(const graph::Graph& g) {
 
 // Appends `spec` reading `values`; an actor that reads no producer is triggered by the input
 // actor. Returns its index.
-int add_actor(ActorPlan& plan, ActorSpec spec, const std::vector<graph::ValueId>& values,
+int add_actor(ActorGraph& plan, ActorSpec spec, const std::vector<graph::ValueId>& values,
               const std::vector<InputRef>& source) {
   for (graph::ValueId v : values) {
     spec.inputs.push_back(source[static_cast<std::size_t>(v)]);
@@ -82,9 +82,9 @@ bool once_per_step(const graph::Graph& g, const graph::Node& n, const std::vecto
 
 }  // namespace
 
-ActorPlan plan_actors(const graph::TracedFunction& fn) {
+ActorGraph lower_to_actors(const graph::TracedFunction& fn) {
   const graph::Graph& g = fn.graph();
-  ActorPlan plan;
+  ActorGraph plan;
   ActorSpec input;
   input.kind = ActorSpec::Kind::input;
   input.name = "input";

@@ -1,4 +1,4 @@
-#include "troupe/graph/memory_plans.hpp"
+#include "troupe/graph/arena_layouts.hpp"
 
 #include <cstdio>
 
@@ -14,11 +14,11 @@ std::string MemoryPlanReport::describe() const {
   return line;
 }
 
-MemoryPlanCache::MemoryPlanCache(std::size_t capacity) : capacity_(capacity) {
+ArenaLayoutCache::ArenaLayoutCache(std::size_t capacity) : capacity_(capacity) {
   TROUPE_CHECK(capacity_ >= 1, invalid_argument, "a memory plan cache needs room for at least one shape");
 }
 
-MemoryPlanCache::Entry& MemoryPlanCache::entry_for(const std::vector<Shape>& key) {
+ArenaLayoutCache::Entry& ArenaLayoutCache::entry_for(const std::vector<Shape>& key) {
   for (auto it = entries_.begin(); it != entries_.end(); ++it)
     if (it->key == key) {
       entries_.splice(entries_.begin(), entries_, it);
@@ -37,7 +37,7 @@ MemoryPlanCache::Entry& MemoryPlanCache::entry_for(const std::vector<Shape>& key
   return entries_.front();
 }
 
-void MemoryPlanCache::run(const std::vector<Shape>& key, const std::function<void()>& call) {
+void ArenaLayoutCache::run(const std::vector<Shape>& key, const std::function<void()>& call) {
   Entry* entry = nullptr;
   std::shared_ptr<PlannedArena> arena;
   {
@@ -87,7 +87,7 @@ void MemoryPlanCache::run(const std::vector<Shape>& key, const std::function<voi
     MemoryPlanReport fresh;
     fresh.measured_peak_bytes = peak_live_bytes(blocks);
     fresh.blocks = blocks.size();
-    auto planned = std::make_shared<PlannedArena>(MemoryPlan::build(std::move(blocks)));
+    auto planned = std::make_shared<PlannedArena>(ArenaLayout::build(std::move(blocks)));
     fresh.unplanned_bytes = planned->plan().unplanned_bytes();
     fresh.planned_bytes = planned->plan().arena_bytes;
     fresh.reserved_bytes = planned->plan().total_bytes;
@@ -98,7 +98,7 @@ void MemoryPlanCache::run(const std::vector<Shape>& key, const std::function<voi
   }
 }
 
-MemoryPlanReport MemoryPlanCache::report() const {
+MemoryPlanReport ArenaLayoutCache::report() const {
   std::lock_guard<std::mutex> lock(mutex_);
   MemoryPlanReport r = last_;
   r.plans_built = plans_built_;
@@ -106,7 +106,7 @@ MemoryPlanReport MemoryPlanCache::report() const {
   return r;
 }
 
-std::size_t MemoryPlanCache::size() const {
+std::size_t ArenaLayoutCache::size() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return entries_.size();
 }

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "troupe/actors/planning.hpp"
+#include "troupe/plan/placement.hpp"
 
-namespace troupe::actors {
+namespace troupe::plan {
 
 /// A chosen placement, as a strategy file holds it.
 struct Strategy {
@@ -43,7 +43,7 @@ struct Strategy {
 std::string strategy_fingerprint(const graph::TracedFunction& step, const graph::Mesh& mesh);
 /// The strategy `request` gave for `step` on `mesh`, planned as `plan`.
 Strategy make_strategy(const graph::TracedFunction& step, const graph::Mesh& mesh, const PlacementRequest& request,
-                       const graph::ShardingPlan& plan);
+                       const graph::GraphPlacement& plan);
 /// Writes `s` to `path` as JSON (through a temporary file and a rename).
 void save_strategy(const std::string& path, const Strategy& s);
 /// Reads a strategy file; throws naming the file and the first thing wrong with it.
@@ -57,4 +57,4 @@ PlacementRequest strategy_request(const Strategy& s, const graph::TracedFunction
 /// "B", "P", "S(1)" or "S(0)x3" back to a Placement; throws invalid_argument naming `text`.
 graph::Placement parse_placement(const std::string& text);
 
-}  // namespace troupe::actors
+}  // namespace troupe::plan

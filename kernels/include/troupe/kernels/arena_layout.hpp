@@ -20,7 +20,7 @@ struct PlannedBlock {
   std::uint64_t end = escapes;
   /// True when the block is still alive after the step.
   bool escaped() const { return end == escapes; }
-  /// The bytes the block takes in a plan: its size rounded up to MemoryPlan::alignment (at least one line).
+  /// The bytes the block takes in a plan: its size rounded up to ArenaLayout::alignment (at least one line).
   std::size_t planned_bytes() const;
 };
 
@@ -32,7 +32,7 @@ using LifetimeOverlap = std::function<bool(std::size_t, std::size_t)>;
 /// Offsets for the blocks of a step. Blocks that live only within the step share one arena of
 /// `arena_bytes`; blocks that escape it get `escape_slots` disjoint slots each after the arena,
 /// so a result the caller still holds is never overwritten by the next step.
-struct MemoryPlan {
+struct ArenaLayout {
   /// Every block starts on this boundary (one cache line, enough for AVX-512).
   static constexpr std::size_t alignment = 64;
   std::vector<PlannedBlock> blocks;  // in request order
@@ -43,7 +43,7 @@ struct MemoryPlan {
 
   /// The plan for `blocks`: best fit by decreasing size, each block in the smallest gap left
   /// between the blocks already placed whose lifetimes overlap its own (`overlap` when given).
-  static MemoryPlan build(std::vector<PlannedBlock> blocks, int escape_slots = 2, const LifetimeOverlap& overlap = {});
+  static ArenaLayout build(std::vector<PlannedBlock> blocks, int escape_slots = 2, const LifetimeOverlap& overlap = {});
   /// The sum of the step's block sizes: what it would hold with no reuse at all.
   std::size_t unplanned_bytes() const;
 };
@@ -51,6 +51,6 @@ struct MemoryPlan {
 /// Throws a troupe::Error naming both blocks when two blocks whose lifetimes overlap share bytes,
 /// or when a block lies outside the memory the plan reserves. With `overlap` every pair is
 /// compared; without, a sweep over the tick intervals.
-void check_memory_plan(const MemoryPlan& plan, const LifetimeOverlap& overlap = {});
+void check_arena_layout(const ArenaLayout& plan, const LifetimeOverlap& overlap = {});
 
 }  // namespace troupe

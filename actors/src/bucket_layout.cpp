@@ -1,4 +1,4 @@
-#include "bucket_plan.hpp"
+#include "bucket_layout.hpp"
 
 #include <algorithm>
 
@@ -6,9 +6,9 @@
 
 namespace troupe::actors {
 
-BucketPlan plan_buckets(const ActorPlan& plan, const graph::TracedFunction& fn, std::size_t first_bytes,
+BucketLayout layout_buckets(const ActorGraph& plan, const graph::TracedFunction& fn, std::size_t first_bytes,
                         std::size_t fusion_bytes, int shards) {
-  BucketPlan b;
+  BucketLayout b;
   b.bucket_of_sink.assign(plan.sinks.size(), -1);
   std::vector<int> grads;  // sink indices, latest parameter first
   for (std::size_t k = 0; k < plan.sinks.size(); ++k)

@@ -1,18 +1,22 @@
-// The planner's cost model and its search over meshes (troupe/actors/planning.hpp).
+// The planner's cost and memory model (troupe/plan/cost_model.hpp).
 #include <algorithm>
 #include <map>
 #include <set>
 
-#include "troupe/actors/planning.hpp"
+#include "troupe/plan/cost_model.hpp"
 #include "troupe/graph/op_def.hpp"
 #include "troupe/kernels/error.hpp"
 
-namespace troupe::actors {
+namespace troupe::plan {
 
-PlanTime plan_time(const graph::TracedFunction& step, const graph::ShardingPlan& plan, const graph::SymBindings& bindings,
+using graph::NdPlacement;
+using graph::ValueId;
+
+
+StepTime step_time(const graph::TracedFunction& step, const graph::GraphPlacement& plan, const graph::SymBindings& bindings,
                    const CostModel& cost) {
   const graph::Graph& g = step.graph();
-  PlanTime t;
+  StepTime t;
   for (const graph::Node& node : g.nodes()) {
     double devices = 1;  // that share the node's work: the axes its signature splits something along
     const std::vector<graph::ShardSignature>& sigs = plan.signatures.at(node.id);
@@ -64,43 +68,44 @@ PlanTime plan_time(const graph::TracedFunction& step, const graph::ShardingPlan&
   return t;
 }
 
-std::vector<MeshCandidate> search_gpt_meshes(const graph::TracedFunction& step, int world, std::int64_t heads,
-                                             const graph::SymBindings& bindings, const CostModel& cost,
-                                             double memory_budget, double optimizer_bytes_per_parameter, bool zero1) {
-  TROUPE_CHECK(world >= 1, invalid_argument, "planner: a job of ", world, " devices; give at least 1");
-  std::vector<MeshCandidate> all;
-  std::string unplaceable;  // why meshes were left out
-  for (int tp = 1; tp <= world; ++tp) {
-    if (world % tp != 0 || heads % tp != 0) continue;
-    MeshCandidate c;
-    c.tp = tp;
-    c.dp = world / tp;
-    const graph::Mesh mesh = job_mesh(c.dp, c.tp, world);
-    const PlacementRequest r = megatron_gpt_placement(step, mesh, heads, zero1);
-    graph::ShardingPlan plan;
-    try {
-      plan = propagate_sharding(step.graph(), mesh, r.given, r.required, bindings);
-    } catch (const Error& e) {  // this mesh does not fit the step (a batch dp does not divide): not a candidate
-      unplaceable += (unplaceable.empty() ? "" : "; ") + e.message();
-      continue;
-    }
-    c.time = plan_time(step, plan, bindings, cost);
-    c.memory = plan_memory(step, plan, bindings, optimizer_bytes_per_parameter);
-    c.fits = memory_budget <= 0 || c.memory.total() <= memory_budget;
-    all.push_back(c);
-  }
-  std::stable_sort(all.begin(), all.end(), [](const MeshCandidate& a, const MeshCandidate& b) {
-    if (a.fits != b.fits) return a.fits;
-    return a.fits ? a.time.total() < b.time.total() : a.memory.total() < b.memory.total();
-  });
-  if (all.empty() || !all.front().fits) {
-    TROUPE_CHECK(!all.empty(), invalid_argument, "planner: no dp x tp of ", world, " devices has tp dividing the ", heads,
-                 " heads and places the step", unplaceable.empty() ? "" : " (" + unplaceable + ")");
-    fail(ErrorKind::invalid_argument, "planner: no mesh of ", world, " devices fits ", memory_budget / (1 << 20),
-         " MiB per device; the smallest needs ", all.front().memory.total() / (1 << 20), " MiB (dp=", all.front().dp,
-         " x tp=", all.front().tp, "); raise --mem-per-rank or use more devices");
-  }
-  return all;
+namespace {
+
+// The bytes device 0 holds of `v` placed `p`.
+double held_bytes(const graph::Graph& g, ValueId v, const NdPlacement& p, const graph::Mesh& mesh,
+                  const graph::SymBindings& bindings) {
+  return graph::held_bytes(bind(g.value(v).info.shape, bindings), g.value(v).info.dtype, p, mesh);
 }
 
-}  // namespace troupe::actors
+}  // namespace
+
+DeviceMemory device_memory(const graph::TracedFunction& step, const graph::GraphPlacement& plan, const graph::SymBindings& bindings,
+                       double optimizer_bytes_per_parameter) {
+  const graph::Graph& g = step.graph();
+  const std::map<ValueId, NdPlacement> final = plan.final_placements();
+  DeviceMemory m;
+  for (std::size_t p = 0; p < g.parameters().size(); ++p) {
+    if (static_cast<int>(p) == step.loss_scale_parameter()) continue;
+    const ValueId v = g.parameters()[p];
+    m.parameters += held_bytes(g, v, final.at(v), plan.mesh, bindings);
+  }
+  // The optimizer keeps state for what the device updates: its gradients (a shard of them with
+  // ZeRO-1, which still holds its parameters' gradients whole: their reduce-scatter writes its slice
+  // into a whole buffer).
+  for (std::size_t k = step.output_count(); k < g.outputs().size(); ++k) {
+    const ValueId v = g.outputs()[k];
+    const ValueId param = g.parameters()[step.gradient_parameters()[k - step.output_count()]];
+    m.gradients += held_bytes(g, v, plan.placements.at(param), plan.mesh, bindings);
+    m.optimizer_state += held_bytes(g, v, final.at(v), plan.mesh, bindings) / dtype_size(g.value(v).info.dtype) *
+                         optimizer_bytes_per_parameter;
+  }
+  std::set<ValueId> kept;  // forward values a backward node reads
+  for (const graph::Node& node : g.nodes())
+    if (node.backward)
+      for (ValueId v : node.inputs)
+        if (g.value(v).kind == graph::ValueKind::op_output && !g.nodes()[static_cast<std::size_t>(g.value(v).producer)].backward)
+          kept.insert(v);
+  for (ValueId v : kept) m.activations += held_bytes(g, v, final.at(v), plan.mesh, bindings);
+  return m;
+}
+
+}  // namespace troupe::plan

@@ -1,13 +1,14 @@
-// Measuring a group's link and choosing data-parallel bucket sizes from it (troupe/actors/planning.hpp).
+// Measuring a group's link and choosing data-parallel bucket sizes from it (troupe/plan/placement.hpp).
 #include <algorithm>
 #include <chrono>
 #include <vector>
 
-#include "troupe/actors/planning.hpp"
+#include "troupe/plan/link.hpp"
+#include "troupe/plan/placement.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/transport/process_group.hpp"
 
-namespace troupe::actors {
+namespace troupe::plan {
 
 CostModel::Link measure_link(transport::Communicator& comm) {
   const Tensor small = Tensor::zeros({2}), large = Tensor::zeros({1 << 20});  // 8 bytes, 4 MiB
@@ -79,4 +80,4 @@ BucketSizes choose_buckets(const CostModel::Link& link) {
   return b;
 }
 
-}  // namespace troupe::actors
+}  // namespace troupe::plan

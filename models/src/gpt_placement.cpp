@@ -1,26 +1,19 @@
-// The CAF-free planning logic of hybrid parallelism (troupe/actors/planning.hpp).
-#include "troupe/actors/planning.hpp"
+// Megatron's placement of a GPT training step (troupe/models/gpt_placement.hpp).
+#include "troupe/models/gpt_placement.hpp"
 
 #include <set>
+#include <string>
 #include <vector>
 
 #include "troupe/kernels/error.hpp"
 
-namespace troupe::actors {
+namespace troupe::models {
 
 using graph::NdPlacement;
 using graph::Placement;
 using graph::SymShape;
 using graph::ValueId;
-
-graph::Mesh job_mesh(int dp, int tp, int world) {
-  TROUPE_CHECK(dp >= 1 && tp >= 1, invalid_argument, "hybrid parallel: --dp ", dp, " and --tp ", tp,
-               " must be at least 1");
-  TROUPE_CHECK(dp * tp == world, invalid_argument, "hybrid parallel: --dp ", dp, " x --tp ", tp, " = ", dp * tp,
-               " devices, but the job has ", world, " processes; every process must be used, so make dp x tp equal ",
-               world);
-  return graph::Mesh{{{"dp", dp}, {"tp", tp}}};
-}
+using plan::PlacementRequest;
 
 namespace {
 
@@ -28,7 +21,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The index of the mesh axis called `name`, or -1.
 // A language model's tables over the vocabulary in a traced step: the token embedding (the table
 // of a lookup of a step input), its lookup's output, and the head (the weight of the product whose
 // output, reshaped or not, is the cross-entropy's logits); -1 where absent.
@@ -61,30 +53,13 @@ VocabTables vocab_tables(const graph::Graph& g) {
   return t;
 }
 
-int axis_named(const graph::Mesh& mesh, const std::string& name) {
-  for (std::size_t a = 0; a < mesh.axes.size(); ++a)
-    if (mesh.axes[a].first == name) return static_cast<int>(a);
-  return -1;
-}
 
 }  // namespace
-
-std::pair<graph::Mesh, PlacementRequest> project_request(const PlacementRequest& request, const graph::Mesh& mesh,
-                                                         const std::string& axis) {
-  const int a = axis_named(mesh, axis);
-  TROUPE_CHECK(a >= 0, invalid_argument, "the mesh ", mesh.str(), " has no axis '", axis, "'");
-  const auto along = [a](const std::map<ValueId, NdPlacement>& in) {
-    std::map<ValueId, NdPlacement> out;
-    for (const auto& [v, p] : in) out[v] = {p.at(static_cast<std::size_t>(a))};
-    return out;
-  };
-  return {graph::Mesh{{mesh.axes[static_cast<std::size_t>(a)]}}, PlacementRequest{along(request.given), along(request.required)}};
-}
 
 PlacementRequest megatron_gpt_placement(const graph::TracedFunction& step, const graph::Mesh& mesh, std::int64_t heads,
                                         bool zero1) {
   const graph::Graph& g = step.graph();
-  const int dp = axis_named(mesh, "dp"), tp = axis_named(mesh, "tp");
+  const int dp = mesh.axis("dp"), tp = mesh.axis("tp");
   TROUPE_CHECK(dp >= 0 || tp >= 0, invalid_argument, "megatron placement: the mesh ", mesh.str(),
                " has neither a \"dp\" nor a \"tp\" axis");
   const int tp_size = tp >= 0 ? mesh.axes[static_cast<std::size_t>(tp)].second : 1;
@@ -151,44 +126,14 @@ PlacementRequest megatron_gpt_placement(const graph::TracedFunction& step, const
   return r;
 }
 
-namespace {
-
-// The bytes device 0 holds of `v` placed `p`.
-double held_bytes(const graph::Graph& g, ValueId v, const NdPlacement& p, const graph::Mesh& mesh,
-                  const graph::SymBindings& bindings) {
-  return graph::held_bytes(bind(g.value(v).info.shape, bindings), g.value(v).info.dtype, p, mesh);
+plan::PlacementPolicy megatron_gpt_policy(std::int64_t heads) {
+  plan::PlacementPolicy policy;
+  policy.name = "Megatron GPT";
+  policy.place = [heads](const graph::TracedFunction& step, const graph::Mesh& mesh, bool zero1) {
+    return megatron_gpt_placement(step, mesh, heads, zero1);
+  };
+  policy.splits = [heads](int tp) { return heads % tp == 0; };
+  return policy;
 }
 
-}  // namespace
-
-PlanMemory plan_memory(const graph::TracedFunction& step, const graph::ShardingPlan& plan, const graph::SymBindings& bindings,
-                       double optimizer_bytes_per_parameter) {
-  const graph::Graph& g = step.graph();
-  const std::map<ValueId, NdPlacement> final = plan.final_placements();
-  PlanMemory m;
-  for (std::size_t p = 0; p < g.parameters().size(); ++p) {
-    if (static_cast<int>(p) == step.loss_scale_parameter()) continue;
-    const ValueId v = g.parameters()[p];
-    m.parameters += held_bytes(g, v, final.at(v), plan.mesh, bindings);
-  }
-  // The optimizer keeps state for what the device updates: its gradients (a shard of them with
-  // ZeRO-1, which still holds its parameters' gradients whole: their reduce-scatter writes its slice
-  // into a whole buffer).
-  for (std::size_t k = step.output_count(); k < g.outputs().size(); ++k) {
-    const ValueId v = g.outputs()[k];
-    const ValueId param = g.parameters()[step.gradient_parameters()[k - step.output_count()]];
-    m.gradients += held_bytes(g, v, plan.placements.at(param), plan.mesh, bindings);
-    m.optimizer_state += held_bytes(g, v, final.at(v), plan.mesh, bindings) / dtype_size(g.value(v).info.dtype) *
-                         optimizer_bytes_per_parameter;
-  }
-  std::set<ValueId> kept;  // forward values a backward node reads
-  for (const graph::Node& node : g.nodes())
-    if (node.backward)
-      for (ValueId v : node.inputs)
-        if (g.value(v).kind == graph::ValueKind::op_output && !g.nodes()[static_cast<std::size_t>(g.value(v).producer)].backward)
-          kept.insert(v);
-  for (ValueId v : kept) m.activations += held_bytes(g, v, final.at(v), plan.mesh, bindings);
-  return m;
-}
-
-}  // namespace troupe::actors
+}  // namespace troupe::models

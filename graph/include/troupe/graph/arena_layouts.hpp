@@ -36,10 +36,10 @@ struct MemoryPlanReport {
 /// later calls run in the arena. A call that allocates differently from its plan (a different
 /// code path, a result kept alive) is still correct, served by the allocator from the difference
 /// on, and its shape is recorded again on the next call.
-class MemoryPlanCache {
+class ArenaLayoutCache {
  public:
   /// At most `capacity` shapes keep an arena.
-  explicit MemoryPlanCache(std::size_t capacity = 8);
+  explicit ArenaLayoutCache(std::size_t capacity = 8);
   /// Runs `call` with the plan for `key`: recording, in the arena, or (while another thread
   /// uses that arena) plainly.
   void run(const std::vector<Shape>& key, const std::function<void()>& call);

@@ -1,4 +1,4 @@
-#include "troupe/kernels/memory_plan.hpp"
+#include "troupe/kernels/arena_layout.hpp"
 
 #include <algorithm>
 #include <numeric>
@@ -15,12 +15,12 @@ bool lifetimes_overlap(const PlannedBlock& a, const PlannedBlock& b) { return a.
 }  // namespace
 
 std::size_t PlannedBlock::planned_bytes() const {
-  return std::max<std::size_t>(1, (bytes + MemoryPlan::alignment - 1) / MemoryPlan::alignment) * MemoryPlan::alignment;
+  return std::max<std::size_t>(1, (bytes + ArenaLayout::alignment - 1) / ArenaLayout::alignment) * ArenaLayout::alignment;
 }
 
-MemoryPlan MemoryPlan::build(std::vector<PlannedBlock> blocks, int escape_slots, const LifetimeOverlap& overlap) {
+ArenaLayout ArenaLayout::build(std::vector<PlannedBlock> blocks, int escape_slots, const LifetimeOverlap& overlap) {
   TROUPE_CHECK(escape_slots >= 1, invalid_argument, "a memory plan needs at least one slot per escaping block");
-  MemoryPlan plan;
+  ArenaLayout plan;
   plan.blocks = std::move(blocks);
   plan.escape_slots = escape_slots;
   plan.offset.assign(plan.blocks.size(), 0);
@@ -73,7 +73,7 @@ MemoryPlan MemoryPlan::build(std::vector<PlannedBlock> blocks, int escape_slots,
   return plan;
 }
 
-std::size_t MemoryPlan::unplanned_bytes() const {
+std::size_t ArenaLayout::unplanned_bytes() const {
   return std::accumulate(blocks.begin(), blocks.end(), std::size_t{0},
                          [](std::size_t sum, const PlannedBlock& b) { return b.escaped() ? sum : sum + b.planned_bytes(); });
 }
@@ -81,18 +81,18 @@ std::size_t MemoryPlan::unplanned_bytes() const {
 namespace {
 
 // The bytes block k takes in `plan`: all its slots when it escapes.
-std::size_t footprint(const MemoryPlan& plan, std::size_t k) {
+std::size_t footprint(const ArenaLayout& plan, std::size_t k) {
   const PlannedBlock& block = plan.blocks[k];
   return block.planned_bytes() * (block.escaped() ? static_cast<std::size_t>(plan.escape_slots) : 1);
 }
 
-void check_bounds(const MemoryPlan& plan, std::size_t k) {
-  TROUPE_CHECK(plan.offset[k] % MemoryPlan::alignment == 0 && plan.offset[k] + footprint(plan, k) <= plan.total_bytes,
+void check_bounds(const ArenaLayout& plan, std::size_t k) {
+  TROUPE_CHECK(plan.offset[k] % ArenaLayout::alignment == 0 && plan.offset[k] + footprint(plan, k) <= plan.total_bytes,
                runtime, "memory plan: block ", k, " (", plan.blocks[k].bytes, " bytes at ", plan.offset[k],
                ") is misaligned or outside the ", plan.total_bytes, " planned bytes");
 }
 
-void check_disjoint(const MemoryPlan& plan, std::size_t j, std::size_t k) {
+void check_disjoint(const ArenaLayout& plan, std::size_t j, std::size_t k) {
   const bool disjoint = plan.offset[k] + footprint(plan, k) <= plan.offset[j] || plan.offset[j] + footprint(plan, j) <= plan.offset[k];
   TROUPE_CHECK(disjoint, runtime, "memory plan: blocks ", j, " and ", k, " are alive together (ticks [",
                plan.blocks[j].begin, ", ", plan.blocks[j].end, ") and [", plan.blocks[k].begin, ", ", plan.blocks[k].end,
@@ -101,7 +101,7 @@ void check_disjoint(const MemoryPlan& plan, std::size_t j, std::size_t k) {
 
 }  // namespace
 
-void check_memory_plan(const MemoryPlan& plan, const LifetimeOverlap& overlap) {
+void check_arena_layout(const ArenaLayout& plan, const LifetimeOverlap& overlap) {
   TROUPE_CHECK(plan.offset.size() == plan.blocks.size(), invalid_argument, "memory plan: ", plan.offset.size(),
                " offsets for ", plan.blocks.size(), " blocks");
   if (overlap) {

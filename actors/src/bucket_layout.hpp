@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "plan.hpp"
+#include "actor_graph.hpp"
 
 namespace troupe::actors {
 
@@ -17,7 +17,7 @@ struct BucketEntry {
 };
 
 /// The buckets of a program, in submission order (the same on every rank).
-struct BucketPlan {
+struct BucketLayout {
   std::vector<std::vector<BucketEntry>> buckets;
   std::vector<int> bucket_of_sink;  // -1 for outputs that are not gradients
   std::vector<std::int64_t> numel;  // per bucket: its buffer's elements (its gradients', padded)
@@ -27,7 +27,7 @@ struct BucketPlan {
 /// buckets: the first up to `first_bytes`, the others up to `fusion_bytes` (a gradient larger than
 /// the limit gets a bucket of its own). `fusion_bytes` 0: one bucket per gradient. Each bucket's
 /// buffer is padded to a multiple of `shards` elements (ZeRO-1 gives each rank an equal slice).
-BucketPlan plan_buckets(const ActorPlan& plan, const graph::TracedFunction& fn, std::size_t first_bytes,
+BucketLayout layout_buckets(const ActorGraph& plan, const graph::TracedFunction& fn, std::size_t first_bytes,
                         std::size_t fusion_bytes, int shards = 1);
 
 }  // namespace troupe::actors
