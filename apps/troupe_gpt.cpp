@@ -15,7 +15,8 @@
 
 #include "troupe/apps/cli.hpp"
 #include "troupe/apps/corpus.hpp"
-#include "troupe/apps/gpt_plan.hpp"
+#include "troupe/apps/parallel_flags.hpp"
+#include "troupe/apps/plan_only.hpp"
 #include "troupe/apps/memory_budget.hpp"
 #include "troupe/apps/resume.hpp"
 #include "troupe/apps/training_run.hpp"
@@ -25,6 +26,7 @@
 #include "troupe/models/checkpoint.hpp"
 #include "troupe/models/gpt.hpp"
 #include "troupe/models/gpt_decoder.hpp"
+#include "troupe/models/gpt_placement.hpp"
 #include "troupe/models/splitmix.hpp"
 #include "troupe/models/weights.hpp"
 
@@ -40,8 +42,7 @@ struct TrainFlags {
   double lr = 3e-4, weight_decay = 0.01, val_fraction = 0.1;
   std::uint64_t seed = 1;
   std::string data, load_weights;
-  apps::DataParallelFlags dp;
-  apps::PlanFlags plan;
+  apps::ParallelFlags parallel;
   bool mesh_given = false;  // --dp or --tp: otherwise a launched job's mesh is searched, and --batch is global
   TrainFlags() { run.clip = 1.0; }
 };
@@ -118,7 +119,7 @@ void settle(apps::TrainingRun& run, TrainFlags& f) {
     take_config(run.settings(), c->state, f.model);
     // The global batch stays; a run of another layout splits it among its own replicas.
     if (c->state.ints.count("global_batch"))
-      run.settings().take_divided("--batch", "global_batch", f.dp.ranks, f.batch);
+      run.settings().take_divided("--batch", "global_batch", f.parallel.dp, f.batch);
     else
       run.settings().take("--batch", "batch", f.batch);
     run.settings().take("--seed", "seed", f.seed);
@@ -152,18 +153,9 @@ apps::TrainingSetup setup(const TrainFlags& f) {
   s.weight_decay = f.weight_decay;
   const graph::SymDim b = graph::SymDim::symbol("batch");
   s.signature = {{"ids", {b, f.model.seq}, DType::i64}, {"targets", {b, f.model.seq}, DType::i64}};
-  s.data_parallel = f.dp;
-  s.tensor_parallel = std::max(1, f.plan.tp);
-  s.zero = f.plan.zero == 1;
-  s.plan = [&f](const graph::TracedFunction& step, const apps::ParallelJob& job) {
-    const std::int64_t replica_batch = f.batch * f.dp.ranks / job.dp_size();  // (a searched mesh splits the global --batch)
-    return apps::gpt_training_plan(f.plan, step, f.model.heads, job.dp_size(), job.tp_size(), replica_batch, job.rank() == 0);
-  };
-  if (!f.mesh_given)
-    s.search = [&f](const graph::TracedFunction& step, transport::Communicator& world, const plan::GroupMaker& group,
-                    bool tensor_parallel) {
-      return apps::search_training_mesh(f.plan, step, f.model.heads, f.batch, world, group, tensor_parallel);
-    };
+  s.parallel = f.parallel;
+  s.placement = models::megatron_gpt_policy(f.model.heads);
+  s.search_mesh = !f.mesh_given;
   s.weights_advice = kWeightsAdvice;
   s.forward_program = true;  // the held-out loss runs as an actor program too
   s.items_per_step = static_cast<double>(f.batch * f.model.seq);
@@ -200,7 +192,7 @@ apps::TrainingParts parts(const TrainFlags& f, std::optional<GptData>& data, std
   p.store_settings = [&](models::CheckpointState& st) {
     store_config(f.model, st);
     st.ints["batch"] = f.batch;
-    st.ints["global_batch"] = f.batch * f.dp.ranks;
+    st.ints["global_batch"] = f.batch * f.parallel.dp;
     st.ints["seed"] = static_cast<std::int64_t>(f.seed);
     st.strings["data"] = f.data;
   };
@@ -280,13 +272,8 @@ int main(int argc, char** argv) {
   app.add_option("--val-batches", tf.val_batches, "held-out batches per validation")
       ->capture_default_str()->check(apps::in_range(1, 1e6));
   app.add_option("--load-weights", tf.load_weights, "start from these weights (.safetensors, Troupe or nanoGPT names)");
-  app.add_option("--dp", tf.dp.ranks, "data-parallel ranks (run under troupe-launch -n N, mpirun or Slurm)")
-      ->capture_default_str()->check(apps::in_range(1, 1024));
-  app.add_option("--comm-fusion-mb", tf.dp.comm_fusion_mb,
-                 "AllReduce bucket size limit in MiB (0: chosen from the data-parallel ranks' link, measured at start)")
-      ->capture_default_str()->check(apps::open_range(0, 1 << 20, "MiB"));
-  app.add_flag("--check-grads", tf.dp.check_grads, "compare the ranks' post-reduce gradient norms every step and warn when they differ");
-  apps::add_plan_flags(app, tf.plan);
+  apps::add_data_parallel_flags(app, tf.parallel);
+  apps::add_hybrid_parallel_flags(app, tf.parallel);
   apps::add_run_flags(app, tf.run);
   GenerateFlags gf;
   CLI::App* gen = app.add_subcommand("generate", "sample text from a checkpoint or a weights file");
@@ -306,9 +293,9 @@ int main(int argc, char** argv) {
   apps::add_amp_flags(*gen, gf.amp);
   return apps::run_cli(app, argc, argv, "troupe-gpt", [&] {
     if (gen->parsed()) return generate(gf, *gen);
-    if (tf.plan.plan_only) return apps::plan_only(tf.plan, tf.model, tf.batch, tf.dp.ranks, tf.seed);
-    tf.mesh_given = app.count("--dp") > 0 || tf.plan.tp > 0;
-    TROUPE_CHECK(tf.plan.tp > 1 || (tf.plan.strategy_load.empty() && tf.plan.strategy_save.empty()), invalid_argument,
+    if (tf.parallel.plan_only) return apps::plan_only(tf.parallel, tf.model, tf.batch, tf.seed);
+    tf.mesh_given = app.count("--dp") > 0 || tf.parallel.tp > 0;
+    TROUPE_CHECK(tf.parallel.tp > 1 || (tf.parallel.strategy_load.empty() && tf.parallel.strategy_save.empty()), invalid_argument,
                  "--strategy-save and --strategy-load place a tensor-parallel run; give --tp too (or use them with --plan-only)");
     return train(tf, app);
   });

@@ -8,7 +8,7 @@
 #include "troupe/apps/cli.hpp"
 #include "troupe/apps/serve/http_server.hpp"
 #include "troupe/apps/serve/service.hpp"
-#include "troupe/apps/train_step.hpp"
+#include "troupe/apps/run_flags.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/kernels/threading.hpp"

@@ -13,6 +13,7 @@
 #include "troupe/apps/cli.hpp"
 #include "troupe/apps/image.hpp"
 #include "troupe/apps/memory_budget.hpp"
+#include "troupe/apps/parallel_flags.hpp"
 #include "troupe/apps/resume.hpp"
 #include "troupe/apps/sr_data.hpp"
 #include "troupe/apps/training_run.hpp"
@@ -33,6 +34,7 @@ struct TrainFlags {
   std::int64_t channels = 64, blocks = 4;
   std::string act = "custom-relu", load_weights;
   double lr = 1e-3;
+  apps::ParallelFlags parallel;  // --dp, --comm-fusion-mb, --check-grads
   TrainFlags() { run.steps = 300; }
 };
 
@@ -83,7 +85,11 @@ models::SrConfig settle(apps::TrainingRun& run, TrainFlags& f) {
     settings.take("--act", "act", f.act);
     settings.take("--data", "data", f.data.folder, /*is_path=*/true);
     settings.take("--seed", "seed", f.data.seed);
-    settings.take("--batch", "batch", f.data.batch);
+    // The global batch stays; a run of another layout splits it among its own replicas.
+    if (run.resumed()->state.ints.count("global_batch"))
+      settings.take_divided("--batch", "global_batch", f.parallel.dp, f.data.batch);
+    else
+      settings.take("--batch", "batch", f.data.batch);
     settings.take("--patch", "patch", f.data.patch);
   }
   models::SrConfig config;
@@ -125,6 +131,7 @@ apps::TrainingSetup setup(const TrainFlags& f, bool plain_gradient) {
   const graph::SymDim b = graph::SymDim::symbol("batch");
   const std::int64_t lo_side = f.data.patch / f.data.upscale;
   s.signature = {{"input", {b, 3, lo_side, lo_side}}, {"target", {b, 3, f.data.patch, f.data.patch}}};
+  s.parallel = f.parallel;
   if (plain_gradient) s.grad_mode_note = " (custom-relu trains with the plain relu gradient)";
   s.weights_advice = kWeightsAdvice;
   s.items_per_step = static_cast<double>(f.data.batch);
@@ -137,7 +144,12 @@ apps::TrainingSetup setup(const TrainFlags& f, bool plain_gradient) {
 apps::TrainingParts parts(const TrainFlags& f, const models::SrConfig& config, std::optional<apps::SrData>& data,
                           std::optional<models::SrLite>& model) {
   apps::TrainingParts p;
-  p.load_data = [&](int, std::int64_t) { data.emplace(f.data); };
+  // With data parallelism every rank draws the batches of all ranks and keeps its own rows.
+  p.load_data = [&](int ranks, std::int64_t batch) {
+    apps::SrDataOptions all = f.data;
+    all.batch = batch * ranks;
+    data.emplace(all);
+  };
   p.build_model = [&]() -> graph::Module& {
     Generator gen(f.data.seed);
     return model.emplace(config, gen);
@@ -156,6 +168,7 @@ apps::TrainingParts parts(const TrainFlags& f, const models::SrConfig& config, s
     st.ints["blocks"] = f.blocks;
     st.ints["seed"] = static_cast<std::int64_t>(f.data.seed);
     st.ints["batch"] = f.data.batch;
+    st.ints["global_batch"] = f.data.batch * f.parallel.dp;
     st.ints["patch"] = f.data.patch;
     st.strings["act"] = f.act;
     st.strings["data"] = f.data.folder;
@@ -226,6 +239,7 @@ int main(int argc, char** argv) {
   app.add_option("--lr", tf.lr, "Adam learning rate")->capture_default_str()->check(apps::open_range(0, 10));
   app.add_option("--seed", tf.data.seed, "seed of the initial weights and of the data")->capture_default_str();
   app.add_option("--load-weights", tf.load_weights, "start from these weights (.safetensors, names in docs/APPS.md)");
+  apps::add_data_parallel_flags(app, tf.parallel);
   apps::add_run_flags(app, tf.run);
   InferFlags inf;
   CLI::App* infer_cmd = app.add_subcommand("infer", "upscale one PNG image x2");

@@ -3,9 +3,9 @@
 // "allocs_per_step":...} for bench/jit.py to pair with the other levels and with PyTorch.
 //   sr-infer SIZE   sr-lite (app defaults) on one 1x3xSIZExSIZE image: troupe-sr infer's graph::Jit
 //   gpt-forward     gpt-mini logits of batch 8 x 128: troupe-gpt generate's graph::Jit
-//   gpt-train       gpt-mini, batch 8 x 128, AdamW, clip 1.0: the apps' TrainStep (actor program,
+//   gpt-train       gpt-mini, batch 8 x 128, AdamW, clip 1.0: the library's ParallelTraining (actor program,
 //                   1 scheduler thread, 1 micro-batch; eager at level 0)
-//   sr-train        sr-lite, batch 4 of 64x64 -> 128x128, Adam 1e-3: the apps' TrainStep, as gpt-train
+//   sr-train        sr-lite, batch 4 of 64x64 -> 128x128, Adam 1e-3: ParallelTraining, as gpt-train
 //   gpt-decode      SIZE tokens sampled greedily after a 16-token prompt by troupe-gpt generate's
 //                   GptDecoder, with the key/value cache (one position per token); SIZE <= 112 stays
 //                   inside gpt-mini's 128-token context
@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "troupe/actors/engine.hpp"
-#include "troupe/apps/train_step.hpp"
+#include "troupe/actors/parallel_training.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/graph/trace.hpp"
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<models::SrLite> sr;
   std::unique_ptr<models::Gpt> gpt;
   std::unique_ptr<graph::Jit> jit;
-  std::unique_ptr<apps::TrainStep> train;
+  std::unique_ptr<actors::ParallelTraining> train;
   std::unique_ptr<actors::Engine> engine;  // before the decoder: its step program runs on it
   std::unique_ptr<models::GptDecoder> decoder;
   std::vector<Tensor> inputs;
@@ -80,19 +80,20 @@ int main(int argc, char** argv) {
     kernels::AdamWParams hp;
     hp.lr = 1e-3;
     hp.weight_decay = 0;
-    apps::TrainStepOptions options;
+    actors::ParallelConfig options;
     options.jit_level = level;
-    options.measure_gradients = false;
     options.amp = amp;
-    train = std::make_unique<apps::TrainStep>(
-        [&](const std::vector<Var>& in) { return std::vector<Var>{graph::mse_loss((*sr)(in[0]), in[1])}; },
-        std::vector<graph::InputSpec>{{"x", {b, 3, 64, 64}}, {"y", {b, 3, 128, 128}}}, *sr,
-        std::make_shared<graph::AdamW>(sr->parameters(), hp), options);
+    train = std::make_unique<actors::ParallelTraining>(
+        actors::TrainingProblem{sr.get(),
+                                [&](const std::vector<Var>& in) { return std::vector<Var>{graph::mse_loss((*sr)(in[0]), in[1])}; },
+                                {{"x", {b, 3, 64, 64}}, {"y", {b, 3, 128, 128}}}, 4,
+                                [hp](const std::vector<Var>& p) { return std::make_shared<graph::AdamW>(p, hp); }, {}},
+        options);
     Tensor x = Tensor::empty({4, 3, 64, 64}), y = Tensor::empty({4, 3, 128, 128});
     gen.uniform_(x);
     gen.uniform_(y);
     inputs = {x, y};
-    call = [&] { (*train)(inputs); };
+    call = [&] { train->step(inputs); };
   } else {
     gpt = std::make_unique<models::Gpt>(models::GptConfig{}, gen);
     Tensor ids = Tensor::empty({8, 128}, DType::i64), targets = Tensor::empty({8, 128}, DType::i64);
@@ -138,17 +139,18 @@ int main(int argc, char** argv) {
       kernels::AdamWParams hp;
       hp.lr = 3e-4;
       hp.weight_decay = 0.01;
-      apps::TrainStepOptions options;
+      actors::ParallelConfig options;
       options.clip = 1.0;
       options.jit_level = level;
-      options.measure_gradients = false;
       options.amp = amp;
-      train = std::make_unique<apps::TrainStep>(
-          [&](const std::vector<Var>& in) { return std::vector<Var>{gpt->loss(in[0], in[1])}; },
-          std::vector<graph::InputSpec>{{"ids", {b, 128}, DType::i64}, {"targets", {b, 128}, DType::i64}}, *gpt,
-          std::make_shared<graph::AdamW>(gpt->parameters(), hp), options);
+      train = std::make_unique<actors::ParallelTraining>(
+          actors::TrainingProblem{gpt.get(),
+                                  [&](const std::vector<Var>& in) { return std::vector<Var>{gpt->loss(in[0], in[1])}; },
+                                  {{"ids", {b, 128}, DType::i64}, {"targets", {b, 128}, DType::i64}}, 8,
+                                  [hp](const std::vector<Var>& p) { return std::make_shared<graph::AdamW>(p, hp); }, {}},
+          options);
       inputs = {ids, targets};
-      call = [&] { (*train)(inputs); };
+      call = [&] { train->step(inputs); };
     } else {
       std::fprintf(stderr, "troupe-bench-jit: unknown workload '%s'\n", workload.c_str());
       return 2;

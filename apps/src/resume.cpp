@@ -74,16 +74,21 @@ void ResumeSettings::take(const std::string& flag, const std::string& key, std::
   value = stored;
 }
 
-void ResumeSettings::settle_lr(graph::Optimizer& optimizer, double lr) {
+void ResumeSettings::settle_lr(std::map<std::string, Tensor>& optimizer_state, double lr) {
+  const auto saved = optimizer_state.find("group0.lr");
+  if (saved == optimizer_state.end() || saved->second.numel() != 1) return;  // (loading the state names what is wrong)
+  const double had = saved->second.item();
   char buf[96];
   if (app_.count("--lr") == 0) {
-    std::snprintf(buf, sizeof buf, "--lr %g", optimizer.lr());
+    std::snprintf(buf, sizeof buf, "--lr %g", had);
     from_checkpoint_.push_back(buf);
     return;
   }
-  std::snprintf(buf, sizeof buf, "--lr %g (the checkpoint had %g)", lr, optimizer.lr());
+  std::snprintf(buf, sizeof buf, "--lr %g (the checkpoint had %g)", lr, had);
   from_flags_.push_back(buf);
-  optimizer.set_lr(lr);
+  for (auto& [key, value] : optimizer_state)
+    if (key.rfind("group", 0) == 0 && key.size() > 3 && key.compare(key.size() - 3, 3, ".lr") == 0)
+      value = Tensor::scalar(lr, DType::f64);
 }
 
 std::string ResumeSettings::summary() const {

@@ -25,7 +25,7 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
     const bool last = step == o.steps;
     if (last && !o.trace_path.empty()) tracer.enable(true);
     const auto t0 = std::chrono::steady_clock::now();
-    const StepOutcome out = hooks.step();
+    const actors::StepReport out = hooks.step();
     const double ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3;
     if (last && !o.trace_path.empty()) tracer.enable(false);
     // A step loss scaling skipped may have overflowed its forward too; the scaler handles it.

@@ -22,7 +22,8 @@
 #include "troupe/apps/metrics.hpp"
 #include "troupe/apps/progress.hpp"
 #include "troupe/apps/sr_data.hpp"
-#include "troupe/apps/train_step.hpp"
+#include "troupe/actors/gradient_stats.hpp"
+#include "troupe/apps/run_flags.hpp"
 #include "troupe/apps/training_run.hpp"
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/ops.hpp"
@@ -247,7 +248,7 @@ TEST(Cli, RangesSayWhatTheFlagAccepts) {
 TEST(Metrics, GradientStatsAndCsvRecords) {
   const std::map<std::string, Tensor> grads{{"a", Tensor::from_vector<float>({3, 4}, {2})},
                                             {"b", Tensor::from_vector<float>({0, 0}, {2})}};
-  const auto [norm, variance] = apps::gradient_stats(grads);
+  const auto [norm, variance] = actors::gradient_stats(grads);
   EXPECT_NEAR(norm, 5.0, 1e-9);
   EXPECT_NEAR(variance, 25.0 / 4 - (7.0 / 4) * (7.0 / 4), 1e-9);  // E[g^2] - E[g]^2 over all 4 elements
   const std::string path = test::fresh_dir("metrics") + "/m.csv";
@@ -456,20 +457,20 @@ TEST(TrainingRun, CallsThePartsInOrderSavesAndResumes) {
   const std::string dir = test::fresh_dir("training_run"), ck = dir + "/ck";
   using Calls = std::vector<std::string>;
   EXPECT_EQ(run_toy("--steps 3 --eval-every 2 --threads 1 --save " + ck),
-            (Calls{"load_data 1", "build_model", "describe", "evaluate 2", "evaluate 3", "store_settings"}));
+            (Calls{"build_model", "load_data 1", "describe", "evaluate 2", "evaluate 3", "store_settings"}));
   models::Checkpoint saved = models::load_checkpoint(ck, "toy-app");
   EXPECT_EQ(saved.state.int_at("step"), 3);
   EXPECT_EQ(saved.state.int_at("data_position"), 3);
   EXPECT_EQ(saved.state.int_at("width"), 4);
 
   EXPECT_EQ(run_toy("--steps 5 --eval-every 0 --threads 1 --resume " + ck + " --save " + ck),
-            (Calls{"load_data 1", "build_model", "set_data_position 3", "describe", "evaluate 5", "store_settings"}));
+            (Calls{"build_model", "load_data 1", "set_data_position 3", "describe", "evaluate 5", "store_settings"}));
   saved = models::load_checkpoint(ck, "toy-app");
   EXPECT_EQ(saved.state.int_at("step"), 5);
   EXPECT_EQ(saved.state.int_at("data_position"), 5);
 
   EXPECT_EQ(run_toy("--steps 1 --threads 1", saved.folder + "/model.safetensors"),
-            (Calls{"load_data 1", "build_model", "weight_names", "describe", "evaluate 1"}));
+            (Calls{"build_model", "weight_names", "load_data 1", "describe", "evaluate 1"}));
   EXPECT_THROW(run_toy("--steps 6 --threads 1 --resume " + ck, saved.folder + "/model.safetensors"), Error);
   EXPECT_THROW(run_toy("--steps 6 --threads 1 --width 3 --resume " + ck), Error);  // contradicts the checkpoint
 }

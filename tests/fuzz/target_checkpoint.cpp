@@ -43,8 +43,9 @@ std::string resume(const std::string& dir) {
   graph::Linear model(3, width, gen);
   graph::AdamW adam(model.parameters(), kernels::AdamWParams{});
   models::load_weights_into(model, c.model, c.folder + "/model.safetensors", "the checkpoint is damaged");
-  models::load_optimizer_state(adam, c.optimizer, c.folder + "/optimizer.safetensors");
-  settings.settle_lr(adam, lr);
+  std::map<std::string, Tensor> state = c.optimizer;
+  settings.settle_lr(state, lr);
+  models::load_optimizer_state(adam, state, c.folder + "/optimizer.safetensors");
   return "resumed";
 }
 

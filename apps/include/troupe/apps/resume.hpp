@@ -6,10 +6,11 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
-#include "troupe/graph/optim.hpp"
+#include "troupe/kernels/tensor.hpp"
 #include "troupe/models/checkpoint.hpp"
 
 namespace troupe::apps {
@@ -29,8 +30,9 @@ class ResumeSettings {
   void take_divided(const std::string& flag, const std::string& key, std::int64_t parts, std::int64_t& value);
   /// As above for a string; `is_path` compares the two as file paths.
   void take(const std::string& flag, const std::string& key, std::string& value, bool is_path = false);
-  /// Keeps the checkpoint's learning rate in `optimizer`, or sets `lr` when --lr was given.
-  void settle_lr(graph::Optimizer& optimizer, double lr);
+  /// Keeps the learning rates of a checkpoint's optimizer state ("group<k>.lr"), or sets them to
+  /// `lr` when --lr was given.
+  void settle_lr(std::map<std::string, Tensor>& optimizer_state, double lr);
   /// "--d-model 32, --seed 1, ..." for the start-up line: the settings that came from the
   /// checkpoint, then those the flags changed.
   std::string summary() const;

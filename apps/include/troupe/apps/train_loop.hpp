@@ -8,20 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "troupe/actors/step_report.hpp"
 #include "troupe/apps/progress.hpp"
 
 namespace troupe::apps {
-
-/// What one training step reports to the loop.
-struct StepOutcome {
-  double loss = 0;
-  double grad_norm = 0;      // before clipping
-  double grad_variance = 0;  // of all gradient elements
-  std::vector<double> bucket_squared_norms;  // data parallel: each reduced bucket's squared norm
-  double comm_ms = 0, exposed_comm_ms = 0;   // data parallel: gradient communication, and the part after compute
-  double loss_scale = 0;     // loss scaling: the scale the step ran with (0: no loss scaling)
-  bool skipped = false;      // loss scaling: an Inf or NaN gradient skipped the update
-};
 
 /// Cadence and outputs of the loop.
 struct LoopOptions {
@@ -39,7 +29,7 @@ struct LoopOptions {
 
 /// The app's parts: one step, a held-out evaluation, a checkpoint save (may be empty).
 struct LoopHooks {
-  std::function<StepOutcome()> step;
+  std::function<actors::StepReport()> step;
   std::function<double()> evaluate;
   std::function<bool(std::int64_t step)> save;  // true when this process wrote the checkpoint
 };

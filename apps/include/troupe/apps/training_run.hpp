@@ -1,8 +1,8 @@
 #pragma once
 // The training run troupe-gpt and troupe-sr share around the loop: GRAD_MODE and JIT_LEVEL, the
-// checkpoint of --resume (whose settings replace the flags), the save folder check, data
-// parallelism, the optimizer and the starting weights, the start-up lines, the traced step, the
-// loop's hooks, checkpoints and the final JSON line. An app settles its own settings between the
+// checkpoint of --resume (whose settings replace the flags), the save folder check, the starting
+// weights, the parallel training (actors::ParallelTraining, from the flags), the start-up lines,
+// the loop's hooks, checkpoints and the final JSON line. An app settles its own settings between the
 // two halves (TrainingRun's constructor, then train) and gives what is its own as a
 // TrainingSetup (values) and TrainingParts (functions), as the loop takes LoopOptions and LoopHooks.
 
@@ -15,11 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "troupe/apps/parallel_job.hpp"
+#include "troupe/actors/parallel_training.hpp"
 #include "troupe/apps/grad_mode.hpp"
+#include "troupe/apps/parallel_flags.hpp"
 #include "troupe/apps/resume.hpp"
 #include "troupe/apps/train_loop.hpp"
-#include "troupe/apps/train_step.hpp"
+#include "troupe/apps/run_flags.hpp"
 #include "troupe/graph/module.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/models/checkpoint.hpp"
@@ -32,30 +33,22 @@ using ForwardLoss = std::function<double(const std::vector<Tensor>& inputs)>;
 
 /// What an app settled for its run (after taking a resumed checkpoint's settings).
 struct TrainingSetup {
-  std::int64_t batch = 0;                           // rows per step on this rank
-  double lr = 0, weight_decay = 0;                  // AdamW (no weight decay: Adam)
-  std::vector<graph::InputSpec> signature;          // of TrainingParts::loss
-  std::optional<DataParallelFlags> data_parallel;   // the app's --dp flags; none: never joins a job
-  int tensor_parallel = 1;                          // --tp: devices each replica's weights are split over
-  bool zero = false;                                // --zero 1: the optimizer state split over the dp replicas
-  /// With tensor_parallel > 1: the plan of the traced training step (loss and gradients) on a mesh
-  /// of one "tp" axis, for this rank of `job` (the app places its model, e.g. Megatron's GPT
-  /// placement); called on every rank.
-  std::function<graph::GraphPlacement(const graph::TracedFunction& step, const ParallelJob& job)> plan;
-  /// When set, and the job has several processes but data_parallel->ranks and tensor_parallel are
-  /// both 1 (no --dp, no --tp): the mesh (dp, tp) the planner chooses for the traced training step,
-  /// over the world's communicator and groups it makes to measure their links (every rank calls it
-  /// and gets the same), with tensor parallelism
-  /// only where `tensor_parallel` allows it. `batch` is then the global batch, which dp splits.
-  std::function<std::pair<int, int>(const graph::TracedFunction& step, transport::Communicator& world,
-                                    const plan::GroupMaker& group, bool tensor_parallel)>
-      search;
-  std::string grad_mode_note;                       // appended to "GRAD_MODE=<mode>" at start
-  std::string weights_advice;                       // ends the error when --load-weights does not fit
-  bool forward_program = false;                     // compile a forward-only program for ForwardLoss
-  double items_per_step = 0;                        // tokens or images, for the throughput
+  std::int64_t batch = 0;                   // rows per step on each replica; with a searched mesh, the whole step's
+  double lr = 0, weight_decay = 0;          // AdamW (no weight decay: Adam)
+  std::vector<graph::InputSpec> signature;  // of TrainingParts::loss
+  ParallelFlags parallel;                   // --dp, --tp, --zero, the planner's, strategy files
+  /// The model's placement along tp (troupe-gpt: Megatron's GPT placement); without one, --tp and
+  /// a searched mesh are refused.
+  plan::PlacementPolicy placement;
+  /// A launched job of several processes has its mesh chosen by the planner (the app was given
+  /// neither --dp nor --tp); `batch` is then the global batch, which the chosen dp splits.
+  bool search_mesh = false;
+  std::string grad_mode_note;               // appended to "GRAD_MODE=<mode>" at start
+  std::string weights_advice;               // ends the error when --load-weights does not fit
+  bool forward_program = false;             // compile a forward-only program for ForwardLoss
+  double items_per_step = 0;                // tokens or images per step of `batch` rows, for the throughput
   std::string unit = "items/s";
-  std::string eval_name = "val_loss";               // the evaluation's column and log name
+  std::string eval_name = "val_loss";       // the evaluation's column and log name
 };
 
 /// The app's parts. The run calls load_data and build_model, restores the starting point
@@ -113,27 +106,16 @@ class TrainingRun {
   int train(const TrainingSetup& setup, const TrainingParts& parts);
 
  private:
-  /// Loads the resumed checkpoint's weights, optimizer state and data position, or the
-  /// --load-weights file; returns the step the run continues after (0 when fresh).
-  std::int64_t restore(graph::Module& model, graph::Optimizer& optimizer, const TrainingSetup& setup,
-                       const TrainingParts& parts);
-  /// Restores the resumed checkpoint's loss-scaler state into the step's scaler, when both exist.
-  void restore_loss_scaler(TrainStep& step) const;
-  /// The start-up lines: the app's, then the gradient path, resuming and data parallelism.
-  void announce(const TrainingSetup& setup, const TrainingParts& parts, const TrainStepOptions& step,
-                std::int64_t start_step, const ParallelJob* job) const;
-  /// With --tp: refuses settings a sharded step cannot run yet (the eager mode, loss scaling),
-  /// before the job is joined.
-  void check_tensor_parallel(const TrainingSetup& setup) const;
-  /// Why `tp` tensor-parallel ranks cannot run these settings yet (check_tensor_parallel's error), or nothing.
-  std::optional<Error> tensor_parallel_refusal(const TrainingSetup& setup, int tp) const;
-  /// Joins a job whose mesh the planner chooses (TrainingSetup::search) for the step of `model`,
-  /// and fits `setup` to it: the global batch split among the replicas, the tensor-parallel ranks.
-  ParallelJob join_searched(TrainingSetup& setup, const TrainingParts& parts) const;
-  /// With --tp: builds this rank's sharded step, its optimizer over the shards (holding the
-  /// restored state's shards) and the options that run it.
-  std::shared_ptr<graph::Optimizer> shard_step(const TrainingSetup& setup, const TrainingParts& parts, ParallelJob& job,
-                                               const graph::Optimizer& whole, TrainStepOptions& step) const;
+  /// The parallel training's settings from the flags, GRAD_MODE and JIT_LEVEL.
+  actors::ParallelConfig parallel_config(const TrainingSetup& setup, const actors::Job& job) const;
+  /// Loads the resumed checkpoint's weights or the --load-weights file into `model`; returns the
+  /// step the run continues after (0 when fresh).
+  std::int64_t restore_weights(graph::Module& model, const TrainingSetup& setup, const TrainingParts& parts);
+  /// Restores the resumed checkpoint's data position, optimizer state and loss-scaler state.
+  void restore_state(actors::ParallelTraining& training, const TrainingSetup& setup, const TrainingParts& parts);
+  /// The start-up lines: the app's, then the gradient path, resuming and the parallel layout.
+  void announce(const TrainingSetup& setup, const TrainingParts& parts, const actors::ParallelConfig& config,
+                const actors::ParallelTraining& training, std::int64_t start_step) const;
 
   std::string name_;
   RunFlags flags_;

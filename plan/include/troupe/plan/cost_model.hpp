@@ -47,6 +47,13 @@ struct CostModel {
   std::map<std::string, std::map<std::string, Link>> mesh_links;
 };
 
+/// This device's GFLOP/s at a 256 x 256 f32 product, the size of the GPT steps' products (the best
+/// of five rounds of 20 after a warm-up), for CostModel::gflops; about 0.1 s.
+double measure_gflops();
+/// This device's bandwidth at AdamW's update in GB/s of the 28 bytes an element it streams (the
+/// best of five updates of 4M elements, larger than the caches), for CostModel::update_gbps.
+double measure_update_gbps();
+
 /// A plan's predicted step time on device 0, in seconds.
 struct StepTime {
   double compute = 0;        // each node's FLOPs at CostModel::gflops, divided by the devices it is split over

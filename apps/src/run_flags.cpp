@@ -1,16 +1,12 @@
-#include "troupe/apps/train_step.hpp"
+#include "troupe/apps/run_flags.hpp"
 
 #include <algorithm>
 #include <cstdio>
 #include <thread>
 
 #include "troupe/apps/cli.hpp"
-#include "troupe/apps/metrics.hpp"
-#include "troupe/graph/autodiff.hpp"
 #include "troupe/kernels/cpu_features.hpp"
 #include "troupe/kernels/error.hpp"
-#include "troupe/kernels/optim.hpp"
-#include "troupe/transport/process_group.hpp"
 
 namespace troupe::apps {
 
@@ -103,112 +99,6 @@ bool resolve_loss_scaling(const RunFlags& flags, const graph::AmpOptions& amp, i
   TROUPE_CHECK(!on || jit_level > 0, invalid_argument, "--loss-scale dynamic needs the actor runtime, and JIT_LEVEL=0 ",
                "runs eagerly; use JIT_LEVEL=1 or more, or --loss-scale off");
   return on;
-}
-
-TrainStepOptions step_options(const RunFlags& flags, std::int64_t batch) {
-  TrainStepOptions o;
-  o.clip = flags.clip;
-  o.threads = resolve_threads(flags);
-  o.micro_batches = resolve_micro_batches(flags, o.threads, batch);
-  return o;
-}
-
-TrainStep::TrainStep(graph::TraceableFn loss_fn, const std::vector<graph::InputSpec>& signature, graph::Module& model,
-                     std::shared_ptr<graph::Optimizer> optimizer, TrainStepOptions options)
-    : loss_fn_(std::move(loss_fn)),
-      model_(model),
-      optimizer_(std::move(optimizer)),
-      clip_(options.clip),
-      dp_(std::move(options.data_parallel)),
-      tp_(options.tensor_parallel),
-      measure_(options.measure_gradients) {
-  if (options.jit_level == 0) return;
-  engine_ = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(options.threads)});
-  actors::ProgramOptions po;
-  po.micro_batches = options.micro_batches;
-  po.optimizers = {optimizer_};
-  po.clip_grad_norm = options.clip;
-  po.clip_mode = clip_mode(options.mode);
-  po.data_parallel = dp_;
-  po.data_parallel.overlap = options.mode == GradMode::advanced;
-  po.return_gradients = measure_;  // otherwise their memory is free for the next step
-  if (options.loss_scaling) scaler_ = std::make_shared<graph::GradScaler>();
-  po.loss_scaler = scaler_;
-  // Optimized before the gradients (fusion) and after (forward and backward together).
-  const int level = options.jit_level;
-  const graph::Var seed = scaler_ ? scaler_->scale_var() : graph::Var();
-  // A sharded step runs the passes on the device's graph (its collectives stay where they are): the
-  // fusions before the gradients would need sharding rules for the fused ops.
-  if (const auto& tp = options.tensor_parallel; tp.step) {
-    po.tensor_parallel = {tp.norms, tp.step->replicated()};
-    program_ = engine_->compile(tp.step->local().optimized(level), po);
-    return;
-  }
-  program_ = engine_->compile(
-      graph::trace(loss_fn_, signature).with_amp(options.amp).optimized(level).with_gradients({}, seed).optimized(level),
-      po);
-}
-
-GradientSums TrainStep::tensor_parallel_sums(const std::map<std::string, Tensor>& shards) const {
-  // Each rank's shards, the gradients its group holds whole counted 1/n; the group adds the sums.
-  const std::vector<std::string>& whole = tp_.step->replicated();
-  const double n = tp_.norms->size();
-  const GradientSums mine = gradient_sums(shards, [&](const std::string& name) {
-    return std::find(whole.begin(), whole.end(), name) != whole.end() ? 1.0 / n : 1.0;
-  });
-  const Tensor sums = Tensor::from_vector(std::vector<double>{mine.squares, mine.sum, mine.count}, {3});
-  tp_.norms->submit([&](transport::ProcessGroup& g) { g.all_reduce(sums); }).get();
-  const std::vector<double> v = sums.to_vector<double>();
-  return {v[0], v[1], v[2]};
-}
-
-StepOutcome TrainStep::operator()(const std::vector<Tensor>& inputs) {
-  StepOutcome out;
-  if (program_) {
-    const actors::StepResult r = program_->run(inputs);
-    out.loss = r.outputs[0].item();
-    out.bucket_squared_norms = r.bucket_squared_norms;
-    out.comm_ms = r.comm_ms;
-    out.exposed_comm_ms = r.exposed_comm_ms;
-    out.loss_scale = scaler_ ? r.loss_scale : 0;
-    out.skipped = r.skipped;
-    if (!measure_) return out;
-    auto [norm, variance] = gradient_stats(tp_.step ? tensor_parallel_sums(r.gradients) : gradient_sums(r.gradients));
-    // The returned gradients are clipped; report the norm and variance from before clipping.
-    const double scale = clip_ > 0 ? kernels::clip_coefficient(r.grad_norm, clip_) : 1.0;
-    out.grad_norm = clip_ > 0 ? r.grad_norm : norm;
-    out.grad_variance = scale > 0 ? variance / (scale * scale) : variance;
-    return out;
-  }
-  optimizer_->zero_grad();
-  std::vector<graph::Var> vars(inputs.begin(), inputs.end());
-  const graph::Var loss = loss_fn_(vars)[0];
-  graph::backward(loss);
-  std::map<std::string, Tensor> grads;
-  for (const auto& [name, p] : model_.named_parameters())
-    if (p.grad().defined()) grads[name] = p.grad();
-  Tensor loss_value = loss.tensor().contiguous().clone();
-  if (dp_.communicator) {
-    // Eager data parallel: the plain path, one AllReduce per gradient after backward.
-    const auto op = dp_.gradients_mean ? transport::ReduceOp::mean : transport::ReduceOp::sum;
-    dp_.communicator
-        ->submit([&](transport::ProcessGroup& g) {
-          for (auto& [name, t] : grads) {
-            t = t.contiguous().clone();
-            g.all_reduce(t, op);
-          }
-          g.all_reduce(loss_value, transport::ReduceOp::mean);
-        })
-        .get();
-    for (const auto& [name, p] : model_.named_parameters())
-      if (grads.count(name)) p.set_grad(grads.at(name));
-  }
-  if (measure_) std::tie(out.grad_norm, out.grad_variance) = gradient_stats(grads);
-  if (clip_ > 0) graph::clip_grad_norm(model_.parameters(), clip_);
-  optimizer_->step();
-  optimizer_->zero_grad();
-  out.loss = loss_value.item();
-  return out;
 }
 
 }  // namespace troupe::apps

@@ -1,0 +1,173 @@
+#pragma once
+// Parallel training as one object. Given what is trained (a model, its traced loss, the global
+// batch, an optimizer factory and the model's placement policy), the job's devices and one
+// ParallelConfig, a ParallelTraining makes the job's communicators, chooses the mesh (given, or the
+// planner's), places and shards the step along tp, compiles it on an actor engine with data
+// parallelism (buckets, overlap, ZeRO-1) and clipping, and moves whole tensors to its layout and
+// back, so that a checkpoint saved under one layout resumes under another.
+//
+// Rank r of a dp x tp job is data-parallel replica r / tp and tensor-parallel shard r % tp. Along
+// dp run the gradient buckets, ZeRO-1's all-gathers and --check-grads' comparisons; along tp the
+// step's collectives and the clipping norm; each has a communicator of its own.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "troupe/actors/engine.hpp"
+#include "troupe/actors/job.hpp"
+#include "troupe/actors/program.hpp"
+#include "troupe/actors/step_report.hpp"
+#include "troupe/actors/tensor_parallel.hpp"
+#include "troupe/graph/amp.hpp"
+#include "troupe/graph/module.hpp"
+#include "troupe/graph/optim.hpp"
+#include "troupe/graph/trace.hpp"
+#include "troupe/kernels/error.hpp"
+#include "troupe/plan/cost_model.hpp"
+#include "troupe/plan/mesh_search.hpp"
+#include "troupe/plan/placement.hpp"
+
+namespace troupe::actors {
+
+/// How a training runs in parallel: every setting in one place; the defaults train one process
+/// on the actor runtime with one thread.
+struct ParallelConfig {
+  int dp = 1;  // data-parallel replicas
+  int tp = 1;  // tensor-parallel shards of each replica (needs the model's placement policy)
+  /// Instead of dp and tp: the planner chooses the mesh for the job's ranks, the fastest it predicts
+  /// among those that fit `memory_budget` (on links and speeds measured at start, agreed by all ranks).
+  bool search = false;
+  double memory_budget = 0;  // bytes per device, for the search (0: none)
+  double gflops = 0;         // each device's speed for the search's cost model (0: measured here)
+  double update_gbps = 0;    // each device's bandwidth at the optimizer's update (0: measured here)
+  std::string strategy_load;  // a strategy file to place the step by instead of the policy (its mesh: dp x tp)
+  std::string strategy_save;  // rank 0 writes the placement it runs to this strategy file
+  int zero = 0;               // ZeRO stage: 1 splits the optimizer state among the dp replicas
+  double bucket_mb = 0;       // AllReduce bucket limit in MiB (0: from the dp group's link, measured at start)
+  bool overlap = true;        // false: the textbook path, one AllReduce per gradient after backward and a naive clip norm
+  double clip = 0;            // global gradient-norm clipping threshold (0: off)
+  int micro_batches = 1;      // per step, flowing through the actors concurrently
+  int threads = 1;            // the engine's scheduler threads
+  int jit_level = 1;          // the passes (graph::jit_level); 0: eager steps without actors (dp alone)
+  graph::AmpOptions amp;      // mixed precision of the traced step
+  bool loss_scaling = false;  // dynamic loss scaling (graph::GradScaler's defaults); not with tp yet
+  bool measure_gradients = false;  // each step also reports the gradients' norm and variance (extra passes)
+  bool check_gradients = false;    // each step compares the replicas' reduced bucket norms
+};
+
+/// Makes an optimizer over the parameters it is given: the model's, or a tensor-parallel rank's shards.
+using OptimizerFactory = std::function<std::shared_ptr<graph::Optimizer>(const std::vector<graph::Var>& parameters)>;
+
+/// What is trained.
+struct TrainingProblem {
+  graph::Module* model = nullptr;          // its weights as they are now are the starting point
+  graph::TraceableFn loss;                 // the loss of a batch, one 0-d output (a mean over the rows)
+  std::vector<graph::InputSpec> signature;  // the loss' inputs; dim 0 of each is the batch's rows
+  std::int64_t global_batch = 0;           // rows per step over all replicas, which split them evenly
+  OptimizerFactory optimizer;
+  plan::PlacementPolicy placement;         // the model's placement along tp (tp > 1, search, strategy_save)
+};
+
+/// The planner's choice of a searched mesh, for the caller to report.
+struct MeshChoice {
+  plan::CostModel cost;                      // the speeds the ranks agreed on and the links measured
+  std::vector<plan::MeshCandidate> candidates;  // fastest first among those that fit
+  int dp = 1, tp = 1;
+};
+
+/// One rank's part of a parallel training.
+class ParallelTraining {
+ public:
+  /// Checks the settings (every rank refuses alike, before any waits for the others), joins the
+  /// job's groups (collectives of the whole job: every rank constructs its ParallelTraining at the
+  /// same point), measures what the config leaves to measurement, and compiles the rank's step.
+  /// `job` null: Job::from_environment(). The config's dp x tp (or the searched mesh) must use
+  /// every rank of the job. Throws troupe::Error naming the setting that cannot be run.
+  ParallelTraining(TrainingProblem problem, ParallelConfig config, std::shared_ptr<Job> job = nullptr);
+  ~ParallelTraining();
+  ParallelTraining(const ParallelTraining&) = delete;
+  ParallelTraining& operator=(const ParallelTraining&) = delete;
+
+  /// One step on a batch of global_batch rows (this replica takes its own rows): forward,
+  /// backward, the gradients' reduction, clipping and the optimizer's update.
+  StepReport step(const std::vector<Tensor>& batch);
+
+  /// The settings it runs with: the searched mesh's dp and tp filled in, the micro-batches at most
+  /// the replica's rows.
+  const ParallelConfig& config() const { return config_; }
+  int rank() const;
+  int size() const;
+  int dp() const { return dp_; }
+  int tp() const { return tp_; }
+  int dp_rank() const;
+  int tp_rank() const;
+  /// Rows of this replica's share of a step's batch.
+  std::int64_t replica_batch() const { return problem_.global_batch / dp_; }
+  /// How the job was started ("troupe-launch", "virtual devices", ...).
+  const std::string& source() const;
+  /// The planner's choice when the config asked for a search.
+  const std::optional<MeshChoice>& mesh_choice() const { return choice_; }
+  /// The data-parallel options the step runs with (bucket sizes chosen from the link when asked).
+  const DataParallel& data_parallel() const { return data_parallel_; }
+  /// The dp group's link as measured for the bucket sizes (zeros when it was not).
+  const plan::CostModel::Link& link() const { return link_; }
+  /// This rank's sharded step with tp > 1, otherwise null.
+  const TensorParallelStep* tensor_parallel() const { return sharded_.get(); }
+  /// The engine the step runs on (null with jit_level 0), for programs of the caller's (evaluation).
+  Engine* engine() const { return engine_.get(); }
+  /// The dynamic loss scaler, or null without loss scaling (checkpoints save its state).
+  graph::GradScaler* loss_scaler() const { return scaler_.get(); }
+  /// JIT level 3: the planned and measured peak memory of the steps.
+  std::optional<graph::MemoryPlanReport> memory_report() const;
+  /// Whether ZeRO-1 splits the optimizer state.
+  bool zero() const { return data_parallel_.zero; }
+
+  /// Makes the model's parameters whole as the last step left them (written by ZeRO-1's
+  /// all-gather; with tp gathered from the group's shards): a collective of the job, every rank
+  /// calling it at the same point, before evaluating or saving them.
+  void gather_parameters();
+  /// With tp, lets the model's whole parameters go again (a rank holds only its shards while training).
+  void release_parameters();
+  /// The whole optimizer state, as one process's optimizer over the model would hold it (keyed as
+  /// Optimizer::state_dict): gathered from ZeRO-1's slices and tp's shards, a collective as above.
+  std::map<std::string, Tensor> optimizer_state();
+  /// Starts from `whole`, a whole optimizer state saved under any layout: this rank takes its
+  /// shards and slices. Throws when it does not fit the model's optimizer, changing nothing.
+  void load_optimizer_state(const std::map<std::string, Tensor>& whole);
+  /// Bytes this rank holds of the parameters (its shards) and of the optimizer state (its slices).
+  std::size_t held_parameter_bytes() const;
+  std::size_t held_optimizer_bytes() const;
+
+ private:
+  void choose_mesh();
+  void check_settings() const;
+  void make_groups();
+  void shard_step();
+  void compile();
+  StepReport run_eager(const std::vector<Tensor>& inputs);
+  std::vector<std::string> compare_bucket_norms(const std::vector<double>& squared_norms);
+
+  TrainingProblem problem_;
+  ParallelConfig config_;
+  std::shared_ptr<Job> job_;
+  int dp_ = 1, tp_ = 1;
+  std::optional<MeshChoice> choice_;
+  // The job's communicators: along dp, along tp, and the search's (kept: they close together).
+  std::shared_ptr<transport::Communicator> allreduce_, allgather_, zero_group_, tp_group_, tp_norms_, world_;
+  std::vector<std::shared_ptr<transport::Communicator>> probes_;
+  plan::CostModel::Link link_{0, 0};
+  DataParallel data_parallel_;
+  std::shared_ptr<graph::Optimizer> optimizer_;  // over the model's parameters: what checkpoints hold
+  std::shared_ptr<graph::Optimizer> stepped_;    // what the step updates: optimizer_, or over tp's shards
+  std::shared_ptr<TensorParallelStep> sharded_;
+  std::shared_ptr<graph::GradScaler> scaler_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Program> program_;
+};
+
+}  // namespace troupe::actors
