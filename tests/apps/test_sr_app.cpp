@@ -112,6 +112,23 @@ TEST(SrApp, ResumeEqualsAnUninterruptedRunAndInferUpscales) {
   }
 }
 
+// --dp 2 under troupe-launch: each replica takes half of the global batch and the run trains like
+// one process at that batch; its checkpoint (the global batch in it) resumes in one process.
+TEST(SrApp, DataParallelTrainsLikeOneProcessAndResumesInOne) {
+  const std::string dir = test::fresh_dir("sr_dp");
+  const std::string common = kSr + " --channels 8 --blocks 1 --patch 32 --held-out 2 --threads 1 --lr 3e-3 --amp O0 --clip 0.5";
+  ASSERT_EQ(run_app(common + " --batch 4 --steps 6 --metrics " + dir + "/single.csv").exit_code, 0);
+  const auto dp = run_app(std::string(TROUPE_LAUNCH_BIN) + " --timeout 30 -n 2 -- " + common + " --batch 2 --dp 2 --steps 3 --save " +
+                          dir + "/ck --metrics " + dir + "/parts.csv");
+  ASSERT_EQ(dp.exit_code, 0) << dp.output;
+  EXPECT_NE(dp.output.find("data parallel: replica 1 of 2"), std::string::npos) << dp.output;
+  const auto rest = run_app(common + " --steps 6 --resume " + dir + "/ck --metrics " + dir + "/parts.csv");
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  const auto single = test::csv_column(dir + "/single.csv", "loss"), parts = test::csv_column(dir + "/parts.csv", "loss");
+  ASSERT_EQ(parts.size(), single.size());
+  for (std::size_t i = 0; i < single.size(); ++i) EXPECT_NEAR(parts[i], single[i], 1e-5 * std::abs(single[i])) << "step " << i + 1;
+}
+
 TEST(SrApp, TrainsOnAPngFolder) {
   const std::string dir = test::fresh_dir("sr_folder");
   const auto r = run_app(tiny() + " --steps 2 --data " + png_folder(dir, 3));
