@@ -40,7 +40,8 @@ set(troupe_public_headers
   kernels/include/troupe/kernels/rng.hpp kernels/include/troupe/kernels/shape.hpp
   kernels/include/troupe/kernels/storage.hpp kernels/include/troupe/kernels/tensor.hpp
   kernels/include/troupe/kernels/threading.hpp
-  graph/include/troupe/graph/amp.hpp graph/include/troupe/graph/custom_gradient.hpp
+  graph/include/troupe/graph/amp.hpp graph/include/troupe/graph/collectives.hpp
+  graph/include/troupe/graph/custom_gradient.hpp graph/include/troupe/graph/sharding.hpp
   graph/include/troupe/graph/debug.hpp graph/include/troupe/graph/grad_scaler.hpp
   graph/include/troupe/graph/graph.hpp graph/include/troupe/graph/arena_layouts.hpp
   graph/include/troupe/graph/module.hpp graph/include/troupe/graph/nn.hpp graph/include/troupe/graph/ops.hpp
@@ -49,10 +50,15 @@ set(troupe_public_headers
   transport/include/troupe/transport/bootstrap.hpp transport/include/troupe/transport/inprocess.hpp
   transport/include/troupe/transport/process_group.hpp transport/include/troupe/transport/transport.hpp
   transport/include/troupe/transport/ucx.hpp
+  plan/include/troupe/plan/cost_model.hpp plan/include/troupe/plan/mesh_search.hpp
+  plan/include/troupe/plan/placement.hpp
   actors/include/troupe/actors/engine.hpp actors/include/troupe/actors/program.hpp
+  actors/include/troupe/actors/job.hpp actors/include/troupe/actors/parallel_training.hpp
+  actors/include/troupe/actors/step_report.hpp actors/include/troupe/actors/tensor_parallel.hpp
   actors/include/troupe/actors/trace_summary.hpp actors/include/troupe/actors/tracer.hpp
   models/include/troupe/models/checkpoint.hpp models/include/troupe/models/gpt.hpp
-  models/include/troupe/models/gpt_decoder.hpp models/include/troupe/models/saved.hpp
+  models/include/troupe/models/gpt_decoder.hpp models/include/troupe/models/gpt_placement.hpp
+  models/include/troupe/models/saved.hpp
   models/include/troupe/models/sr_lite.hpp)
 foreach(header IN LISTS troupe_public_headers)
   string(REGEX REPLACE "^[a-z]+/include/(.*)/[^/]+$" "\\1" folder ${header})

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The installed package from a clean prefix: installs the build BUILD into a fresh folder, checks
-# that nothing installed names the build or source tree, builds a copy of examples/embed against
-# the prefix alone (find_package(Troupe) and Troupe::troupe, no source headers), and runs it.
+# that nothing installed names the build or source tree, builds copies of examples/embed and
+# examples/parallel against the prefix alone (find_package(Troupe) and Troupe::troupe, no source
+# headers), and runs them: the parallel one on four virtual devices, then as four processes under
+# the installed troupe-launch.
 #   usage: embed_from_install.sh BUILD SOURCE
 set -euo pipefail
 build=$(realpath "$1")
@@ -28,3 +30,9 @@ cp -r "$source/examples/embed" "$work/embed"
 cmake -S "$work/embed" -B "$work/embed-build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$work/embed-build" -j"$(nproc)" >/dev/null
 "$work/embed-build/troupe-embed-mlp" "$work/out"
+
+cp -r "$source/examples/parallel" "$work/parallel"
+cmake -S "$work/parallel" -B "$work/parallel-build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$work/parallel-build" -j"$(nproc)" >/dev/null
+"$work/parallel-build/troupe-parallel-gpt" 30
+"$prefix/bin/troupe-launch" --timeout 60 -n 4 -- "$work/parallel-build/troupe-parallel-gpt" 30

@@ -12,15 +12,20 @@
 //   Training       actors::Engine compiles a traced function with gradients into an actor program;
 //                  Program::run is one step with its optimizers (graph::SGD, AdamW), clipping, loss
 //                  scaling and data parallelism over a transport::Communicator (actors/, transport/)
+//   Parallel       actors::ParallelTraining: a traced loss trained on a Job's devices (launched
+//                  processes, or virtual devices in one process) with one ParallelConfig: dp x tp
+//                  or the planner's mesh, ZeRO-1, buckets, clipping, micro-batches, precision,
+//                  strategy files; checkpoints move between layouts (actors/, plan/)
 //   Tracing        actors::Tracer writes the message flow as a Chrome trace; trace_summary reads it
 //   Models         models::Gpt (with GptDecoder: key/value-cached decoding, rows batched
 //                  continuously) and models::SrLite, built from a config or loaded as the
-//                  applications save them (load_gpt, load_sr_lite); training checkpoints (models/)
+//                  applications save them (load_gpt, load_sr_lite); training checkpoints; the GPT's
+//                  placement policy for tensor parallelism (megatron_gpt_policy) (models/)
 //
 // Thread safety: a Jit, a TracedFunction and a Program may be called from many threads at once (a
-// Program runs its steps one after another); a Module, an Optimizer, a GptDecoder and an Engine are
-// used from one thread at a time, and an Engine outlives the programs it compiled. Errors are
-// troupe::Error, whose kind() says what went wrong.
+// Program runs its steps one after another); a Module, an Optimizer, a GptDecoder, a
+// ParallelTraining and an Engine are used from one thread at a time, and an Engine outlives the
+// programs it compiled. Errors are troupe::Error, whose kind() says what went wrong.
 
 #include "troupe/version.hpp"
 
@@ -50,6 +55,8 @@
 #include "troupe/transport/ucx.hpp"
 
 #include "troupe/actors/engine.hpp"
+#include "troupe/actors/job.hpp"
+#include "troupe/actors/parallel_training.hpp"
 #include "troupe/actors/program.hpp"
 #include "troupe/actors/trace_summary.hpp"
 #include "troupe/actors/tracer.hpp"
@@ -57,5 +64,6 @@
 #include "troupe/models/checkpoint.hpp"
 #include "troupe/models/gpt.hpp"
 #include "troupe/models/gpt_decoder.hpp"
+#include "troupe/models/gpt_placement.hpp"
 #include "troupe/models/saved.hpp"
 #include "troupe/models/sr_lite.hpp"

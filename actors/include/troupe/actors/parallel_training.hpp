@@ -27,7 +27,6 @@
 #include "troupe/graph/module.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/graph/trace.hpp"
-#include "troupe/kernels/error.hpp"
 #include "troupe/plan/cost_model.hpp"
 #include "troupe/plan/mesh_search.hpp"
 #include "troupe/plan/placement.hpp"
