@@ -82,11 +82,13 @@ struct MeshChoice {
 /// One rank's part of a parallel training.
 class ParallelTraining {
  public:
-  /// Checks the settings (every rank refuses alike, before any waits for the others), joins the
-  /// job's groups (collectives of the whole job: every rank constructs its ParallelTraining at the
-  /// same point), measures what the config leaves to measurement, and compiles the rank's step.
-  /// `job` null: Job::from_environment(). The config's dp x tp (or the searched mesh) must use
-  /// every rank of the job. Throws troupe::Error naming the setting that cannot be run.
+  /// Checks the settings, joins the job's groups (collectives of the whole job: every rank
+  /// constructs its ParallelTraining at the same point), measures what the config leaves to
+  /// measurement, places and compiles the rank's step. `job` null: Job::from_environment(). The
+  /// config's dp x tp (or the searched mesh) must use every rank of the job. Throws troupe::Error
+  /// naming the setting that cannot be run, on every rank alike: a given mesh's settings before any
+  /// rank waits for another, a searched mesh's once the ranks have met, and a placement the model's
+  /// policy refuses (heads that tp does not divide) once the groups are made.
   ParallelTraining(TrainingProblem problem, ParallelConfig config, std::shared_ptr<Job> job = nullptr);
   ~ParallelTraining();
   ParallelTraining(const ParallelTraining&) = delete;

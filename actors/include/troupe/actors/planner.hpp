@@ -1,9 +1,8 @@
 #pragma once
 // The planner actor, which places a Transformer's shards: asked about a traced training step, the
 // devices and the model's placement policy, it searches every dp x tp mesh of them
-// (plan::search_meshes, troupe/plan/mesh_search.hpp) on the
-// engine's scheduler threads while the caller goes on (troupe-gpt loads its data meanwhile), and
-// answers with the candidates, the fastest that fits the memory budget first.
+// (plan::search_meshes, troupe/plan/mesh_search.hpp) on the engine's scheduler threads while the
+// caller goes on, and answers with the candidates, the fastest that fits the memory budget first.
 
 #include <cstdint>
 #include <future>
