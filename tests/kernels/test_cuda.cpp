@@ -1,6 +1,8 @@
-// The CUDA backend. Needs a GPU: every test that runs kernels skips cleanly when none is present.
+// The CUDA backend. Needs a GPU: every test that runs kernels skips cleanly when none is present
+// (and fails under TROUPE_REQUIRE_GPU=1, tests/gpu.hpp).
 #include <gtest/gtest.h>
 
+#include "gpu.hpp"
 #include "kernels/reference.hpp"
 #include "troupe/kernels/cuda.hpp"
 #include "troupe/kernels/elementwise.hpp"
@@ -11,11 +13,8 @@
 using namespace troupe;
 using namespace troupe::test;
 
-#define REQUIRE_GPU() \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
-
 TEST(Cuda, RoundTripCopy) {
-  REQUIRE_GPU();
+  TROUPE_REQUIRE_GPU();
   Tensor x = random_tensor({37, 5}, 1);
   Tensor d = x.to(Device::cuda(0));
   EXPECT_EQ(d.device(), Device::cuda(0));
@@ -23,7 +22,7 @@ TEST(Cuda, RoundTripCopy) {
 }
 
 TEST(Cuda, AddMatchesHost) {
-  REQUIRE_GPU();
+  TROUPE_REQUIRE_GPU();
   Tensor a = random_tensor({1000, 3}, 2), b = random_tensor({1000, 3}, 3);
   Tensor c = kernels::add(a.to(Device::cuda(0)), b.to(Device::cuda(0)));
   EXPECT_EQ(c.device(), Device::cuda(0));
@@ -31,7 +30,7 @@ TEST(Cuda, AddMatchesHost) {
 }
 
 TEST(Cuda, SquaredNormMatchesDoubleReference) {
-  REQUIRE_GPU();
+  TROUPE_REQUIRE_GPU();
   Tensor x = random_tensor({1000003}, 4, -2, 2);
   double ref = 0;
   for (double v : values(x)) ref += v * v;
@@ -42,7 +41,7 @@ TEST(Cuda, SquaredNormMatchesDoubleReference) {
 // and the converted ids on the GPU, so the call fails as a missing kernel rather than a device mismatch,
 // while ids out of range are still refused first.
 TEST(Cuda, FrontEndsKeepEveryTensorOnTheInputsDevice) {
-  REQUIRE_GPU();
+  TROUPE_REQUIRE_GPU();
   const Device gpu = Device::cuda(0);
   Tensor ids = Tensor::from_vector<std::int32_t>({1, 0, 2}, {3}).to(gpu);
   auto kind_of = [](auto call) {

@@ -1,8 +1,9 @@
 // The NCCL backend on the GPUs of this machine: a single-rank group (the bootstrap of a one-rank
 // job) reduces, gathers and broadcasts CUDA tensors, and refuses host tensors by name. Skips
-// without a CUDA device. (Several ranks need one GPU each.)
+// without a CUDA device (fails under TROUPE_REQUIRE_GPU=1). (Several ranks need one GPU each.)
 #include <gtest/gtest.h>
 
+#include "gpu.hpp"
 #include "troupe/kernels/cuda.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/transport/nccl.hpp"
@@ -11,7 +12,7 @@ using namespace troupe;
 using namespace troupe::transport;
 
 TEST(Nccl, SingleRankCollectivesOnTheGpu) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   JobInfo job;  // one rank
   Bootstrap boot(job, std::chrono::seconds(10));
   NcclGroup g(boot, 0);
