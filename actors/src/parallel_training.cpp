@@ -58,6 +58,7 @@ ParallelTraining::ParallelTraining(TrainingProblem problem, ParallelConfig confi
                "parallel training: the problem needs a model, a loss and an optimizer factory");
   TROUPE_CHECK(problem_.global_batch >= 1, invalid_argument, "parallel training: the global batch is ",
                problem_.global_batch, "; give the rows of one step (TrainingProblem::global_batch)");
+  check_stage();  // before a searched mesh's ranks meet
   if (config_.search) {
     choose_mesh();
   } else {
@@ -140,15 +141,18 @@ void ParallelTraining::choose_mesh() {
   choice_ = std::move(choice);
 }
 
+void ParallelTraining::check_stage() const {
+  TROUPE_CHECK(config_.zero == 0 || config_.zero == 1, invalid_argument, "ZeRO stage ", config_.zero,
+               " is not built; use --zero 0 or 1");
+  TROUPE_CHECK(config_.zero == 0 || (config_.jit_level > 0 && config_.overlap), invalid_argument, "--zero 1 runs on the "
+               "actor runtime's overlapped gradient path; unset JIT_LEVEL=0 and GRAD_MODE=standard");
+}
+
 void ParallelTraining::check_settings() const {
   TROUPE_CHECK(dp_ >= 1, invalid_argument, "--dp must be >= 1, got ", dp_);
   TROUPE_CHECK(tp_ >= 1, invalid_argument, "--tp must be >= 1, got ", tp_);
-  TROUPE_CHECK(config_.zero == 0 || config_.zero == 1, invalid_argument, "ZeRO stage ", config_.zero,
-               " is not built; use --zero 0 or 1");
   TROUPE_CHECK(config_.zero == 0 || dp_ > 1, invalid_argument, "--zero 1 splits the optimizer state among the "
                "data-parallel replicas, and --dp 1 has one; use --dp 2 or more, or drop --zero");
-  TROUPE_CHECK(config_.zero == 0 || (config_.jit_level > 0 && config_.overlap), invalid_argument, "--zero 1 runs on the "
-               "actor runtime's overlapped gradient path; unset JIT_LEVEL=0 and GRAD_MODE=standard");
   // Before joining: every rank refuses alike, at once.
   if (tp_ > 1)
     if (const std::optional<Error> e = tensor_parallel_refusal(config_, problem_, tp_)) throw *e;

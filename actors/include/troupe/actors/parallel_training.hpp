@@ -86,9 +86,10 @@ class ParallelTraining {
   /// constructs its ParallelTraining at the same point), measures what the config leaves to
   /// measurement, places and compiles the rank's step. `job` null: Job::from_environment(). The
   /// config's dp x tp (or the searched mesh) must use every rank of the job. Throws troupe::Error
-  /// naming the setting that cannot be run, on every rank alike: a given mesh's settings before any
-  /// rank waits for another, a searched mesh's once the ranks have met, and a placement the model's
-  /// policy refuses (heads that tp does not divide) once the groups are made.
+  /// naming the setting that cannot be run, on every rank alike: the ZeRO stage and its gradient
+  /// path, and a given mesh's settings, before any rank waits for another; a searched mesh's once
+  /// the ranks have met; a placement the model's policy refuses (heads that tp does not divide)
+  /// once the groups are made.
   ParallelTraining(TrainingProblem problem, ParallelConfig config, std::shared_ptr<Job> job = nullptr);
   ~ParallelTraining();
   ParallelTraining(const ParallelTraining&) = delete;
@@ -146,6 +147,8 @@ class ParallelTraining {
 
  private:
   void choose_mesh();
+  // The settings that hold whatever the mesh (the ZeRO stage and its gradient path), and those of the mesh.
+  void check_stage() const;
   void check_settings() const;
   void make_groups();
   void shard_step();
