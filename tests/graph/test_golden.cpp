@@ -1,5 +1,6 @@
 // Agreement with PyTorch: a GPT block and a small conv net, forward output and every parameter
-// gradient against golden values made by tests/golden/make_golden.py (torch 1.13, f32).
+// gradient, and AdamW's steps, against golden values made by tests/golden/make_golden.py (torch
+// 1.13, f32).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/safetensors.hpp"
+#include "troupe/kernels/optim.hpp"
 
 using namespace troupe;
 using namespace troupe::graph;
@@ -48,4 +50,23 @@ TEST(Golden, GptBlockMatchesPyTorch) {
 TEST(Golden, ConvNetMatchesPyTorch) {
   Generator gen(0);
   expect_matches_torch(*test::small_conv_net(gen), "golden_conv_net.safetensors");
+}
+
+// AdamW's moments and parameter after each of 4 steps, as torch.optim.AdamW leaves them: its
+// coefficients 1 - beta are formed in double and rounded once (1 - 0.999 in f32 arithmetic would
+// make the second moment 1.3e-5 too small).
+TEST(Golden, AdamWStepsMatchPyTorch) {
+  const SafetensorsFile golden = load_safetensors(std::string(TROUPE_TEST_DATA_DIR) + "/golden_adamw.safetensors");
+  Tensor p = golden.tensors.at("param.0").clone();
+  Tensor m = Tensor::zeros(p.shape()), v = Tensor::zeros(p.shape());
+  kernels::AdamWParams hp;
+  hp.lr = 3e-3;
+  hp.weight_decay = 0.1;
+  for (std::int64_t step = 1; step <= 4; ++step) {
+    const std::string k = std::to_string(step);
+    kernels::adamw_update_(p, golden.tensors.at("grad." + k), m, v, hp, step);
+    EXPECT_LE(test::scaled_max_error(m, golden.tensors.at("exp_avg." + k)), 1e-6) << "first moment, step " << step;
+    EXPECT_LE(test::scaled_max_error(v, golden.tensors.at("exp_avg_sq." + k)), 1e-6) << "second moment, step " << step;
+    EXPECT_LE(test::scaled_max_error(p, golden.tensors.at("param." + k)), 1e-6) << "parameter, step " << step;
+  }
 }

@@ -83,6 +83,7 @@ TEST(AdamW, FollowsPyTorchFormulas) {
   }
   expect_close(p, pr, {2, 9}, 1e-5, 1e-6);
   expect_close(m, mr, {2, 9}, 1e-5, 1e-7);
+  expect_close(v, vr, {2, 9}, 1e-6, 1e-9);
   EXPECT_THROW(kernels::adamw_update_(p, p, m, v, hp, 0), Error);
   EXPECT_THROW(kernels::adamw_update_(p, p, m, Tensor::zeros({18}), hp, 1), Error);
 }
