@@ -1,6 +1,7 @@
 #include "troupe/apps/train_loop.hpp"
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <deque>
 #include <numeric>
@@ -12,6 +13,16 @@
 
 namespace troupe::apps {
 
+std::optional<std::string> communication_advice(double exposed_ms, double step_ms) {
+  if (step_ms <= 0 || exposed_ms <= 0.15 * step_ms) return std::nullopt;
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "communication that no compute hides takes %.0f%% of a step (%.1f of %.1f ms); try "
+                "larger or smaller gradient buckets (--comm-fusion-mb), the overlapped gradient path (unset "
+                "GRAD_MODE=standard), more micro-batches, or fewer replicas on this link",
+                100 * exposed_ms / step_ms, exposed_ms, step_ms);
+  return std::string(buf);
+}
+
 LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
   TROUPE_CHECK(o.steps > o.start_step, invalid_argument, "nothing to do: the run is at step ", o.start_step,
                " and --steps is ", o.steps, "; raise --steps to continue");
@@ -21,6 +32,7 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
   LoopSummary summary;
   std::deque<double> recent;
   double total_ms = 0, warm_ms = 0;
+  constexpr std::int64_t kAdviseAfter = 4;  // steps: the first warms up, three give the means
   for (std::int64_t step = o.start_step + 1; step <= o.steps; ++step) {
     const bool last = step == o.steps;
     if (last && !o.trace_path.empty()) tracer.enable(true);
@@ -39,6 +51,10 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
       summary.comm_ms += out.comm_ms;
       summary.exposed_comm_ms += out.exposed_comm_ms;
     }
+    if (summary.steps > 1 && (summary.steps == kAdviseAfter || (last && summary.steps < kAdviseAfter)))
+      if (const auto advice = communication_advice(summary.exposed_comm_ms / static_cast<double>(summary.steps - 1),
+                                                   warm_ms / static_cast<double>(summary.steps - 1)))
+        std::fprintf(stderr, "%s: warning: %s\n", o.app.c_str(), advice->c_str());
     if (std::isfinite(out.loss)) recent.push_back(out.loss);
     if (recent.size() > 10) recent.pop_front();
     progress.step(step, out.loss, o.items_per_step, ms / 1e3);

@@ -129,6 +129,7 @@ int run_loop(Session& s, const actors::ParallelConfig& config, std::int64_t star
                       static_cast<double>(s.setup.batch);  // (a searched mesh splits the global batch)
   lo.unit = s.setup.unit;
   lo.eval_name = s.setup.eval_name;
+  lo.app = s.name;
   print_summary(s, run_training_loop(lo, hooks));
   return 0;
 }

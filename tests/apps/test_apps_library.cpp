@@ -245,6 +245,44 @@ TEST(Cli, RangesSayWhatTheFlagAccepts) {
   EXPECT_EQ(lr("3e-4"), "");
 }
 
+// Communication that no compute hides above 15% of a step is worth a warning, once, with the share
+// and what to try; below it, or with none, the loop says nothing.
+TEST(TrainingLoop, WarnsOnceWhenCommunicationIsExposed) {
+  EXPECT_FALSE(apps::communication_advice(1.0, 10.0).has_value());
+  EXPECT_FALSE(apps::communication_advice(0.0, 0.0).has_value());
+  const std::optional<std::string> advice = apps::communication_advice(4.6, 20.0);
+  ASSERT_TRUE(advice.has_value());
+  for (const char* word : {"23% of a step", "4.6 of 20.0 ms", "--comm-fusion-mb", "GRAD_MODE=standard"})
+    EXPECT_NE(advice->find(word), std::string::npos) << *advice;
+  const auto warnings = [](double exposed_ms, std::int64_t steps) {
+    apps::LoopOptions o;
+    o.steps = steps;
+    o.log_every = 1000;
+    o.app = "toy";
+    apps::LoopHooks hooks;
+    hooks.step = [exposed_ms] {
+      actors::StepReport r;
+      r.loss = 1;
+      r.comm_ms = r.exposed_comm_ms = exposed_ms;  // far more than the step's own time when not 0
+      return r;
+    };
+    hooks.evaluate = [] { return 0.0; };
+    testing::internal::CaptureStderr();
+    testing::internal::CaptureStdout();
+    apps::run_training_loop(o, hooks);
+    (void)testing::internal::GetCapturedStdout();
+    const std::string err = testing::internal::GetCapturedStderr();
+    std::size_t n = 0;
+    for (std::size_t at = err.find("toy: warning: communication"); at != std::string::npos;
+         at = err.find("toy: warning: communication", at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(warnings(1e6, 8), 1u);
+  EXPECT_EQ(warnings(1e6, 2), 1u);  // a short run is advised at its end
+  EXPECT_EQ(warnings(0, 8), 0u);
+}
+
 TEST(Metrics, GradientStatsAndCsvRecords) {
   const std::map<std::string, Tensor> grads{{"a", Tensor::from_vector<float>({3, 4}, {2})},
                                             {"b", Tensor::from_vector<float>({0, 0}, {2})}};

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ struct LoopOptions {
   std::string metrics_path;     // --metrics
   std::string trace_path;       // --trace: the last step's message flow
   std::string eval_name = "val_loss";
+  std::string app = "troupe";   // names the loop's warnings ("troupe-gpt: warning: ...")
 };
 
 /// The app's parts: one step, a held-out evaluation, a checkpoint save (may be empty).
@@ -46,7 +48,12 @@ struct LoopSummary {
   std::size_t step_peak_bytes = 0;          // the allocator's peak through the last step, before its evaluation
 };
 
-/// Runs steps start_step + 1 .. steps.
+/// The warning for a run whose communication that no compute hides (`exposed_ms` per step) takes
+/// more than 15% of its steps (`step_ms`), with the measured share and what to try; else nothing.
+std::optional<std::string> communication_advice(double exposed_ms, double step_ms);
+
+/// Runs steps start_step + 1 .. steps; after the first warm steps (the fourth step, or the last
+/// of a shorter run) it warns once on stderr when communication_advice has something to say.
 LoopSummary run_training_loop(const LoopOptions& options, const LoopHooks& hooks);
 
 }  // namespace troupe::apps
