@@ -136,8 +136,8 @@ void ParallelTraining::choose_mesh() {
          tensor_parallel ? "" : " without tensor parallelism (these settings rule it out: give --tp to see why)",
          config_.zero == 1 ? " with 2 or more replicas for ZeRO-1" : "",
          " and fits the memory; give --dp and --tp, or another --batch");
-  dp_ = choice.dp = chosen->dp;
-  tp_ = choice.tp = chosen->tp;
+  dp_ = chosen->dp;
+  tp_ = chosen->tp;
   choice_ = std::move(choice);
 }
 
@@ -267,6 +267,7 @@ StepReport ParallelTraining::step(const std::vector<Tensor>& batch) {
       return std::find(whole.begin(), whole.end(), name) != whole.end() ? 1.0 / n : 1.0;
     });
     const Tensor added = Tensor::from_vector(std::vector<double>{mine.squares, mine.sum, mine.count}, {3});
+    // On the caller's thread, after the program answered (step()'s contract): no handler waits here.
     tp_norms_->submit([&](transport::ProcessGroup& g) { g.all_reduce(added); }).get();
     const std::vector<double> v = added.to_vector<double>();
     sums = {v[0], v[1], v[2]};
@@ -318,6 +319,7 @@ std::vector<std::string> ParallelTraining::compare_bucket_norms(const std::vecto
   if (!allgather_) return warnings;
   Tensor mine = Tensor::from_vector(squared_norms, {static_cast<std::int64_t>(squared_norms.size())});
   Tensor all;
+  // On the caller's thread, after the program answered (step()'s contract): no handler waits here.
   allgather_->submit([&](transport::ProcessGroup& g) { all = g.all_gather(mine); }).get();
   const auto v = all.to_vector<double>();
   const std::size_t buckets = squared_norms.size();

@@ -75,8 +75,7 @@ struct TrainingProblem {
 /// The planner's choice of a searched mesh, for the caller to report.
 struct MeshChoice {
   plan::CostModel cost;                      // the speeds the ranks agreed on and the links measured
-  std::vector<plan::MeshCandidate> candidates;  // fastest first among those that fit
-  int dp = 1, tp = 1;
+  std::vector<plan::MeshCandidate> candidates;  // fastest first among those that fit (the choice: dp(), tp())
 };
 
 /// One rank's part of a parallel training.
@@ -96,7 +95,11 @@ class ParallelTraining {
   ParallelTraining& operator=(const ParallelTraining&) = delete;
 
   /// One step on a batch of global_batch rows (this replica takes its own rows): forward,
-  /// backward, the gradients' reduction, clipping and the optimizer's update.
+  /// backward, the gradients' reduction, clipping and the optimizer's update. Like Program::run it
+  /// returns when the step is over, blocking the calling thread (the caller's, never an actor's
+  /// handler): the step's own collectives complete by message inside the runtime, and what step()
+  /// adds after it (the tp group's gradient sums for measure_gradients, check_gradients' all-gather)
+  /// waits on that same thread.
   StepReport step(const std::vector<Tensor>& batch);
 
   /// The settings it runs with: the searched mesh's dp and tp filled in, the micro-batches at most
