@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "troupe/graph/dropout.hpp"
 #include "troupe/graph/op_def.hpp"
 #include "troupe/kernels/error.hpp"
 
@@ -108,7 +109,7 @@ std::vector<Tensor> execute(const Graph& g, const std::vector<Tensor>& inputs, c
     }
     const int reuse = in_place && def.in_place ? reusable_input(g, n, def, values, last_use, shapes[0], dtypes[0]) : -1;
     for (ValueId v : n.inputs) in.push_back(values[static_cast<std::size_t>(v)]);
-    const ComputeContext ctx{n.attrs, shapes, dtypes, n.label};
+    const ComputeContext ctx{n.attrs, shapes, dtypes, n.label, eager_random_position()};
     std::vector<Tensor> out = reuse >= 0 ? def.run_in_place(in, ctx, static_cast<std::size_t>(reuse)) : def.run(in, ctx);
     for (std::size_t i = 0; i < out.size(); ++i) {
       const ValueId o = n.outputs[i];

@@ -91,6 +91,11 @@ void Module::zero_grad() const {
   for (const Var& p : parameters()) p.zero_grad();
 }
 
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
 Var Module::register_parameter(const std::string& name, const Tensor& init) {
   TROUPE_CHECK(!name.empty() && name.find('.') == std::string::npos, invalid_argument, "parameter name '", name,
                "' must be non-empty and contain no '.'");

@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 
+#include "troupe/graph/dropout.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/kernels/error.hpp"
 
@@ -90,17 +91,17 @@ Var project(CausalSelfAttention& a, const Var& y) {
   return (*a.proj)(y.permute({0, 2, 1, 3}).reshape({y.size(0), y.size(2), a.dim}));
 }
 
-// softmax(scale q k^T, causal) v, projected: [B, n, dim].
-Var attend(CausalSelfAttention& a, const Var& q, const Var& k, const Var& v) {
+// softmax(scale q k^T, causal) v, projected: [B, n, dim]; dropout `p` on the probabilities.
+Var attend(CausalSelfAttention& a, const Var& q, const Var& k, const Var& v, double p) {
   const Var scores = matmul(q, k, false, true) * (1.0 / std::sqrt(static_cast<double>(a.dim / a.heads)));
-  return project(a, matmul(softmax(causal_mask(scores)), v));
+  return project(a, matmul(dropout(softmax(causal_mask(scores)), p, a.path() + ".dropout"), v));
 }
 
 }  // namespace
 
 Var CausalSelfAttention::forward(const Var& x) {
   const auto [q, k, v] = heads_of(*this, x);
-  return attend(*this, q, k, v);
+  return attend(*this, q, k, v, training() ? dropout : 0);
 }
 
 Var CausalSelfAttention::prompt(const Var& x, std::int64_t capacity, KvCache& cache) {
@@ -114,7 +115,7 @@ Var CausalSelfAttention::prompt(const Var& x, std::int64_t capacity, KvCache& ca
   for (std::int64_t i = 0; i < n.size(); ++i) place.data<float>()[i * n.size() + i] = 1.0f;
   const auto padded = [&](const Var& t) { return n.size() == capacity ? t : matmul(place.to(t.dtype()), t); };
   cache = {padded(k), padded(v)};
-  return attend(*this, q, k, v);
+  return attend(*this, q, k, v, 0);
 }
 
 Var CausalSelfAttention::step(const Var& x, const DecodePosition& at, const KvCache& cache, KvCache& fresh) {
@@ -170,8 +171,9 @@ GPTBlock::GPTBlock(std::int64_t dim, std::int64_t heads, Generator& gen, std::in
   mlp = register_module("mlp", std::make_shared<MLP>(dim, hidden > 0 ? hidden : 4 * dim, gen));
 }
 Var GPTBlock::forward(const Var& x) {
-  const Var h = x + (*attn)((*ln1)(x));
-  return h + (*mlp)((*ln2)(h));
+  const double p = training() ? dropout : 0;
+  const Var h = x + graph::dropout((*attn)((*ln1)(x)), p, path() + ".attn_residual");
+  return h + graph::dropout((*mlp)((*ln2)(h)), p, path() + ".mlp_residual");
 }
 Var GPTBlock::prompt(const Var& x, std::int64_t capacity, KvCache& cache) {
   const Var h = x + attn->prompt((*ln1)(x), capacity, cache);

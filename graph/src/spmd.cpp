@@ -260,9 +260,22 @@ class Lowering {
   NdPlacement placed(ValueId v) const { return normal(plan_.placements.at(v)); }
   void add_source(ValueId full, ValueId local) { versions_[full] = {{placed(full), local}}; }
 
-  // The local attributes of `node`: a split's sizes shrink where its cut dim is split.
+  // The local attributes of `node`: a split's sizes shrink where its cut dim is split; a random
+  // op's "shard" (its index along dims 0 and 1 among equal slices, dropout's) says which slice
+  // this device draws, so that the shards draw what the whole tensor would.
   Attrs local_attrs(const Node& node, const std::vector<ShardSignature>& sigs) const {
     Attrs attrs = node.attrs;
+    if (attrs.has("shard")) {
+      std::vector<std::int64_t> shard = attrs.get_ints("shard");
+      for (std::size_t a = 0; a < sigs.size(); ++a) {
+        const Placement& p = sigs[a].outputs[0];
+        if (p.kind != Kind::split || mesh_.axes[a].second == 1) continue;
+        TROUPE_CHECK(p.dim < 2 && p.blocks == 1, invalid_argument, "shard_step: ", node.op, " (node ", node.id,
+                     ") draws random numbers and is split along dim ", p.dim, "; only dims 0 and 1 can be split");
+        shard[static_cast<std::size_t>(p.dim)] = shard[static_cast<std::size_t>(p.dim)] * mesh_.axes[a].second + device_.coords[a];
+      }
+      attrs.set("shard", shard);
+    }
     if (node.op != "split") return attrs;
     const auto rank = static_cast<std::int64_t>(g_.value(node.inputs[0]).info.shape.size());
     const std::int64_t cut = (attrs.get_int("axis") + rank) % rank;

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "tape.hpp"
+#include "troupe/graph/dropout.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/kernels/error.hpp"
 
@@ -142,7 +143,7 @@ std::vector<Var> apply(const std::string& op, const std::vector<Var>& inputs, co
     out_shapes.push_back(to_static(info.shape, op));
     out_dtypes.push_back(info.dtype);
   }
-  std::vector<Tensor> results = def.run(tensors, ComputeContext{attrs, out_shapes, out_dtypes, label});
+  std::vector<Tensor> results = def.run(tensors, ComputeContext{attrs, out_shapes, out_dtypes, label, eager_random_position()});
 
   std::vector<Var> outs;
   for (const auto& r : results) outs.emplace_back(r);

@@ -28,19 +28,39 @@ void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
 
 Shape rows_of(const Shape& s) { return Shape(s.begin(), s.end() - 1); }
 
+// The kernel's attributes: the scale and, with dropout, where the heads of [N, T, D] sit.
+Attrs attention_attrs(const char* op, const Shape& q, double scale, const AttentionDropout& d) {
+  Attrs a;
+  a.set("scale", scale);
+  if (d.p == 0) return a;
+  TROUPE_CHECK(q.size() == 3 || q.size() == 4, shape_mismatch, op, ": dropout takes q [B, H, T, D] or [N, T, D], got ",
+               shape_str(q));
+  (void)DropoutStream(d.at, d.site, d.p);  // checks p
+  return a.set("dropout", d.p)
+      .set("site", static_cast<std::int64_t>(d.site))
+      .set("seed", static_cast<std::int64_t>(d.at.seed))
+      .set("step", static_cast<std::int64_t>(d.at.step))
+      .set("first_row", d.at.first_row + d.row_offset)
+      .set("first_column", d.column_offset)
+      .set("columns", q.size() == 4 ? q[1] : 0);  // 0: [N, T, D], whose probabilities' dim 1 is the query
+}
+
 }  // namespace
 
-AttentionResult causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+AttentionResult causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                                 const AttentionDropout& dropout) {
   check_qkv("causal_attention", q, k, v);
   const Tensor qd = as_heads(q);
   std::vector<Tensor> outs{Tensor::empty(qd.shape(), q.dtype(), q.device()),
                            Tensor::empty({qd.shape()[0], qd.shape()[1]}, accumulation_dtype(q.dtype()), q.device())};
-  dispatch("causal_attention", {qd, as_heads(k), as_heads(v)}, outs, Attrs().set("scale", scale));
+  dispatch("causal_attention", {qd, as_heads(k), as_heads(v)}, outs,
+           attention_attrs("causal_attention", q.shape(), scale, dropout));
   return {outs[0].view(q.shape()), outs[1].view(rows_of(q.shape()))};
 }
 
 AttentionGrads causal_attention_backward(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
-                                         const Tensor& y, const Tensor& lse, double scale) {
+                                         const Tensor& y, const Tensor& lse, double scale,
+                                         const AttentionDropout& dropout) {
   const char* op = "causal_attention_backward";
   check_qkv(op, q, k, v);
   check_float_like(op, "grad", grad, "q", q, true);
@@ -54,7 +74,8 @@ AttentionGrads causal_attention_backward(const Tensor& grad, const Tensor& q, co
   std::vector<Tensor> outs;
   for (int i = 0; i < 3; ++i) outs.push_back(Tensor::empty(qd.shape(), q.dtype(), q.device()));
   const Tensor lsed = lse.contiguous().view({qd.shape()[0], qd.shape()[1]});
-  dispatch(op, {as_heads(grad), qd, as_heads(k), as_heads(v), as_heads(y), lsed}, outs, Attrs().set("scale", scale));
+  dispatch(op, {as_heads(grad), qd, as_heads(k), as_heads(v), as_heads(y), lsed}, outs,
+           attention_attrs(op, q.shape(), scale, dropout));
   return {outs[0].view(q.shape()), outs[1].view(q.shape()), outs[2].view(q.shape())};
 }
 

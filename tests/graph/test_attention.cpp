@@ -1,6 +1,7 @@
 // Fused causal attention against the unfused ops it replaces (matmul, scale, causal_mask, softmax,
-// matmul): values and gradients in f64 and f32, strided inputs, NaN, finite differences, and
-// bad shapes refused naming the op.
+// matmul): values and gradients in f64 and f32, strided inputs, NaN, finite differences, dropout
+// on the probabilities drawing what the unfused chain's dropout draws, and bad shapes refused
+// naming the op.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include "graph/gradcheck.hpp"
 #include "kernels/reference.hpp"
 #include "troupe/graph/autodiff.hpp"
+#include "troupe/graph/dropout.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/kernels/attention.hpp"
 #include "troupe/kernels/error.hpp"
@@ -39,7 +41,7 @@ void expect_fused_matches_unfused(const Shape& shape, DType dtype, double tolera
   const double scale = 1.0 / std::sqrt(static_cast<double>(shape.back()));
   const Tensor q = test::random_f64(shape, seed).to(dtype), k = test::random_f64(shape, seed + 1).to(dtype),
                v = test::random_f64(shape, seed + 2).to(dtype);
-  const Grads fused = run(causal_attention, q, k, v, scale), plain = run(unfused, q, k, v, scale);
+  const Grads fused = run([](const Var& a, const Var& b, const Var& c, double s) { return causal_attention(a, b, c, s); }, q, k, v, scale), plain = run(unfused, q, k, v, scale);
   EXPECT_LE(test::scaled_max_error(fused.y, plain.y), tolerance) << shape_str(shape);
   EXPECT_LE(test::scaled_max_error(fused.dq, plain.dq), tolerance) << shape_str(shape);
   EXPECT_LE(test::scaled_max_error(fused.dk, plain.dk), tolerance) << shape_str(shape);
@@ -66,6 +68,35 @@ TEST(CausalAttention, GradientsMatchFiniteDifferences) {
                                test::random_f64({2, 9, 3}, 9)};
   test::expect_gradients_match(
       [](const std::vector<Var>& x) { return test::weighted_sum(causal_attention(x[0], x[1], x[2], 0.7)); }, in);
+}
+
+// Dropout inside the kernel drops what dropout(softmax(...)) drops before the product with v,
+// forward and backward, across key tiles, for [B, H, T, D] and [N, T, D].
+TEST(CausalAttention, DropoutInTheKernelDrawsWhatTheUnfusedChainDraws) {
+  const RandomScope position({5, 3, 10});
+  for (const Shape& shape : {Shape{2, 3, 70, 8}, Shape{2, 130, 8}}) {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(shape.back()));
+    const Tensor q = test::random_f64(shape, 1), k = test::random_f64(shape, 2), v = test::random_f64(shape, 3);
+    const Grads fused = run([](const Var& a, const Var& b, const Var& c, double s) { return causal_attention(a, b, c, s, 0.3, "attn"); },
+                            q, k, v, scale);
+    const Grads plain = run([](const Var& a, const Var& b, const Var& c, double s) {
+      return matmul(dropout(softmax(causal_mask(matmul(a, b, false, true) * s)), 0.3, "attn"), c);
+    }, q, k, v, scale);
+    const Grads kept = run(unfused, q, k, v, scale);
+    EXPECT_LE(test::scaled_max_error(fused.y, plain.y), 1e-13) << shape_str(shape);
+    EXPECT_LE(test::scaled_max_error(fused.dq, plain.dq), 1e-13) << shape_str(shape);
+    EXPECT_LE(test::scaled_max_error(fused.dk, plain.dk), 1e-13) << shape_str(shape);
+    EXPECT_LE(test::scaled_max_error(fused.dv, plain.dv), 1e-13) << shape_str(shape);
+    EXPECT_GT(test::scaled_max_error(fused.y, kept.y), 1e-2) << "dropout changed nothing";
+  }
+}
+
+TEST(CausalAttention, DropoutGradientsMatchFiniteDifferences) {
+  const RandomScope position({1, 2, 0});
+  const std::vector<Tensor> in{test::random_f64({2, 9, 3}, 7), test::random_f64({2, 9, 3}, 8),
+                               test::random_f64({2, 9, 3}, 9)};
+  test::expect_gradients_match(
+      [](const std::vector<Var>& x) { return test::weighted_sum(causal_attention(x[0], x[1], x[2], 0.7, 0.4, "attn")); }, in);
 }
 
 TEST(CausalAttention, TakesStridedInputs) {

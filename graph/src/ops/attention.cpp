@@ -4,6 +4,7 @@
 
 #include "op_helpers.hpp"
 #include "shard_rules.hpp"
+#include "troupe/graph/dropout.hpp"
 #include "troupe/kernels/attention.hpp"
 #include "troupe/kernels/select.hpp"
 
@@ -23,8 +24,15 @@ std::vector<ValueInfo> infer_causal_attention(const InferContext& c) {
   if (c.inputs[1].shape != q || c.inputs[2].shape != q) shape_error(c, "q, k and v must have one shape");
   return {c.inputs[0], ValueInfo{accumulation_dtype(c.inputs[0].dtype), SymShape(q.begin(), q.end() - 1)}};
 }
+// The node's dropout (attrs dropout, site, shard) at the run's position, for q's shape.
+kernels::AttentionDropout dropout_of(const ComputeContext& c, const Shape& q) {
+  if (!c.attrs.has("dropout")) return {};
+  const std::vector<std::int64_t>& shard = c.attrs.get_ints("shard");
+  return {c.attrs.get_double("dropout"), static_cast<std::uint64_t>(c.attrs.get_int("site")), c.random,
+          shard[0] * q[0], q.size() == 4 ? shard[1] * q[1] : 0};
+}
 std::vector<Tensor> compute_causal_attention(const std::vector<Tensor>& in, const ComputeContext& c) {
-  auto r = kernels::causal_attention(in[0], in[1], in[2], c.attrs.get_double("scale"));
+  auto r = kernels::causal_attention(in[0], in[1], in[2], c.attrs.get_double("scale"), dropout_of(c, in[0].shape()));
   return {r.y, r.lse};
 }
 // Four operations per element of q and key: q k^T and p v, two each.
@@ -49,7 +57,8 @@ std::vector<ValueInfo> infer_causal_attention_backward(const InferContext& c) {
   return {c.inputs[1], c.inputs[1], c.inputs[1]};
 }
 std::vector<Tensor> compute_causal_attention_backward(const std::vector<Tensor>& in, const ComputeContext& c) {
-  auto g = kernels::causal_attention_backward(in[0], in[1], in[2], in[3], in[4], in[5], c.attrs.get_double("scale"));
+  auto g = kernels::causal_attention_backward(in[0], in[1], in[2], in[3], in[4], in[5], c.attrs.get_double("scale"),
+                                              dropout_of(c, in[1].shape()));
   return {g.dq, g.dk, g.dv};
 }
 // Sharding of causal_attention (q, k, v): batch and head dims; each head's [T, D] stays whole.
@@ -59,6 +68,15 @@ std::vector<ShardSignature> shard_attention(const ShardContext& c) { return shar
 // the T x T scores; y's log-sum-exp per row (output 1) is saved for causal_attention_backward.
 Var causal_attention(const Var& q, const Var& k, const Var& v, double scale) {
   return apply("causal_attention", {q, k, v}, Attrs().set("scale", scale))[0];
+}
+Var causal_attention(const Var& q, const Var& k, const Var& v, double scale, double dropout, const std::string& name) {
+  if (dropout == 0) return causal_attention(q, k, v, scale);
+  const Attrs attrs = Attrs()
+                          .set("scale", scale)
+                          .set("dropout", dropout)
+                          .set("site", static_cast<std::int64_t>(dropout_site(name)))
+                          .set("shard", std::vector<std::int64_t>{0, 0});
+  return apply("causal_attention", {q, k, v}, attrs, {}, name)[0];
 }
 TROUPE_DEFINE_OP({.name = "causal_attention", .infer = infer_causal_attention, .cost = attention_cost, .sharding = shard_attention, .compute = compute_causal_attention,
                   .grad = grad_causal_attention, .precision = Precision::keeps_f32});

@@ -5,6 +5,8 @@
 // then differentiates the fused op with its own fused backward; in a graph that already has
 // backward nodes the chain's values have more readers than the chain and it is left alone. The
 // fused kernel rounds differently from the chain (the softmax is online), within 1e-6 relative.
+// Dropout on the probabilities, matmul(mul(p, dropout_mask(p)), v), fuses too: the kernel draws
+// the mask's decisions itself (the node keeps its site, probability and shard).
 #include <cmath>
 #include <limits>
 #include <map>
@@ -20,14 +22,14 @@ namespace {
 // What one matched chain reads, found at its last node.
 struct Match {
   ValueId q, k, v;
-  double scale;
-  std::vector<NodeId> chain;  // the four nodes before the last, dropped
+  Attrs attrs;                // the fused node's: the scale, and the dropout's
+  std::vector<NodeId> chain;  // the nodes before the last, dropped
 };
 
-// The node producing `v` when it is an op output read by nobody but its one consumer, else null.
-const Node* sole_producer(const Graph& g, ValueId v, const std::vector<int>& readers, const char* op) {
+// The node producing `v` when it is an op output read by nobody but its `uses` consumers, else null.
+const Node* sole_producer(const Graph& g, ValueId v, const std::vector<int>& readers, const char* op, int uses = 1) {
   const Value& value = g.value(v);
-  if (value.kind != ValueKind::op_output || readers[static_cast<std::size_t>(v)] != 1) return nullptr;
+  if (value.kind != ValueKind::op_output || readers[static_cast<std::size_t>(v)] != uses) return nullptr;
   const Node& n = g.node(value.producer);
   return n.op == op && passes::rewritable(n) && !n.backward ? &n : nullptr;
 }
@@ -39,7 +41,18 @@ std::optional<Match> match_at(const Graph& g, const Node& last, const std::vecto
   if (last.op != "matmul" || last.backward || !passes::rewritable(last) || flag(last.attrs, "trans_a") ||
       flag(last.attrs, "trans_b"))
     return std::nullopt;
-  const Node* softmax = sole_producer(g, last.inputs[0], readers, "softmax");
+  // With dropout: mul(p, dropout_mask(p)) between the softmax and the product, p read by both.
+  const Node* drop = nullptr;
+  ValueId probs = last.inputs[0];
+  if (const Node* dropped = sole_producer(g, probs, readers, "mul"))
+    for (std::size_t side = 0; side < 2 && !drop; ++side) {
+      const Node* mask = sole_producer(g, dropped->inputs[side], readers, "dropout_mask");
+      if (mask && mask->inputs[0] == dropped->inputs[1 - side]) {
+        drop = mask;
+        probs = mask->inputs[0];
+      }
+    }
+  const Node* softmax = sole_producer(g, probs, readers, "softmax", drop ? 2 : 1);
   if (!softmax) return std::nullopt;
   const std::int64_t rank = static_cast<std::int64_t>(g.value(softmax->outputs[0]).info.shape.size());
   const std::int64_t axis = softmax->attrs.get_int("axis");
@@ -54,7 +67,13 @@ std::optional<Match> match_at(const Graph& g, const Node& last, const std::vecto
   const ValueInfo &iq = g.value(q).info, &ik = g.value(k).info, &iv = g.value(v).info;
   if (iq.shape.size() < 2 || iq.dtype != ik.dtype || iq.dtype != iv.dtype || iq.shape != ik.shape || iq.shape != iv.shape)
     return std::nullopt;  // the fused kernel takes q, k, v of one shape (no broadcasting, no cross attention)
-  return Match{q, k, v, scale->attrs.get_double("value"), {scores->id, scale->id, mask->id, softmax->id}};
+  Match m{q, k, v, Attrs().set("scale", scale->attrs.get_double("value")), {scores->id, scale->id, mask->id, softmax->id}};
+  if (drop) {
+    m.attrs.set("dropout", drop->attrs.get_double("p")).set("site", drop->attrs.get_int("site")).set("shard", drop->attrs.get_ints("shard"));
+    m.chain.push_back(drop->id);
+    m.chain.push_back(g.value(last.inputs[0]).producer);
+  }
+  return m;
 }
 
 }  // namespace
@@ -77,7 +96,7 @@ Graph fuse_attention(const Graph& g) {
       continue;
     }
     const Match& m = it->second;
-    r.emit_for(n, "causal_attention", {r.map(m.q), r.map(m.k), r.map(m.v)}, Attrs().set("scale", m.scale));
+    r.emit_for(n, "causal_attention", {r.map(m.q), r.map(m.k), r.map(m.v)}, m.attrs);
   }
   return r.finish();
 }

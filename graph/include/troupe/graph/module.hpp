@@ -41,6 +41,13 @@ class Module {
   void to(DType dtype) const;
   /// Forgets the gradients of all parameters.
   void zero_grad() const;
+  /// Training mode (the default) or, with false, evaluation, for it and its children: dropout
+  /// draws only while training (torch's train() and eval()).
+  void train(bool on = true);
+  /// Whether it is in training mode.
+  bool training() const { return training_; }
+  /// Its dotted path from the root ("blocks.0.attn"; empty for the root), which names its dropout sites.
+  const std::string& path() const { return path_; }
 
  protected:
   /// Adds a trainable parameter called `name` with initial value `init`; returns its handle.
@@ -58,6 +65,7 @@ class Module {
   std::vector<std::pair<std::string, Var>> params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   std::string path_;  // dotted path from the root, so parts added after registration are named in full
+  bool training_ = true;
 };
 
 /// A module with one input and one output, so layers chain in a Sequential.

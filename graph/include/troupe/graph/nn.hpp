@@ -102,6 +102,7 @@ class CausalSelfAttention : public Layer {
   Var step(const Var& x, const DecodePosition& at, const KvCache& cache, KvCache& fresh);
   std::int64_t dim, heads;
   std::shared_ptr<Linear> qkv, proj;
+  double dropout = 0;  // on the attention probabilities, while training (forward only, not prompt or step)
 };
 
 /// Two-layer feed-forward block: proj(gelu(fc(x))), hidden size `hidden`.
@@ -125,6 +126,7 @@ class GPTBlock : public Layer {
   std::shared_ptr<LayerNorm> ln1, ln2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<MLP> mlp;
+  double dropout = 0;  // on both residual branches before they are added, while training (forward only)
 };
 
 /// Layers applied in order; children are named "0", "1", ...

@@ -12,6 +12,7 @@
 #include "troupe/graph/graph.hpp"
 #include "troupe/graph/sharding.hpp"
 #include "troupe/graph/var.hpp"
+#include "troupe/kernels/dropout.hpp"
 
 namespace troupe::graph {
 
@@ -31,6 +32,7 @@ struct ComputeContext {
   const std::vector<Shape>& output_shapes;
   const std::vector<DType>& output_dtypes;
   const std::string& label;
+  kernels::RandomPosition random = {};  // where random ops draw (dropout): the step, micro-batch and replica
 };
 
 /// Shape/dtype inference: the outputs' infos, or a troupe::Error naming op, inputs and the rule.

@@ -117,5 +117,8 @@ Var causal_mask(const Var& x);
 /// softmax(causal_mask(scale * q k^T)) v for q, k, v [..., T, D] in one fused kernel that never
 /// holds the T x T scores (FlashAttention's tiling and online softmax); differentiable.
 Var causal_attention(const Var& q, const Var& k, const Var& v, double scale);
+/// causal_attention with dropout of probability `dropout` on its probabilities at the site `name`
+/// (graph/dropout.hpp): what dropout(softmax(...), dropout, name) before the product with v draws.
+Var causal_attention(const Var& q, const Var& k, const Var& v, double scale, double dropout, const std::string& name);
 
 }  // namespace troupe::graph
