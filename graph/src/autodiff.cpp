@@ -180,7 +180,7 @@ std::vector<ValueId> append_backward(Graph& g, ValueId loss, const std::vector<V
   // Runs `rule` for a node or region with the given inputs/outputs and routes the results.
   auto run_rule = [&](const std::string& what, const GradFn& rule, const std::vector<ValueId>& ins,
                       const std::vector<ValueId>& outs, const Attrs& attrs, const SymShape& target,
-                      const std::function<bool(std::size_t)>& differentiable) {
+                      const std::string& label, const std::function<bool(std::size_t)>& differentiable) {
     std::vector<Var> out_vars, out_grads, in_vars;
     bool any = false;
     for (ValueId o : outs) {
@@ -196,7 +196,7 @@ std::vector<ValueId> append_backward(Graph& g, ValueId loss, const std::vector<V
       any_need = any_need || needs.back();
     }
     if (!any || !any_need) return;
-    GradContext ctx{in_vars, out_vars, out_grads, attrs, target, needs};
+    GradContext ctx{in_vars, out_vars, out_grads, attrs, target, needs, label};
     const std::vector<Var> in_grads = rule(ctx);
     TROUPE_CHECK(in_grads.size() == ins.size(), runtime, "gradient rule of '", what, "' returned ", in_grads.size(),
                  " gradients for ", ins.size(), " inputs");
@@ -223,14 +223,14 @@ std::vector<ValueId> append_backward(Graph& g, ValueId loss, const std::vector<V
                        " is used outside the function; return it as an output so its gradient is defined");
         }
       const Attrs none;
-      run_rule("custom:" + region.name, region.backward, region.inputs, region.outputs, none, {},
+      run_rule("custom:" + region.name, region.backward, region.inputs, region.outputs, none, {}, "",
                [](std::size_t) { return true; });
       n = region.first;  // skip the region's own nodes
     } else {
       const OpDef& def = OpRegistry::instance().get(node.op);
       GradFn rule = node.gradient.empty() ? def.grad : OpRegistry::instance().gradient(node.gradient);
       if (!rule) rule = missing_gradient(node.op);
-      run_rule(node.op, rule, node.inputs, node.outputs, node.attrs, node.target,
+      run_rule(node.op, rule, node.inputs, node.outputs, node.attrs, node.target, node.label,
                [&](std::size_t i) { return def.differentiable(i); });
     }
   }

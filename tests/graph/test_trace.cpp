@@ -161,7 +161,30 @@ TEST(Trace, DebugPrintShowsStatisticsOnlyWhenEnabled) {
   on({x});
   const std::string printed = testing::internal::GetCapturedStderr();
   set_debug_enabled(false);
-  const std::string line = "[debug] h: f32[4] mean=2 std=1 min=1 max=3 nan=1 inf=1\n";
+  const std::string line = "[debug] h: f32[4] mean=2 std=1 min=1 max=3 max|x|=3 nan=1 inf=1\n";
   EXPECT_EQ(printed, line + line);
   EXPECT_NE(on.graph().dump().find("debug_print(%0) {label=\"h\"}"), std::string::npos);
+}
+
+TEST(Trace, DebugPrintShowsTheGradientWhereBackwardComputesIt) {
+  // loss = sum(3 h) with h = debug_print(w): h's gradient is 3 everywhere, printed as "h.grad".
+  const Tensor w0 = Tensor::from_vector<float>({1, 2}, {2});
+  const std::string value = "[debug] h: f32[2] mean=1.5 std=0.5 min=1 max=2 max|x|=2 nan=0 inf=0\n";
+  const std::string grad = "[debug] h.grad: f32[2] mean=3 std=0 min=3 max=3 max|x|=3 nan=0 inf=0\n";
+  auto loss = [](const Var& w) { return sum(debug_print("h", w) * 3.0); };
+  set_debug_enabled(true);
+  Var w = Var::leaf(w0.clone(), "w");
+  testing::internal::CaptureStderr();
+  backward(loss(w));
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), value + grad);
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{3, 3}));
+  // Traced: the backward's print is a node of its own, labelled "h.grad".
+  w.zero_grad();
+  auto step = trace([&](const std::vector<Var>&) { return std::vector<Var>{loss(w)}; }, {}).with_gradients();
+  testing::internal::CaptureStderr();
+  step({});
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), value + grad);
+  set_debug_enabled(false);
+  EXPECT_NE(step.graph().dump().find("{label=\"h.grad\", backward}"), std::string::npos);
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{3, 3}));
 }

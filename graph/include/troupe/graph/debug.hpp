@@ -12,10 +12,11 @@ namespace troupe::graph {
 bool debug_enabled();
 /// Overrides the DEBUG switch (tests, embedding services).
 void set_debug_enabled(bool on);
-/// Summary line of `t`: name, dtype, shape, mean, std, min, max and the NaN/Inf counts.
+/// Summary line of `t`: name, dtype, shape, mean, std, min, max, max |x| and the NaN/Inf counts.
 std::string tensor_stats(const std::string& name, const Tensor& t);
 /// Returns x; when debugging, prints tensor_stats of it to stderr (now in eager mode, at each run in
-/// a traced graph, where it is an identity node labelled `name`).
+/// a traced graph, where it is an identity node labelled `name`), and those of its gradient as
+/// "<name>.grad" when backward computes it.
 Var debug_print(const std::string& name, const Var& x);
 
 }  // namespace troupe::graph

@@ -92,6 +92,7 @@ struct GradContext {
   const Attrs& attrs;
   const SymShape& target;
   std::vector<bool> needs_grad;
+  std::string label = {};  // the traced node's label (debug_print's name); empty on the eager tape
   /// The gradient of output `i`, or zeros of its shape when none arrived.
   Var grad_output(std::size_t i) const;
 };
