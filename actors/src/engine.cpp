@@ -37,11 +37,12 @@ class ActorProgram : public Program {
     stop(peers_->program.actor);
   }
 
-  void run_async(std::vector<Tensor> inputs, StepCallback done) override {
+  void run_async(std::vector<Tensor> inputs, StepCallback done, const kernels::RandomPosition& random) override {
     TROUPE_CHECK(done != nullptr, invalid_argument, "Program::run_async: the callback is empty");
     auto req = std::make_shared<RunRequest>();
     req->inputs = std::move(inputs);
     req->done = std::move(done);
+    req->random = random;
     tell_from_outside(caller_, peers_->program, SendTag{"run", 0}, run_atom::value, RunRequestPtr(std::move(req)));
   }
 
@@ -69,17 +70,22 @@ class ActorProgram : public Program {
 
 }  // namespace
 
-std::future<StepResult> Program::run_async(std::vector<Tensor> inputs) {
+std::future<StepResult> Program::run_async(std::vector<Tensor> inputs, const kernels::RandomPosition& random) {
   auto promise = std::make_shared<std::promise<StepResult>>();
   std::future<StepResult> future = promise->get_future();
-  run_async(std::move(inputs), [promise](StepResult* r, std::exception_ptr e) {
-    if (e) promise->set_exception(e);
-    else promise->set_value(std::move(*r));
-  });
+  run_async(
+      std::move(inputs),
+      [promise](StepResult* r, std::exception_ptr e) {
+        if (e) promise->set_exception(e);
+        else promise->set_value(std::move(*r));
+      },
+      random);
   return future;
 }
 
-StepResult Program::run(std::vector<Tensor> inputs) { return run_async(std::move(inputs)).get(); }
+StepResult Program::run(std::vector<Tensor> inputs, const kernels::RandomPosition& random) {
+  return run_async(std::move(inputs), random).get();
+}
 
 Engine::Engine(EngineOptions options) : impl_(std::make_shared<Impl>()) {
   const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());

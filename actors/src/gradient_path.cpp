@@ -113,7 +113,7 @@ GradientActors spawn_gradient_path(caf::actor_system& sys, const graph::TracedFu
     std::vector<Tensor> parameters(plan.sinks.size());
     for (std::size_t k = 0; k < plan.sinks.size(); ++k)
       if (plan.sink_param[k] >= 0) parameters[k] = fn.parameters()[static_cast<std::size_t>(plan.sink_param[k])].tensor();
-    path.zero = std::make_shared<ZeroShard>(path.buckets, parameters, *names, plan.sink_param, *options.optimizers[0],
+    path.zero = std::make_shared<ZeroShard>(path.buckets, parameters, *names, plan.sink_param, options.optimizers[0],
                                             options.data_parallel.zero_group);
   }
 

@@ -25,6 +25,7 @@ namespace troupe::actors {
 struct RunRequest {
   std::vector<Tensor> inputs;
   StepCallback done;
+  kernels::RandomPosition random;  // where the step's random ops draw (Program::run_async)
 };
 using RunRequestPtr = std::shared_ptr<RunRequest>;
 

@@ -23,7 +23,7 @@ class OpKind : public NodeKind {
     HandlerTrace trace(node.track(), "compute", 0, node.step(), mb);
     return naming(node, mb, [&] {
       const std::vector<Shape> shapes = output_shapes(node, mb);
-      return std::make_shared<const std::vector<Tensor>>(def_->run(inputs(node), context(shapes)));
+      return std::make_shared<const std::vector<Tensor>>(def_->run(inputs(node), context(node, mb, shapes)));
     });
   }
 
@@ -35,7 +35,7 @@ class OpKind : public NodeKind {
     HandlerTrace trace(node.track(), "compute", 0, node.step(), mb);
     graph::CollectiveCall call = naming(node, mb, [&] {
       const std::vector<Shape> shapes = output_shapes(node, mb);
-      return def_->start(inputs(node), context(shapes));
+      return def_->start(inputs(node), context(node, mb, shapes));
     });
     const auto* group = dynamic_cast<const CommunicatorGroup*>(call.group.get());
     const std::uint32_t track = group ? group->track() : node.track();
@@ -86,8 +86,8 @@ class OpKind : public NodeKind {
     for (graph::ValueId o : node_->outputs) shapes.push_back(graph::bind(graph_->value(o).info.shape, bindings));
     return shapes;
   }
-  graph::ComputeContext context(const std::vector<Shape>& shapes) const {
-    return graph::ComputeContext{node_->attrs, shapes, dtypes_, node_->label};
+  graph::ComputeContext context(const Node& node, int mb, const std::vector<Shape>& shapes) const {
+    return graph::ComputeContext{node_->attrs, shapes, dtypes_, node_->label, node.ctx().random[static_cast<std::size_t>(mb)]};
   }
 
   std::shared_ptr<const graph::Graph> graph_;

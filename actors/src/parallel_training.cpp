@@ -10,6 +10,8 @@
 #include "troupe/actors/gradient_stats.hpp"
 #include "troupe/actors/planner.hpp"
 #include "troupe/graph/autodiff.hpp"
+#include "troupe/graph/dropout.hpp"
+#include "troupe/graph/ops.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/kernels/optim.hpp"
 #include "troupe/plan/link.hpp"
@@ -68,10 +70,13 @@ ParallelTraining::ParallelTraining(TrainingProblem problem, ParallelConfig confi
   check_settings();
   config_.dp = dp_;
   config_.tp = tp_;
-  config_.micro_batches = static_cast<int>(std::clamp<std::int64_t>(config_.micro_batches, 1, replica_batch()));
+  config_.micro_batches =
+      static_cast<int>(std::clamp<std::int64_t>(config_.micro_batches, 1, replica_batch() / config_.accumulation));
   make_groups();
   optimizer_ = problem_.optimizer(problem_.model->parameters());
   stepped_ = optimizer_;
+  for (std::size_t g = 0; g < optimizer_->groups(); ++g) peaks_.push_back(optimizer_->lr(g));
+  config_.lr_schedule.check(peaks_.at(0));
   data_parallel_.communicator = allreduce_;
   data_parallel_.fusion_mb = config_.bucket_mb > 0 ? config_.bucket_mb : 64;
   if (config_.bucket_mb == 0 && allreduce_) {
@@ -83,6 +88,7 @@ ParallelTraining::ParallelTraining(TrainingProblem problem, ParallelConfig confi
   data_parallel_.zero = zero_group_ != nullptr;
   data_parallel_.zero_group = zero_group_;
   data_parallel_.overlap = config_.overlap;
+  data_parallel_.gradients_mean = config_.gradients_mean;
   if (tp_ > 1) shard_step();
   compile();
   // ZeRO-1: each rank takes its slices of the (fresh) optimizer state.
@@ -163,6 +169,9 @@ void ParallelTraining::check_settings() const {
                ranks, " -- ...");
   TROUPE_CHECK(problem_.global_batch % dp_ == 0, invalid_argument, "the global batch of ", problem_.global_batch,
                " rows does not split among ", dp_, " data-parallel replicas; give a batch that ", dp_, " divides");
+  TROUPE_CHECK(config_.accumulation >= 1 && replica_batch() % config_.accumulation == 0, invalid_argument,
+               "gradient accumulation over ", config_.accumulation, " batches needs a replica's ", replica_batch(),
+               " rows to split into that many equal batches; give an accumulation count that divides them");
 }
 
 void ParallelTraining::make_groups() {
@@ -213,7 +222,9 @@ void ParallelTraining::compile() {
   if (config_.jit_level == 0) return;
   engine_ = std::make_unique<Engine>(EngineOptions{static_cast<std::size_t>(config_.threads)});
   ProgramOptions po;
-  po.micro_batches = config_.micro_batches;
+  // Accumulation runs its batches' micro-batches through the same step, one after another as the
+  // registers free, their gradients adding up before the one update.
+  po.micro_batches = config_.micro_batches * config_.accumulation;
   po.optimizers = {stepped_};
   po.clip_grad_norm = config_.clip;
   po.clip_mode = config_.overlap ? ClipMode::parallel : ClipMode::naive;
@@ -247,9 +258,16 @@ StepReport ParallelTraining::step(const std::vector<Tensor>& batch) {
     const std::int64_t r = dp_rank(), rows = replica_batch();
     for (Tensor& t : inputs) t = t.slice(0, r * rows, (r + 1) * rows).contiguous();
   }
-  if (!program_) return run_eager(inputs);
+  schedule_lr(steps_ + 1);
+  if (!program_) {
+    StepReport out = run_eager(inputs);
+    ++steps_;
+    return out;
+  }
   StepReport out;
-  const StepResult r = program_->run(inputs);
+  const StepResult r = program_->run(inputs, {config_.seed, static_cast<std::uint64_t>(steps_ + 1), dp_rank() * replica_batch()});
+  ++steps_;
+  out.lr = stepped_->lr(0);
   out.loss = r.outputs[0].item();
   out.bucket_squared_norms = r.bucket_squared_norms;
   out.comm_ms = r.comm_ms;
@@ -282,23 +300,56 @@ StepReport ParallelTraining::step(const std::vector<Tensor>& batch) {
   return out;
 }
 
+void ParallelTraining::set_steps(std::int64_t steps) {
+  TROUPE_CHECK(steps >= 0, invalid_argument, "parallel training: cannot continue after ", steps, " steps");
+  steps_ = steps;
+}
+
+double ParallelTraining::next_lr() const {
+  return config_.lr_schedule.active() ? config_.lr_schedule.lr(peaks_.at(0), steps_ + 1) : stepped_->lr(0);
+}
+
+void ParallelTraining::schedule_lr(std::int64_t update) {
+  if (!config_.lr_schedule.active()) return;
+  // Group 0 follows the schedule; the others keep their ratio to it (the floor scaled alike).
+  const double first = config_.lr_schedule.lr(peaks_.at(0), update);
+  for (std::size_t g = 0; g < peaks_.size(); ++g) {
+    const double lr = g == 0 ? first : (peaks_[0] > 0 ? first * peaks_[g] / peaks_[0] : 0.0);
+    optimizer_->set_lr(lr, g);
+    stepped_->set_lr(lr, g);
+  }
+}
+
 StepReport ParallelTraining::run_eager(const std::vector<Tensor>& inputs) {
   StepReport out;
   graph::Module& model = *problem_.model;
   optimizer_->zero_grad();
-  const graph::Var loss = problem_.loss(std::vector<graph::Var>(inputs.begin(), inputs.end()))[0];
-  graph::backward(loss);
+  // Accumulation: each batch's loss weighted by its share of the rows, its gradients added to the
+  // others' on the parameters (backward accumulates), as the program's micro-batches are.
+  const std::int64_t parts = config_.accumulation, rows = inputs.at(0).shape().at(0), each = rows / parts;
+  Tensor loss_value;
+  double mean_loss = 0;
+  for (std::int64_t k = 0; k < parts; ++k) {
+    std::vector<graph::Var> part;
+    for (const Tensor& t : inputs) part.emplace_back(parts == 1 ? t : t.slice(0, k * each, (k + 1) * each).contiguous());
+    // Dropout draws as the program's micro-batches do: from this part's rows of the global batch on.
+    const graph::RandomScope position({config_.seed, static_cast<std::uint64_t>(steps_ + 1), dp_rank() * replica_batch() + k * each});
+    const graph::Var loss = problem_.loss(part)[0];
+    graph::backward(parts == 1 ? loss : loss * (1.0 / static_cast<double>(parts)));
+    if (parts == 1) loss_value = loss.tensor().contiguous().clone();
+    mean_loss += loss.tensor().item() / static_cast<double>(parts);
+  }
+  if (parts > 1) loss_value = Tensor::scalar(mean_loss, DType::f32);
   std::map<std::string, Tensor> grads;
   for (const auto& [name, p] : model.named_parameters())
     if (p.grad().defined()) grads[name] = p.grad();
-  Tensor loss_value = loss.tensor().contiguous().clone();
   if (allreduce_) {
     // Eager data parallel: the plain path, one AllReduce per gradient after backward.
     allreduce_
         ->submit([&](transport::ProcessGroup& g) {
           for (auto& [name, t] : grads) {
             t = t.contiguous().clone();
-            g.all_reduce(t, transport::ReduceOp::mean);
+            g.all_reduce(t, config_.gradients_mean ? transport::ReduceOp::mean : transport::ReduceOp::sum);
           }
           g.all_reduce(loss_value, transport::ReduceOp::mean);
         })
@@ -308,6 +359,7 @@ StepReport ParallelTraining::run_eager(const std::vector<Tensor>& inputs) {
   }
   if (config_.measure_gradients) std::tie(out.grad_norm, out.grad_variance) = gradient_stats(grads);
   if (config_.clip > 0) graph::clip_grad_norm(model.parameters(), config_.clip);
+  out.lr = optimizer_->lr(0);
   optimizer_->step();
   optimizer_->zero_grad();
   out.loss = loss_value.item();

@@ -126,7 +126,7 @@ void start_next(Self* self) {
     StepContextPtr ctx;
     try {
       if (unwritten) std::rethrow_exception(unwritten);
-      ctx = make_step_context(*s.setup, s.step, s.current->inputs, s.bucket_buffers, s.step_values);
+      ctx = make_step_context(*s.setup, s.step, s.current->inputs, s.current->random, s.bucket_buffers, s.step_values);
     } catch (...) {
       answer(std::exchange(s.current, nullptr), nullptr, std::current_exception());
       continue;

@@ -34,9 +34,11 @@ ProgramActor spawn_program_actor(caf::actor_system& sys, std::shared_ptr<const P
 /// The context of step `step` on `inputs`: split into micro-batches, parameters snapshotted, the
 /// step nodes computed into `step_values` and bucket buffers taken from `bucket_buffers` (both the
 /// program's, kept between steps: steps run one at a time and the last one's readers are done;
-/// made where undefined), its planned memory begun (step_context.cpp). Throws a troupe::Error
+/// made where undefined), its planned memory begun, its micro-batches' random ops drawing at
+/// `random` from their own rows on (step_context.cpp). Throws a troupe::Error
 /// naming an input that cannot be split.
 StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, const std::vector<Tensor>& inputs,
-                                 std::vector<Tensor>& bucket_buffers, std::vector<Tensor>& step_values);
+                                 const kernels::RandomPosition& random, std::vector<Tensor>& bucket_buffers,
+                                 std::vector<Tensor>& step_values);
 
 }  // namespace troupe::actors

@@ -68,7 +68,8 @@ Tensor step_value(const graph::Graph& g, const StepNode& s, const std::vector<Te
 }  // namespace
 
 StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, const std::vector<Tensor>& inputs,
-                                 std::vector<Tensor>& bucket_buffers, std::vector<Tensor>& step_values) {
+                                 const kernels::RandomPosition& random, std::vector<Tensor>& bucket_buffers,
+                                 std::vector<Tensor>& step_values) {
   const graph::Graph& g = setup.fn->graph();
   const graph::SymBindings whole = graph::bind_inputs(g, inputs);  // whole-batch check first: its errors name the user's shapes
   auto ctx = std::make_shared<StepContext>();
@@ -80,9 +81,13 @@ StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, 
     ctx->inputs = {inputs};
     ctx->bindings = {whole};
     ctx->weights = {1.0};
+    ctx->random = {random};
   } else {
     std::int64_t begin = 0;
     for (std::int64_t size : sizes) {
+      kernels::RandomPosition at = random;
+      at.first_row += begin;
+      ctx->random.push_back(at);
       std::vector<Tensor> part;
       for (const Tensor& t : inputs) part.push_back(t.slice(0, begin, begin + size).contiguous());
       ctx->bindings.push_back(graph::bind_inputs(g, part));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "troupe/graph/sym_shape.hpp"
+#include "troupe/kernels/dropout.hpp"
 #include "troupe/kernels/tensor.hpp"
 
 namespace troupe::actors {
@@ -22,6 +23,7 @@ struct StepContext {
   std::vector<Tensor> parameters;            // in the order of the graph's parameters
   std::vector<graph::SymBindings> bindings;  // [micro-batch]: symbol sizes (micro-batches may differ in rows)
   std::vector<double> weights;               // [micro-batch]: its share of the batch's rows (they sum to 1)
+  std::vector<kernels::RandomPosition> random;  // [micro-batch]: where its random ops draw (first_row: its own rows')
   // Data parallel: one flat buffer per gradient bucket, the program's (kept between steps); a gradient stage
   // writes its finished gradient straight into its slice (PyTorch DDP's gradient-as-bucket-view),
   // so the AllReduce needs no copy.

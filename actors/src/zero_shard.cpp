@@ -10,9 +10,9 @@
 namespace troupe::actors {
 
 ZeroShard::ZeroShard(std::shared_ptr<const BucketLayout> buckets, const std::vector<Tensor>& parameters,
-                     const std::vector<std::string>& names, const std::vector<int>& indices, const graph::Optimizer& optimizer,
+                     const std::vector<std::string>& names, const std::vector<int>& indices, std::shared_ptr<const graph::Optimizer> optimizer,
                      std::shared_ptr<transport::Communicator> group)
-    : buckets_(std::move(buckets)), parameters_(parameters), names_(names), group_(std::move(group)),
+    : buckets_(std::move(buckets)), parameters_(parameters), names_(names), source_(std::move(optimizer)), group_(std::move(group)),
       gathered_(buckets_->buckets.size(), 1), track_(Tracer::instance().register_actor("communicator " + group_->name())) {
   for (std::size_t b = 0; b < buckets_->buckets.size(); ++b) {
     const auto [lo, hi] = slice(b);
@@ -33,7 +33,7 @@ ZeroShard::ZeroShard(std::shared_ptr<const BucketLayout> buckets, const std::vec
                          e.offset + begin});
     }
   }
-  optimizer_ = optimizer.regrouped([&](const std::vector<graph::Var>& group) {
+  optimizer_ = source_->regrouped([&](const std::vector<graph::Var>& group) {
     std::vector<graph::Var> out;
     for (const Piece& piece : pieces_)
       if (std::any_of(group.begin(), group.end(), [&](const graph::Var& p) { return p.name() == piece.name; }))
@@ -112,6 +112,7 @@ void ZeroShard::step(const std::map<std::string, Tensor>& gradients) {
     const Tensor& g = it->second;
     piece.var.set_grad(g.reshape({g.numel()}).slice(0, piece.begin, piece.end));
   }
+  for (std::size_t g = 0; g < source_->groups(); ++g) optimizer_->set_lr(source_->lr(g), g);
   optimizer_->step();
   optimizer_->zero_grad();
   ++steps_;

@@ -40,14 +40,15 @@ class ZeroShard : public ZeroState {
   /// `optimizer` is the user's, over the whole parameters; `group` the ranks of the data-parallel
   /// communicator, for the all-gather.
   ZeroShard(std::shared_ptr<const BucketLayout> buckets, const std::vector<Tensor>& parameters,
-            const std::vector<std::string>& names, const std::vector<int>& indices, const graph::Optimizer& optimizer,
+            const std::vector<std::string>& names, const std::vector<int>& indices, std::shared_ptr<const graph::Optimizer> optimizer,
             std::shared_ptr<transport::Communicator> group);
   /// Waits for an all-gather still writing the parameters.
   ~ZeroShard() override;
   /// Elements [begin, end) of bucket `b`'s flat buffer that this rank reduces and updates.
   std::pair<std::int64_t, std::int64_t> slice(std::size_t b) const;
   /// Updates this rank's pieces from `gradients` (whole-shaped, by parameter name: views of the
-  /// reduced buckets), then starts the all-gather of the parameters from every rank's pieces.
+  /// reduced buckets) at the user's optimizer's learning rates as they are now (a schedule sets
+  /// them there between steps), then starts the all-gather of the parameters from every rank's pieces.
   void step(const std::map<std::string, Tensor>& gradients);
   /// Runs after an update, once its all-gather is over.
   using Then = std::function<void(std::exception_ptr)>;
@@ -87,6 +88,7 @@ class ZeroShard : public ZeroState {
                      const std::function<Tensor(std::size_t sink)>& whole_value) const;
   std::shared_ptr<graph::Optimizer> optimizer_;
   std::vector<std::string> names_;  // per sink
+  std::shared_ptr<const graph::Optimizer> source_;  // the user's, whose learning rates each update takes
   std::int64_t steps_ = 0;          // updates so far (the same on every rank)
   std::shared_ptr<transport::Communicator> group_;
   std::vector<int> bucket_of_;      // per program parameter: its bucket, or -1

@@ -14,6 +14,7 @@
 #include "expect_error.hpp"
 #include "kernels/reference.hpp"
 #include "troupe/actors/parallel_training.hpp"
+#include "troupe/kernels/elementwise.hpp"
 #include "troupe/models/gpt_placement.hpp"
 
 using namespace troupe;
@@ -31,9 +32,12 @@ struct State {
 // The losses of steps [from, to) of a run of `config` on `devices` virtual devices, starting from
 // `start` (the model's initial weights when empty), and the whole state it leaves.
 struct Training {
-  std::vector<double> losses;
+  std::vector<double> losses, lrs;
   State end;
 };
+
+// Plain SGD (lr 0.1) instead of the tiny model's AdamW, whose update does not see a gradient's scale.
+bool g_sgd = false;
 
 Training train(const actors::ParallelConfig& config, int devices, int from, int to, const State& start = {}) {
   const std::vector<std::shared_ptr<actors::Job>> jobs = actors::Job::virtual_devices(devices);
@@ -50,15 +54,22 @@ Training train(const actors::ParallelConfig& config, int devices, int from, int 
       problem.loss = [&model](const std::vector<graph::Var>& in) { return std::vector<graph::Var>{model.loss(in[0], in[1])}; };
       problem.signature = {{"ids", {b, 8}, DType::i64}, {"targets", {b, 8}, DType::i64}};
       problem.global_batch = kBatch;
-      problem.optimizer = [](const std::vector<graph::Var>& parameters) {
-        return std::make_shared<graph::AdamW>(parameters, test::tiny_gpt_adamw());
+      problem.optimizer = [](const std::vector<graph::Var>& parameters) -> std::shared_ptr<graph::Optimizer> {
+        if (!g_sgd) return std::make_shared<graph::AdamW>(parameters, test::tiny_gpt_adamw());
+        kernels::SgdParams plain;
+        plain.lr = 0.1;
+        return std::make_shared<graph::SGD>(parameters, plain);
       };
       problem.placement = models::megatron_gpt_policy(4);
       actors::ParallelTraining training(problem, config, jobs[static_cast<std::size_t>(d)]);
       if (!start.optimizer.empty()) training.load_optimizer_state(start.optimizer);
+      training.set_steps(from);
       Training& run = runs[static_cast<std::size_t>(d)];
-      for (int s = from; s < to; ++s)
-        run.losses.push_back(training.step({test::tiny_gpt_tokens(kBatch, 100 + s), test::tiny_gpt_tokens(kBatch, 200 + s)}).loss);
+      for (int s = from; s < to; ++s) {
+        const actors::StepReport r = training.step({test::tiny_gpt_tokens(kBatch, 100 + s), test::tiny_gpt_tokens(kBatch, 200 + s)});
+        run.losses.push_back(r.loss);
+        run.lrs.push_back(r.lr);
+      }
       training.gather_parameters();
       run.end.optimizer = training.optimizer_state();
       for (const auto& [name, t] : model.state_dict()) run.end.weights[name] = t.clone();
@@ -114,6 +125,95 @@ TEST(ParallelTraining, ACheckpointOfOneLayoutResumesUnderAnother) {
   const Training hybrid_rest = train(settings(2, 2, 1), 4, 2, kSteps, single_half.end);
   expect_close(hybrid_rest.losses, rest, "dp2 x tp2 after one process");
   expect_close(hybrid_rest.end, single.end);
+}
+
+// Warm-up then cosine decay: every update's rate as the schedule says, the same training under
+// dp 2 x tp 2 with ZeRO-1 (whose slices' optimizer takes the rates too), and a resumed run
+// continuing the curve where the checkpoint left it.
+TEST(ParallelTraining, ALearningRateScheduleSetsEveryUpdatesRateUnderAnyLayout) {
+  const double peak = test::tiny_gpt_adamw().lr;
+  actors::ParallelConfig config = settings(1, 1, 0);
+  config.lr_schedule = {graph::LrDecay::cosine, 2, kSteps, peak / 10};
+  const Training single = train(config, 1, 0, kSteps);
+  const std::vector<double> want{peak / 2, peak, peak / 10 + (peak - peak / 10) * 0.5, peak / 10};
+  ASSERT_EQ(single.lrs.size(), want.size());
+  for (std::size_t s = 0; s < want.size(); ++s) EXPECT_NEAR(single.lrs[s], want[s], 1e-15) << "update " << s + 1;
+  const Training constant = train(settings(1, 1, 0), 1, 0, kSteps);
+  EXPECT_EQ(constant.lrs, std::vector<double>(kSteps, peak));
+  double moved = 0;  // the schedule changed the training
+  for (const auto& [name, t] : single.end.weights) moved = std::max(moved, test::scaled_max_error(constant.end.weights.at(name), t));
+  EXPECT_GT(moved, 1e-2);
+
+  actors::ParallelConfig hybrid = settings(2, 2, 1);
+  hybrid.lr_schedule = config.lr_schedule;
+  const Training parallel = train(hybrid, 4, 0, kSteps);
+  EXPECT_EQ(parallel.lrs, single.lrs);
+  expect_close(parallel.losses, single.losses, "loss");
+  expect_close(parallel.end, single.end);
+
+  const Training half = train(config, 1, 0, 2);
+  const Training rest = train(hybrid, 4, 2, kSteps, half.end);
+  EXPECT_EQ(rest.lrs, std::vector<double>(single.lrs.begin() + 2, single.lrs.end()));
+  expect_close(rest.losses, std::vector<double>(single.losses.begin() + 2, single.losses.end()), "resumed loss");
+  expect_close(rest.end, single.end);
+}
+
+// Two accumulated batches of two rows make the update one batch of four makes, on the actor
+// runtime and eagerly; an accumulation count that does not divide a replica's rows is refused.
+TEST(ParallelTraining, AccumulatedBatchesMakeTheUpdateOfOneBatch) {
+  actors::ParallelConfig whole = settings(1, 1, 0);
+  whole.micro_batches = 1;
+  const Training one = train(whole, 1, 0, kSteps);
+  actors::ParallelConfig accumulated = whole;
+  accumulated.accumulation = 2;
+  for (int jit : {1, 0}) {
+    SCOPED_TRACE("JIT level " + std::to_string(jit));
+    accumulated.jit_level = jit;
+    const Training acc = train(accumulated, 1, 0, kSteps);
+    expect_close(acc.losses, one.losses, "loss");
+    expect_close(acc.end, one.end);
+  }
+  accumulated.jit_level = 1;
+  accumulated.dp = 2;
+  accumulated.zero = 1;
+  const Training dp = train(accumulated, 2, 0, kSteps);
+  expect_close(dp.losses, one.losses, "dp 2 loss");
+  expect_close(dp.end, one.end);
+  accumulated.accumulation = 3;
+  accumulated.dp = 1;
+  accumulated.zero = 0;
+  const std::vector<std::shared_ptr<actors::Job>> jobs = actors::Job::virtual_devices(1);
+  Generator gen(7);
+  test::TinyGpt model(gen);
+  actors::TrainingProblem problem;
+  problem.model = &model;
+  problem.loss = [&model](const std::vector<graph::Var>& in) { return std::vector<graph::Var>{model.loss(in[0], in[1])}; };
+  problem.signature = {{"ids", {graph::SymDim::symbol("batch"), 8}, DType::i64}, {"targets", {graph::SymDim::symbol("batch"), 8}, DType::i64}};
+  problem.global_batch = kBatch;
+  problem.optimizer = [](const std::vector<graph::Var>& p) { return std::make_shared<graph::AdamW>(p, test::tiny_gpt_adamw()); };
+  test::expect_error_mentions([&] { actors::ParallelTraining(problem, accumulated, jobs[0]); },
+                              {"accumulation over 3 batches", "4 rows"});
+}
+
+// gradients_mean off: the replicas' gradients are summed, so plain SGD moves every weight twice
+// as far with two replicas as with their mean.
+TEST(ParallelTraining, GradientsSumOverTheReplicasWhenNotAveraged) {
+  g_sgd = true;
+  actors::ParallelConfig mean = settings(2, 1, 0);
+  mean.clip = 0;
+  const Training averaged = train(mean, 2, 0, 1);
+  actors::ParallelConfig sum = mean;
+  sum.gradients_mean = false;
+  const Training summed = train(sum, 2, 0, 1);
+  g_sgd = false;
+  Generator gen(7);
+  test::TinyGpt model(gen);
+  for (const auto& [name, w0] : model.state_dict()) {
+    const Tensor step_mean = kernels::sub(averaged.end.weights.at(name), w0);
+    const Tensor twice = kernels::add(step_mean, step_mean);
+    EXPECT_LE(test::scaled_max_error(kernels::sub(summed.end.weights.at(name), w0), twice), 1e-4) << name;
+  }
+  EXPECT_NEAR(summed.losses[0], averaged.losses[0], 1e-6);  // the loss is the replicas' mean either way
 }
 
 TEST(ParallelTraining, SettingsItCannotRunAreRefusedOnEveryDevice) {

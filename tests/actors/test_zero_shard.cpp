@@ -46,7 +46,7 @@ TEST(ZeroShard, AReaderIsToldWhenItsBucketIsWrittenAndASilentPeerIsNamed) {
     const graph::Var w = graph::Var::leaf(weights[static_cast<std::size_t>(r)], "w");
     kernels::SgdParams plain;
     plain.lr = 1.0;
-    graph::SGD sgd({w}, plain);
+    auto sgd = std::make_shared<graph::SGD>(std::vector<graph::Var>{w}, plain);
     shards.push_back(std::make_unique<ZeroShard>(one_bucket(), std::vector<Tensor>{w.tensor()}, std::vector<std::string>{"w"},
                                                  std::vector<int>{0}, sgd, groups[static_cast<std::size_t>(r)]));
   }

@@ -19,9 +19,8 @@ struct TinyGpt : graph::Module {
     head = register_module("head", std::make_shared<Linear>(16, 32, gen, false));
   }
   graph::Var loss(const graph::Var& ids, const graph::Var& targets) {
-    using graph::SymDim;
-    return cross_entropy((*head)((*ln_f)((*blocks)((*wte)(ids)))).reshape({SymDim::symbol("batch") * 8, 32}),
-                         targets.reshape({SymDim::symbol("batch") * 8}));
+    const graph::SymDim rows = ids.size(0) * 8;  // symbolic when traced, a number when eager
+    return cross_entropy((*head)((*ln_f)((*blocks)((*wte)(ids)))).reshape({rows, 32}), targets.reshape({rows}));
   }
   /// The traced training step: the loss of (ids, targets) [batch, 8] and its gradients, in `amp`'s precision.
   graph::TracedFunction step(const graph::AmpOptions& amp = {}) {

@@ -1,11 +1,13 @@
 // Optimizers: parameter groups, per-parameter state and steps, resuming from a state dict, refusing
-// bad input, and actually training a small model.
+// bad input, and actually training a small model; learning-rate schedules.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "kernels/reference.hpp"
+#include "expect_error.hpp"
 #include "troupe/graph/autodiff.hpp"
+#include "troupe/graph/lr_schedule.hpp"
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/optim.hpp"
@@ -190,4 +192,36 @@ TEST(Optim, ClipGradNormScalesToTheThreshold) {
   EXPECT_NEAR(gb[1], 1.2, 1e-6);
   EXPECT_FALSE(unused.grad().defined());
   EXPECT_THROW(clip_grad_norm({a}, 0.0), Error);
+}
+
+// nanoGPT's curve: a linear warm-up to the peak, a half cosine to the floor, the floor after.
+TEST(LrSchedule, WarmsUpThenDecaysToTheFloor) {
+  const LrSchedule cosine{LrDecay::cosine, 4, 12, 0.1};
+  EXPECT_DOUBLE_EQ(cosine.lr(1.0, 0), 0.0);
+  EXPECT_DOUBLE_EQ(cosine.lr(1.0, 1), 0.25);
+  EXPECT_DOUBLE_EQ(cosine.lr(1.0, 4), 1.0);
+  EXPECT_DOUBLE_EQ(cosine.lr(1.0, 8), 0.1 + 0.9 * 0.5);  // half-way down
+  EXPECT_NEAR(cosine.lr(1.0, 6), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI / 4)), 1e-15);
+  EXPECT_DOUBLE_EQ(cosine.lr(1.0, 12), 0.1);
+  EXPECT_DOUBLE_EQ(cosine.lr(1.0, 1000), 0.1);
+  const LrSchedule linear{LrDecay::linear, 0, 10, 0.0};
+  EXPECT_DOUBLE_EQ(linear.lr(2.0, 1), 2.0 * 0.9);
+  EXPECT_DOUBLE_EQ(linear.lr(2.0, 5), 1.0);
+  EXPECT_DOUBLE_EQ(linear.lr(2.0, 10), 0.0);
+  const LrSchedule warmup_only{LrDecay::constant, 2, 0, 0.0};
+  EXPECT_TRUE(warmup_only.active());
+  EXPECT_DOUBLE_EQ(warmup_only.lr(0.5, 1), 0.25);
+  EXPECT_DOUBLE_EQ(warmup_only.lr(0.5, 99), 0.5);
+  EXPECT_FALSE(LrSchedule{}.active());
+  EXPECT_EQ(parse_lr_decay("cosine"), LrDecay::cosine);
+  EXPECT_STREQ(lr_decay_name(LrDecay::linear), "linear");
+}
+
+TEST(LrSchedule, SettingsThatDescribeNoScheduleAreRefused) {
+  test::expect_error_mentions([] { parse_lr_decay("exp"); }, {"unknown learning-rate schedule 'exp'", "cosine"});
+  test::expect_error_mentions([] { LrSchedule{LrDecay::cosine, 0, 10, 0.5}.lr(0.1, 1); },
+                              {"floor 0.5", "peak rate 0.1", "--min-lr"});
+  test::expect_error_mentions([] { LrSchedule{LrDecay::linear, 10, 10, 0}.lr(0.1, 1); },
+                              {"linear decay ends at step 10", "10 warm-up steps"});
+  test::expect_error_mentions([] { LrSchedule{LrDecay::constant, -1, 0, 0}.check(0.1); }, {"warm-up of -1 steps"});
 }

@@ -24,6 +24,7 @@
 #include "troupe/actors/step_report.hpp"
 #include "troupe/actors/tensor_parallel.hpp"
 #include "troupe/graph/amp.hpp"
+#include "troupe/graph/lr_schedule.hpp"
 #include "troupe/graph/module.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/graph/trace.hpp"
@@ -51,6 +52,15 @@ struct ParallelConfig {
   bool overlap = true;        // false: the textbook path, one AllReduce per gradient after backward and a naive clip norm
   double clip = 0;            // global gradient-norm clipping threshold (0: off)
   int micro_batches = 1;      // per step, flowing through the actors concurrently
+  /// Gradient accumulation: each step's rows on a replica run as this many consecutive batches
+  /// (each of micro_batches micro-batches) whose gradients add up into one update, as one batch of
+  /// all the rows would give. The register protocol lets two micro-batches overlap, so the
+  /// activations held are about two batches' whatever the count (gpt-mini, batch 8: 113 MB alone,
+  /// 214 MB accumulating 4, 315 MB as one batch of 32).
+  int accumulation = 1;
+  bool gradients_mean = true; // average the replicas' gradients (false: sum them), the article's gradients_mean
+  graph::LrSchedule lr_schedule;  // each update's learning rate from the optimizer's own (the peak); constant: unchanged
+  std::uint64_t seed = 0;     // what dropout draws from, with the step and each row's place in the global batch
   int threads = 1;            // the engine's scheduler threads
   int jit_level = 1;          // the passes (graph::jit_level); 0: eager steps without actors (dp alone)
   graph::AmpOptions amp;      // mixed precision of the traced step
@@ -111,6 +121,12 @@ class ParallelTraining {
   int tp() const { return tp_; }
   int dp_rank() const;
   int tp_rank() const;
+  /// Updates taken so far: set_steps' count plus the steps run since.
+  std::int64_t steps() const { return steps_; }
+  /// Continues a resumed run after `steps` updates (the learning-rate schedule's position).
+  void set_steps(std::int64_t steps);
+  /// The learning rate (group 0's) the next step's update will use.
+  double next_lr() const;
   /// Rows of this replica's share of a step's batch.
   std::int64_t replica_batch() const { return problem_.global_batch / dp_; }
   /// How the job was started ("troupe-launch", "virtual devices", ...).
@@ -157,6 +173,8 @@ class ParallelTraining {
   void shard_step();
   void compile();
   StepReport run_eager(const std::vector<Tensor>& inputs);
+  // Sets the optimizers' rates for update `update` from the schedule and the peaks.
+  void schedule_lr(std::int64_t update);
   std::vector<std::string> compare_bucket_norms(const std::vector<double>& squared_norms);
 
   TrainingProblem problem_;
@@ -175,6 +193,8 @@ class ParallelTraining {
   std::shared_ptr<graph::GradScaler> scaler_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Program> program_;
+  std::vector<double> peaks_;  // each group's learning rate as the optimizer factory made it
+  std::int64_t steps_ = 0;
 };
 
 }  // namespace troupe::actors

@@ -15,6 +15,7 @@
 #include "troupe/graph/grad_scaler.hpp"
 #include "troupe/graph/arena_layouts.hpp"
 #include "troupe/graph/optim.hpp"
+#include "troupe/kernels/dropout.hpp"
 #include "troupe/kernels/tensor.hpp"
 
 namespace troupe::transport {
@@ -141,12 +142,16 @@ class Program {
  public:
   virtual ~Program() = default;
   /// Starts a step on `inputs` (in signature order). The callback runs on an actor thread: keep it
-  /// short, and do not destroy the program (or its engine) from inside it.
-  virtual void run_async(std::vector<Tensor> inputs, StepCallback done) = 0;
+  /// short, and do not destroy the program (or its engine) from inside it. Random ops (dropout)
+  /// draw at `random`: its first_row is the inputs' row 0 in the step's global batch, and each
+  /// micro-batch draws from its own rows on.
+  virtual void run_async(std::vector<Tensor> inputs, StepCallback done, const kernels::RandomPosition& random) = 0;
+  /// run_async drawing at the zero position (inference, and steps without random ops).
+  void run_async(std::vector<Tensor> inputs, StepCallback done) { run_async(std::move(inputs), std::move(done), {}); }
   /// Starts a step and returns a future of its result (a failed step rethrows its troupe::Error).
-  std::future<StepResult> run_async(std::vector<Tensor> inputs);
+  std::future<StepResult> run_async(std::vector<Tensor> inputs, const kernels::RandomPosition& random = {});
   /// Runs a step and waits for it.
-  StepResult run(std::vector<Tensor> inputs);
+  StepResult run(std::vector<Tensor> inputs, const kernels::RandomPosition& random = {});
   /// Number of actors the graph was lowered to, by kind ("input", "op", "gradient", "output", "optimizer",
   /// "clip", "bucket", "communicator").
   virtual std::map<std::string, int> actor_counts() const = 0;

@@ -9,6 +9,7 @@ namespace troupe::actors {
 /// What one step reports.
 struct StepReport {
   double loss = 0;           // averaged over the replicas
+  double lr = 0;             // the learning rate the update used (group 0's; the schedule's when one is set)
   double grad_norm = 0;      // before clipping (measure_gradients)
   double grad_variance = 0;  // of all gradient elements (measure_gradients)
   std::vector<double> bucket_squared_norms;  // data parallel: each reduced bucket's squared norm

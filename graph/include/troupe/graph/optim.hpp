@@ -39,6 +39,8 @@ class Optimizer {
   const std::vector<Var>& parameters() const { return all_params_; }
   /// The names of the state slots each stepped parameter has ("exp_avg", "exp_avg_sq" for AdamW).
   std::vector<std::string> slots() const { return slot_names(); }
+  /// Number of parameter groups, each with its own learning rate.
+  std::size_t groups() const { return group_count(); }
   /// Learning rate of group `g` (schedulers read and set it).
   virtual double lr(std::size_t group = 0) const = 0;
   virtual void set_lr(double lr, std::size_t group = 0) = 0;
