@@ -124,6 +124,8 @@ void settle(apps::TrainingRun& run, TrainFlags& f) {
       run.settings().take("--batch", "batch", f.batch);
     run.settings().take("--seed", "seed", f.seed);
     run.settings().take("--data", "data", f.data, /*is_path=*/true);
+    if (run.settings().has("dropout") && (c->state.string_at("dropout") != "0" || run.settings().given("--dropout")))
+      run.settings().take("--dropout", "dropout", f.model.dropout);
   }
   validate(f.model, run.state_file());
   char sizes[160];
@@ -141,7 +143,9 @@ std::vector<std::string> start_lines(const TrainFlags& f, const GptData& data, c
                 static_cast<long long>(model.parameter_count()), static_cast<long long>(f.model.d_model),
                 static_cast<long long>(f.model.layers), static_cast<long long>(f.model.heads),
                 static_cast<long long>(f.model.d_ff), static_cast<long long>(f.model.seq), static_cast<long long>(f.batch));
-  return {line, "data: " + data.corpus.source + ", " + std::to_string(data.split.first.size()) + " training / " +
+  std::string model_line = line;
+  if (f.model.dropout > 0) model_line += ", dropout " + apps::exact_text(f.model.dropout) + " while training";
+  return {model_line, "data: " + data.corpus.source + ", " + std::to_string(data.split.first.size()) + " training / " +
                     std::to_string(data.split.second.size()) + " held-out bytes"};
 }
 
@@ -151,6 +155,7 @@ apps::TrainingSetup setup(const TrainFlags& f) {
   s.batch = f.batch;
   s.lr = f.lr;
   s.weight_decay = f.weight_decay;
+  s.seed = f.seed;
   const graph::SymDim b = graph::SymDim::symbol("batch");
   s.signature = {{"ids", {b, f.model.seq}, DType::i64}, {"targets", {b, f.model.seq}, DType::i64}};
   s.parallel = f.parallel;
@@ -195,6 +200,7 @@ apps::TrainingParts parts(const TrainFlags& f, std::optional<GptData>& data, std
     st.ints["global_batch"] = f.batch * f.parallel.dp;
     st.ints["seed"] = static_cast<std::int64_t>(f.seed);
     st.strings["data"] = f.data;
+    st.strings["dropout"] = apps::exact_text(f.model.dropout);
   };
   p.summary_fields = [](const apps::LoopSummary& s) {
     char buf[160];
@@ -265,7 +271,9 @@ int main(int argc, char** argv) {
   app.add_option("--lr", tf.lr, "AdamW learning rate")->capture_default_str()->check(apps::open_range(0, 10));
   app.add_option("--weight-decay", tf.weight_decay, "AdamW decoupled weight decay")
       ->capture_default_str()->check(apps::in_range(0, 10));
-  app.add_option("--seed", tf.seed, "seed of the initial weights and of the data order")->capture_default_str();
+  app.add_option("--seed", tf.seed, "seed of the initial weights, the data order and dropout")->capture_default_str();
+  app.add_option("--dropout", tf.model.dropout, "dropout on the attention probabilities and both residual branches while "
+                 "training (off at evaluation and when sampling)")->capture_default_str()->check(apps::in_range(0, 0.99));
   app.add_option("--data", tf.data, "corpus file (default: the texts under /usr/share/common-licenses)");
   app.add_option("--val-fraction", tf.val_fraction, "held-out tail of the corpus")
       ->capture_default_str()->check(apps::open_range(0, 1, "a fraction of the corpus"));

@@ -17,6 +17,7 @@
 #include "troupe/apps/resume.hpp"
 #include "troupe/apps/sr_data.hpp"
 #include "troupe/apps/training_run.hpp"
+#include "troupe/graph/debug.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/models/checkpoint.hpp"
@@ -157,7 +158,9 @@ apps::TrainingParts parts(const TrainFlags& f, const models::SrConfig& config, s
   p.data_position = [&] { return data->position(); };
   p.set_data_position = [&](std::uint64_t position) { data->set_position(position); };
   p.describe = [&] { return start_lines(f, config, *data, *model); };
-  p.loss = [&](const std::vector<Var>& in) { return std::vector<Var>{graph::mse_loss((*model)(in[0]), in[1])}; };
+  p.loss = [&](const std::vector<Var>& in) {
+    return std::vector<Var>{graph::debug_print("loss", graph::mse_loss((*model)(in[0]), in[1]))};
+  };
   p.next_batch = [&] {
     auto [lr, hr] = data->next();
     return std::vector<Tensor>{lr, hr};

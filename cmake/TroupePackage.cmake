@@ -24,7 +24,7 @@ add_library(troupe::troupe ALIAS troupe_all)
 set_target_properties(troupe_all PROPERTIES EXPORT_NAME troupe)
 target_link_libraries(troupe_all INTERFACE ${troupe_layer_libraries} Threads::Threads)
 
-set(troupe_apps_installed troupe-gpt troupe-sr troupe-serve troupe-launch troupe-trace troupe-demo)
+set(troupe_apps_installed troupe-gpt troupe-sr troupe-serve troupe-launch troupe-trace troupe-report troupe-demo)
 set_target_properties(${troupe_apps_installed} PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
 
 install(TARGETS ${troupe_layer_libraries} troupe_all EXPORT TroupeTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
@@ -35,7 +35,7 @@ install(TARGETS ${troupe_apps_installed} RUNTIME DESTINATION ${CMAKE_INSTALL_BIN
 set(troupe_public_headers
   kernels/include/troupe/kernels/allocator.hpp kernels/include/troupe/kernels/device.hpp
   kernels/include/troupe/kernels/dtype.hpp kernels/include/troupe/kernels/error.hpp
-  kernels/include/troupe/kernels/arena_layout.hpp kernels/include/troupe/kernels/optim.hpp
+  kernels/include/troupe/kernels/arena_layout.hpp kernels/include/troupe/kernels/dropout.hpp kernels/include/troupe/kernels/optim.hpp
   kernels/include/troupe/kernels/planned_memory.hpp kernels/include/troupe/kernels/registry.hpp
   kernels/include/troupe/kernels/rng.hpp kernels/include/troupe/kernels/shape.hpp
   kernels/include/troupe/kernels/storage.hpp kernels/include/troupe/kernels/tensor.hpp
@@ -45,7 +45,7 @@ set(troupe_public_headers
   graph/include/troupe/graph/debug.hpp graph/include/troupe/graph/grad_scaler.hpp
   graph/include/troupe/graph/graph.hpp graph/include/troupe/graph/arena_layouts.hpp
   graph/include/troupe/graph/module.hpp graph/include/troupe/graph/nn.hpp graph/include/troupe/graph/ops.hpp
-  graph/include/troupe/graph/optim.hpp graph/include/troupe/graph/safetensors.hpp
+  graph/include/troupe/graph/lr_schedule.hpp graph/include/troupe/graph/optim.hpp graph/include/troupe/graph/safetensors.hpp
   graph/include/troupe/graph/sym_shape.hpp graph/include/troupe/graph/trace.hpp graph/include/troupe/graph/var.hpp
   transport/include/troupe/transport/bootstrap.hpp transport/include/troupe/transport/inprocess.hpp
   transport/include/troupe/transport/process_group.hpp transport/include/troupe/transport/transport.hpp

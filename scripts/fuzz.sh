@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The long fuzz runs: every parser of outside bytes (safetensors, checkpoints, PNG images, corpora,
-# the rendezvous handshake, strategy files) on RUNS mutated inputs each (default 1000000) under ASan+UBSan, built
-# into build-asan/. Prints one JSON line per target; exits non-zero on a defect (an exception other
-# than a one-line troupe::Error) or a sanitizer report. Usage: scripts/fuzz.sh [RUNS] [target ...]
+# the rendezvous handshake, strategy files, metrics files and traces) on RUNS mutated inputs each
+# (default 1000000) under ASan+UBSan, built into build-asan/. Prints one JSON line per target; exits
+# non-zero on a defect (an exception other than a one-line troupe::Error) or a sanitizer report.
+# Usage: scripts/fuzz.sh [RUNS] [target ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-1000000}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Troupe needs to build and test; with --bench also PyTorch (Debian's
-# python3-torch, with Pillow) and OpenMPI, which the side-by-side benchmarks and the golden-data
-# generator run;
-# with --browser also Chromium, which the troupe-serve page test drives headless (it skips without).
+# Installs the Debian packages Troupe needs to build and test (libjs-chart.js among them: the build
+# embeds its Chart.js in troupe-report's pages); with --bench also PyTorch (Debian's python3-torch,
+# with Pillow) and OpenMPI, which the side-by-side benchmarks and the golden-data generator run;
+# with --browser also Chromium, which the troupe-serve and troupe-report page tests drive headless
+# (they skip without it; scripts/test.sh passes --browser, so the suite runs them).
 # Idempotent and quiet: does nothing when everything is present. Runs as root, or through sudo.
 set -euo pipefail
 
@@ -12,6 +13,7 @@ packages=(
   libopenblas-dev libdnnl-dev ocl-icd-opencl-dev
   libgtest-dev libgmock-dev
   nlohmann-json3-dev libpng-dev zlib1g-dev libcli11-dev
+  libjs-chart.js
   python3
 )
 for option in "$@"; do

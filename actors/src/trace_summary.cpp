@@ -38,42 +38,55 @@ struct Parsed {
   }
 };
 
+// An event's integer field `key` (0 when absent). Anything else there is refused: a float such as
+// 1e300 has no integer to convert to.
+template <class T>
+T integer_field(const nlohmann::json& e, const char* key, const std::string& source) {
+  if (!e.contains(key)) return 0;
+  TROUPE_CHECK(e[key].is_number_integer(), io, source, ": an event's \"", key, "\" is not an integer");
+  return e[key].get<T>();
+}
+
 Parsed parse(const std::string& json, const std::string& source) {
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(json);
   } catch (const nlohmann::json::exception& e) {
-    fail(ErrorKind::io, source, ": not a JSON trace (", e.what(), ")");
+    fail(ErrorKind::io, source, ": not a JSON trace (", printable(e.what()), ")");
   }
   const nlohmann::json& events = doc.is_object() && doc.contains("traceEvents") ? doc["traceEvents"] : doc;
   TROUPE_CHECK(events.is_array(), io, source, ": expected a Chrome trace (an array of events or {\"traceEvents\": [...]})");
   Parsed p;
-  for (const auto& e : events) {
-    const std::string ph = e.value("ph", "");
-    const std::int64_t tid = e.value("tid", std::int64_t{0});
-    if (ph == "M" && e.value("name", "") == "thread_name") p.names[tid] = e["args"].value("name", "");
-    else if (ph == "X") {
-      Slice s;
-      s.tid = tid;
-      s.ts = e.value("ts", 0.0);
-      s.dur = e.value("dur", 0.0);
-      s.name = e.value("name", "");
-      if (e.contains("args")) s.step = e["args"].value("step", std::uint64_t{0});
-      p.slices.push_back(s);
-    } else if (ph == "s") {
-      p.flow_start[e.value("id", std::uint64_t{0})] = {e.value("ts", 0.0), tid};
-      ++p.sent[tid];
-    } else if (ph == "f") {
-      p.flow_end.emplace_back(e.value("id", std::uint64_t{0}), e.value("ts", 0.0));
-      p.flow_end_tid.push_back(tid);
+  try {  // a field of the wrong type (an event that is not an object, a string "ts") throws
+    for (const auto& e : events) {
+      const std::string ph = e.value("ph", "");
+      const auto tid = integer_field<std::int64_t>(e, "tid", source);
+      if (ph == "M" && e.value("name", "") == "thread_name") p.names[tid] = e.at("args").value("name", "");
+      else if (ph == "X") {
+        Slice s;
+        s.tid = tid;
+        s.ts = e.value("ts", 0.0);
+        s.dur = e.value("dur", 0.0);
+        s.name = e.value("name", "");
+        if (e.contains("args")) s.step = integer_field<std::uint64_t>(e["args"], "step", source);
+        p.slices.push_back(s);
+      } else if (ph == "s") {
+        p.flow_start[integer_field<std::uint64_t>(e, "id", source)] = {e.value("ts", 0.0), tid};
+        ++p.sent[tid];
+      } else if (ph == "f") {
+        p.flow_end.emplace_back(integer_field<std::uint64_t>(e, "id", source), e.value("ts", 0.0));
+        p.flow_end_tid.push_back(tid);
+      }
     }
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorKind::io, source, ": an event is not as the tracer writes it (", printable(e.what()), ")");
   }
   return p;
 }
 
-// Busy, compute and idle time per actor, busiest first. Handler slices count as busy; kernel
-// "compute" slices nest inside them and count separately.
-std::vector<ActorSummary> summarize_actors(const Parsed& p, double span_us) {
+// Busy, compute and idle time per actor, busiest first, with its handler runs from `t0` on.
+// Handler slices count as busy; kernel "compute" slices nest inside them and count separately.
+std::vector<ActorSummary> summarize_actors(const Parsed& p, double t0, double span_us) {
   std::map<std::int64_t, ActorSummary> per_actor;
   for (const Slice& s : p.slices) {
     ActorSummary& a = per_actor[s.tid];
@@ -81,6 +94,7 @@ std::vector<ActorSummary> summarize_actors(const Parsed& p, double span_us) {
     else {
       a.busy_us += s.dur;
       ++a.handled;
+      a.runs.push_back({s.ts - t0, s.dur});
     }
   }
   std::vector<ActorSummary> out;
@@ -89,6 +103,7 @@ std::vector<ActorSummary> summarize_actors(const Parsed& p, double span_us) {
     a.idle_us = std::max(0.0, span_us - a.busy_us);
     auto sent = p.sent.find(tid);
     a.sent = sent == p.sent.end() ? 0 : sent->second;
+    std::sort(a.runs.begin(), a.runs.end(), [](const HandlerRun& x, const HandlerRun& y) { return x.start_us < y.start_us; });
     out.push_back(a);
   }
   std::sort(out.begin(), out.end(), [](const ActorSummary& a, const ActorSummary& b) { return a.busy_us > b.busy_us; });
@@ -166,8 +181,9 @@ void add_communication(const Parsed& p, const std::vector<int>& ids, StepSummary
 }
 
 // One step: its wall and compute time, communication, and the critical path, walked back from the
-// slice that ended the step along the messages that caused each run.
-StepSummary summarize_step(const Parsed& p, std::uint64_t step, const std::vector<int>& ids, double messaging_us) {
+// slice that ended the step along the messages that caused each run (its runs timed from `t0`).
+StepSummary summarize_step(const Parsed& p, std::uint64_t step, const std::vector<int>& ids, double messaging_us,
+                           double t0) {
   StepSummary s;
   s.step = step;
   double a = 1e300, b = -1e300;
@@ -187,9 +203,11 @@ StepSummary summarize_step(const Parsed& p, std::uint64_t step, const std::vecto
   for (int i = last, guard = 0; i >= 0 && guard < 100000; i = p.slices[static_cast<std::size_t>(i)].cause, ++guard) {
     const Slice& sl = p.slices[static_cast<std::size_t>(i)];
     s.critical_path.push_back(p.names.count(sl.tid) ? p.names.at(sl.tid) : std::to_string(sl.tid));
+    s.critical_runs.push_back({sl.ts - t0, sl.dur});
     s.critical_path_us += sl.dur;
   }
   std::reverse(s.critical_path.begin(), s.critical_path.end());
+  std::reverse(s.critical_runs.begin(), s.critical_runs.end());
   return s;
 }
 
@@ -205,13 +223,13 @@ TraceSummary summarize_trace(const std::string& json, const std::string& source)
     t1 = std::max(t1, s.ts + s.dur);
   }
   out.span_us = p.slices.empty() ? 0 : t1 - t0;
-  out.actors = summarize_actors(p, out.span_us);
+  out.actors = summarize_actors(p, t0, out.span_us);
   std::map<std::uint64_t, double> messaging = link_causes(p);
   out.hottest_collectives = hottest_collectives(p);
   std::map<std::uint64_t, std::vector<int>> by_step;
   for (std::size_t i = 0; i < p.slices.size(); ++i)
     if (p.slices[i].step > 0) by_step[p.slices[i].step].push_back(static_cast<int>(i));
-  for (const auto& [step, ids] : by_step) out.steps.push_back(summarize_step(p, step, ids, messaging[step]));
+  for (const auto& [step, ids] : by_step) out.steps.push_back(summarize_step(p, step, ids, messaging[step], t0));
   return out;
 }
 

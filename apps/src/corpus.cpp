@@ -2,31 +2,15 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
+#include "troupe/apps/text_file.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/models/splitmix.hpp"
-#include "troupe/models/weights.hpp"
 
 namespace troupe::apps {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-std::string read_file(const std::string& path) {
-  models::require_file(path, "--data takes a text file");
-  std::ifstream in(path, std::ios::binary);
-  TROUPE_CHECK(in.good(), io, "cannot open '", path, "'; check its permissions (--data FILE)");
-  std::ostringstream s;
-  s << in.rdbuf();
-  TROUPE_CHECK(!in.bad(), io, "cannot read '", path, "'");
-  return s.str();
-}
-
-}  // namespace
 
 std::string generated_corpus(std::size_t bytes) {
   // Sentences from a small grammar: enough structure (words, punctuation, repetition) for the loss
@@ -54,7 +38,7 @@ std::string generated_corpus(std::size_t bytes) {
 
 Corpus load_corpus(const std::string& path) {
   if (!path.empty()) {
-    Corpus c{read_file(path), "file " + path};
+    Corpus c{read_text_file(path, "--data takes a text file"), "file " + path};
     TROUPE_CHECK(!c.bytes.empty(), invalid_argument, "corpus '", path, "' is empty; pass a file with text in it");
     return c;
   }
@@ -65,7 +49,7 @@ Corpus load_corpus(const std::string& path) {
       if (e.is_regular_file(ec) && !e.is_symlink(ec)) files.push_back(e.path());  // links repeat other files
   std::sort(files.begin(), files.end());
   Corpus c;
-  for (const auto& f : files) c.bytes += read_file(f.string());
+  for (const auto& f : files) c.bytes += read_text_file(f.string(), "--data takes a text file");
   if (c.bytes.empty()) {
     c.bytes = generated_corpus(1 << 20);
     c.source = std::string("generated text (") + kDefaultCorpusDir + " is absent or empty; pass --data FILE for real text)";

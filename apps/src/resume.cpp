@@ -1,6 +1,8 @@
 #include "troupe/apps/resume.hpp"
 
+#include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "troupe/kernels/error.hpp"
@@ -19,6 +21,12 @@ bool same_path(const std::string& a, const std::string& b) {
 }
 
 }  // namespace
+
+std::string exact_text(double v) {
+  char buf[32];
+  const auto [end, error] = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, end);
+}
 
 ResumeSettings::ResumeSettings(CLI::App& app, const models::CheckpointState& state) : app_(app), state_(state) {}
 
@@ -68,6 +76,17 @@ void ResumeSettings::take(const std::string& flag, const std::string& key, std::
   value = stored;
 }
 
+void ResumeSettings::take(const std::string& flag, const std::string& key, double& value) {
+  const std::string& text = state_.string_at(key);
+  char* end = nullptr;
+  const double stored = std::strtod(text.c_str(), &end);
+  TROUPE_CHECK(!text.empty() && end && *end == '\0', invalid_argument, "checkpoint '", state_.source, "' holds ", key,
+               " '", printable(text), "', which is not a number; the file is damaged or from another version");
+  check_range(flag, key, text);
+  agree(flag, key, value == stored, text);
+  value = stored;
+}
+
 void ResumeSettings::take(const std::string& flag, const std::string& key, std::string& value, bool is_path) {
   const std::string& stored = state_.string_at(key);
   agree(flag, key, is_path ? same_path(value, stored) : value == stored, stored);
@@ -89,6 +108,17 @@ void ResumeSettings::settle_lr(std::map<std::string, Tensor>& optimizer_state, d
   for (auto& [key, value] : optimizer_state)
     if (key.rfind("group", 0) == 0 && key.size() > 3 && key.compare(key.size() - 3, 3, ".lr") == 0)
       value = Tensor::scalar(lr, DType::f64);
+}
+
+void ResumeSettings::settle_peak_lr(const std::string& key, double& lr) {
+  if (app_.count("--lr") == 0) {
+    take("--lr", key, lr);
+    return;
+  }
+  const double had = std::strtod(state_.string_at(key).c_str(), nullptr);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "--lr %g (the checkpoint had %g)", lr, had);
+  from_flags_.push_back(buf);
 }
 
 std::string ResumeSettings::summary() const {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "troupe/apps/cli.hpp"
@@ -24,6 +25,8 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--resume", f.resume, "continue the run saved in this checkpoint folder");
   app.add_option("--metrics", f.metrics, "per-step metrics file (.csv, otherwise JSON lines)");
   app.add_option("--trace", f.trace, "write the last step's message flow (Chrome trace JSON)");
+  app.add_option("--report", f.report, "at the end, write an HTML page charting the run's metrics (and its --trace); "
+                 "without --metrics they go beside it, REPORT.metrics.csv");
   app.add_option("--log-every", f.log_every, "plain log line cadence when stdout is not a terminal")
       ->capture_default_str()->check(in_range(1, kMany));
   app.add_option("--threads", f.threads, "scheduler threads (0 = all cores)")
@@ -35,6 +38,28 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--micro-batches", f.micro_batches,
                  "micro-batches per step, uneven when they do not divide the batch (0 = 2 on several cores, else 1)")
       ->capture_default_str()->check(in_range(0, 65536, "0 = automatic"));
+  app.add_option("--lr-schedule", f.lr_schedule, "the learning rate after warm-up: constant, or a cosine or linear decay to --min-lr")
+      ->capture_default_str()->check(CLI::IsMember({"constant", "cosine", "linear"}));
+  app.add_option("--warmup-steps", f.warmup_steps, "steps over which the learning rate rises linearly from 0 to --lr")
+      ->capture_default_str()->check(in_range(0, kMany));
+  app.add_option("--decay-steps", f.decay_steps, "the step at which the decay reaches --min-lr and stays")
+      ->capture_default_str()->check(in_range(0, kMany, "0 = --steps"));
+  app.add_option("--min-lr", f.min_lr, "the floor of the learning rate's decay")
+      ->capture_default_str()->check(in_range(0, 10));
+  app.add_option("--grad-accum", f.grad_accum, "batches whose gradients add up into each update (gradient accumulation)")
+      ->capture_default_str()->check(in_range(1, 65536));
+  app.add_option("--gradients-mean", f.gradients_mean,
+                 "average the data-parallel replicas' gradients (false: sum them, as with a summed loss)")
+      ->capture_default_str();
+}
+
+graph::LrSchedule lr_schedule(const RunFlags& f) {
+  graph::LrSchedule s;
+  s.decay = graph::parse_lr_decay(f.lr_schedule);
+  s.warmup_steps = f.warmup_steps;
+  s.decay_steps = f.decay_steps > 0 ? f.decay_steps : f.steps;
+  s.min_lr = f.min_lr;
+  return s;
 }
 
 LoopOptions loop_options(const RunFlags& f) {
@@ -43,9 +68,15 @@ LoopOptions loop_options(const RunFlags& f) {
   o.eval_every = f.eval_every;
   o.save_every = f.save_every;
   o.log_every = f.log_every;
-  o.metrics_path = f.metrics;
+  o.metrics_path = metrics_path(f);
   o.trace_path = f.trace;
+  o.report_path = f.report;
   return o;
+}
+
+std::string metrics_path(const RunFlags& f) {
+  if (!f.metrics.empty() || f.report.empty()) return f.metrics;
+  return std::filesystem::path(f.report).replace_extension(".metrics.csv").string();
 }
 
 int resolve_threads(const RunFlags& f) {

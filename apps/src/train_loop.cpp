@@ -4,10 +4,12 @@
 #include <cstdio>
 #include <cmath>
 #include <deque>
+#include <fstream>
 #include <numeric>
 
 #include "troupe/actors/tracer.hpp"
 #include "troupe/apps/metrics.hpp"
+#include "troupe/apps/report.hpp"
 #include "troupe/kernels/allocator.hpp"
 #include "troupe/kernels/error.hpp"
 
@@ -26,6 +28,9 @@ std::optional<std::string> communication_advice(double exposed_ms, double step_m
 LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
   TROUPE_CHECK(o.steps > o.start_step, invalid_argument, "nothing to do: the run is at step ", o.start_step,
                " and --steps is ", o.steps, "; raise --steps to continue");
+  // Refused now rather than after the training (appending creates it and keeps what is there).
+  TROUPE_CHECK(o.report_path.empty() || std::ofstream(o.report_path, std::ios::app).good(), io, "cannot write the report '",
+               o.report_path, "'; check the folder exists (--report FILE)");
   MetricsWriter metrics(o.metrics_path, /*append=*/o.start_step > 0, o.eval_name);
   Progress progress(o.steps, o.unit, o.log_every);
   actors::Tracer& tracer = actors::Tracer::instance();
@@ -62,6 +67,7 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
     StepMetrics m;
     m.step = step;
     m.loss = out.loss;
+    m.lr = out.lr;
     m.grad_norm = out.grad_norm;
     m.grad_variance = out.grad_variance;
     const AllocatorStats st = cpu_allocator().stats();
@@ -69,6 +75,8 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
     summary.step_peak_bytes = st.peak_bytes;
     m.current_bytes = st.current_bytes;
     m.step_ms = ms;
+    m.comm_ms = out.comm_ms;
+    m.exposed_comm_ms = out.exposed_comm_ms;
     m.loss_scale = out.loss_scale;
     m.skipped = out.skipped;
     if ((o.eval_every > 0 && step % o.eval_every == 0) || last) {
@@ -89,6 +97,10 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
     tracer.write_chrome_json(o.trace_path);
     std::printf("message flow of the last step written to %s (troupe-trace summary %s)\n", o.trace_path.c_str(),
                 o.trace_path.c_str());
+  }
+  if (!o.report_path.empty()) {
+    write_report(find_report_sources(o.metrics_path, o.trace_path), o.report_path);
+    std::printf("report of the run written to %s (troupe-report)\n", o.report_path.c_str());
   }
   if (!recent.empty()) summary.train_loss = std::accumulate(recent.begin(), recent.end(), 0.0) / static_cast<double>(recent.size());
   summary.ms_per_step = summary.steps > 1 ? warm_ms / static_cast<double>(summary.steps - 1) : total_ms;

@@ -10,6 +10,7 @@
 #include "troupe/kernels/allocator.hpp"
 #include "troupe/kernels/cpu_features.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/kernels/layout.hpp"
 #include "troupe/kernels/threading.hpp"
 #include "troupe/models/weights.hpp"
 
@@ -40,10 +41,29 @@ ForwardLoss forward_loss(const Session& s, actors::Program* program) {
   };
 }
 
+// The step's batch: with --grad-accum N, N of the app's batches. Each holds every replica's rows
+// in replica order; the step gives replica r the r-th share of what it is given, so the batches
+// are laid out replica by replica: replica r gets its rows of batch 1, then of batch 2, ...
+std::vector<Tensor> next_step_batch(const Session& s) {
+  const int n = s.flags.grad_accum, dp = s.training.dp();
+  if (n == 1) return s.parts.next_batch();
+  std::vector<std::vector<Tensor>> batches;
+  for (int k = 0; k < n; ++k) batches.push_back(s.parts.next_batch());
+  std::vector<Tensor> out;
+  for (std::size_t i = 0; i < batches[0].size(); ++i) {
+    const std::int64_t share = batches[0][i].shape().at(0) / dp;
+    std::vector<Tensor> parts;
+    for (int r = 0; r < dp; ++r)
+      for (int k = 0; k < n; ++k) parts.push_back(batches[static_cast<std::size_t>(k)][i].slice(0, r * share, (r + 1) * share));
+    out.push_back(kernels::concat(parts, 0));
+  }
+  return out;
+}
+
 // One step on this rank's rows of the batch; with --check-grads, a warning line for every bucket
 // whose reduced gradient norm differs between the ranks.
 actors::StepReport one_step(Session& s, std::int64_t step_number) {
-  actors::StepReport out = s.training.step(s.parts.next_batch());
+  actors::StepReport out = s.training.step(next_step_batch(s));
   for (const std::string& w : out.gradient_warnings)
     std::fprintf(stderr, "%s: warning: step %lld %s\n", s.name.c_str(), static_cast<long long>(step_number), w.c_str());
   return out;
@@ -55,7 +75,9 @@ LoopHooks loop_hooks(Session& s, const ForwardLoss& forward, std::int64_t& step_
   hooks.step = [&s, &step_number] { return one_step(s, ++step_number); };
   hooks.evaluate = [&s, &forward] {
     s.training.gather_parameters();
+    s.model.train(false);  // no dropout at evaluation (the eager steps then train again)
     const double score = s.parts.evaluate(forward);
+    s.model.train(true);
     s.training.release_parameters();
     return score;
   };
@@ -74,6 +96,12 @@ LoopHooks loop_hooks(Session& s, const ForwardLoss& forward, std::int64_t& step_
       st.ints["step"] = step;
       st.ints["data_position"] = static_cast<std::int64_t>(s.parts.data_position());
       st.strings["app"] = s.name;
+      st.strings["lr_schedule"] = s.flags.lr_schedule;
+      st.ints["warmup_steps"] = s.flags.warmup_steps;
+      st.ints["decay_steps"] = s.training.config().lr_schedule.decay_steps;
+      st.strings["min_lr"] = exact_text(s.flags.min_lr);
+      st.strings["lr"] = exact_text(s.setup.lr);
+      st.ints["grad_accum"] = s.flags.grad_accum;
       if (const graph::GradScaler* scaler = s.training.loss_scaler())
         for (const auto& [key, value] : scaler->state_dict()) st.strings["loss_scaler." + key] = value;
       models::save_checkpoint(s.flags.save, step, s.model.state_dict(), optimizer_state, st);
@@ -114,8 +142,10 @@ int run_loop(Session& s, const actors::ParallelConfig& config, std::int64_t star
   if (s.setup.forward_program && s.training.engine()) {
     actors::ProgramOptions options;
     options.micro_batches = config.micro_batches;
+    s.model.train(false);  // the evaluation's graph has no dropout
     forward_program = s.training.engine()->compile(
         graph::trace(s.parts.loss, s.setup.signature).with_amp(config.amp).optimized(config.jit_level), options);
+    s.model.train(true);
   }
   const ForwardLoss forward = forward_loss(s, forward_program.get());
   s.training.release_parameters();  // (the forward program reads the parameters when it runs, gathered then)
@@ -124,9 +154,9 @@ int run_loop(Session& s, const actors::ParallelConfig& config, std::int64_t star
   const LoopHooks hooks = loop_hooks(s, forward, step_number);
   LoopOptions lo = loop_options(s.flags);
   lo.start_step = start_step;
-  if (s.training.rank() > 0) lo.metrics_path = lo.trace_path = "";  // rank 0 writes the run's files
+  if (s.training.rank() > 0) lo.metrics_path = lo.trace_path = lo.report_path = "";  // rank 0 writes the run's files
   lo.items_per_step = s.setup.items_per_step * static_cast<double>(s.training.replica_batch()) /
-                      static_cast<double>(s.setup.batch);  // (a searched mesh splits the global batch)
+                      static_cast<double>(s.setup.batch);  // (a searched mesh splits the global batch; accumulation multiplies it)
   lo.unit = s.setup.unit;
   lo.eval_name = s.setup.eval_name;
   lo.app = s.name;
@@ -149,7 +179,9 @@ TrainingRun::TrainingRun(CLI::App& app, std::string name, RunFlags flags, std::s
   settings_.emplace(app, resumed_->state);
 }
 
-int TrainingRun::train(const TrainingSetup& setup, const TrainingParts& parts) {
+int TrainingRun::train(const TrainingSetup& given, const TrainingParts& parts) {
+  TrainingSetup setup = given;
+  if (resumed_) resume_schedule(setup);
   std::shared_ptr<actors::Job> job = actors::Job::from_environment();
   const actors::ParallelConfig config = parallel_config(setup, *job);
   if (!flags_.save.empty() && job->rank() == 0) models::prepare_save_folder(flags_.save, flags_.resume);
@@ -163,7 +195,7 @@ int TrainingRun::train(const TrainingSetup& setup, const TrainingParts& parts) {
   problem.model = &model;
   problem.loss = parts.loss;
   problem.signature = setup.signature;
-  problem.global_batch = config.search ? setup.batch : setup.batch * config.dp;
+  problem.global_batch = (config.search ? setup.batch : setup.batch * config.dp) * config.accumulation;
   problem.optimizer = [hp](const std::vector<graph::Var>& parameters) {
     return std::make_shared<graph::AdamW>(parameters, hp);
   };
@@ -200,8 +232,32 @@ actors::ParallelConfig TrainingRun::parallel_config(const TrainingSetup& setup, 
   c.jit_level = jit_;
   c.amp = resolve_amp(flags_.amp, jit_, name_);
   c.loss_scaling = resolve_loss_scaling(flags_, c.amp, jit_);
-  c.measure_gradients = !flags_.metrics.empty();
+  c.measure_gradients = !metrics_path(flags_).empty();
+  c.accumulation = flags_.grad_accum;
+  c.gradients_mean = flags_.gradients_mean;
+  c.lr_schedule = lr_schedule(flags_);
+  c.seed = setup.seed;
   return c;
+}
+
+void TrainingRun::resume_schedule(TrainingSetup& setup) {
+  ResumeSettings& s = *settings_;
+  const models::CheckpointState& state = resumed_->state;
+  // Checkpoints from before schedules and accumulation trained at a constant rate, one batch per
+  // update; the defaults are taken silently, so that the resume line lists what matters.
+  if (s.has("grad_accum") && (state.int_at("grad_accum") != 1 || s.given("--grad-accum"))) {
+    std::int64_t accum = flags_.grad_accum;
+    s.take("--grad-accum", "grad_accum", accum);
+    flags_.grad_accum = static_cast<int>(accum);
+  }
+  // A run saved at a constant rate continues with whatever schedule the flags give, as a new --lr is honoured.
+  if (!s.has("lr_schedule") || (state.string_at("lr_schedule") == "constant" && state.int_at("warmup_steps") == 0)) return;
+  s.take("--lr-schedule", "lr_schedule", flags_.lr_schedule);
+  s.take("--warmup-steps", "warmup_steps", flags_.warmup_steps);
+  s.take("--decay-steps", "decay_steps", flags_.decay_steps);
+  s.take("--min-lr", "min_lr", flags_.min_lr);
+  // The schedule's peak is the run's --lr, which the optimizer state (the last step's rate) does not hold.
+  if (flags_.lr_schedule != "constant" || flags_.warmup_steps > 0) s.settle_peak_lr("lr", setup.lr);
 }
 
 std::int64_t TrainingRun::restore_weights(graph::Module& model, const TrainingSetup& setup, const TrainingParts& parts) {
@@ -220,9 +276,11 @@ std::int64_t TrainingRun::restore_weights(graph::Module& model, const TrainingSe
 
 void TrainingRun::restore_state(actors::ParallelTraining& training, const TrainingSetup& setup, const TrainingParts& parts) {
   if (!resumed_) return;
+  training.set_steps(resumed_->state.int_at("step"));
   parts.set_data_position(static_cast<std::uint64_t>(resumed_->state.int_at("data_position")));
   std::map<std::string, Tensor> optimizer_state = resumed_->optimizer;
-  settings_->settle_lr(optimizer_state, setup.lr);
+  // A schedule sets every step's rate from its peak (resume_schedule); otherwise the state's rates stand.
+  if (!training.config().lr_schedule.active()) settings_->settle_lr(optimizer_state, setup.lr);
   models::naming_file(resumed_->folder + "/optimizer.safetensors", "does not fit the optimizer",
                       "the checkpoint is damaged or from another model",
                       [&] { training.load_optimizer_state(optimizer_state); });
@@ -276,6 +334,15 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
     std::printf("%s: mixed precision: %s, every op in %s on %s (statistics and the loss in f32), f32 master weights, "
                 "loss scale 1\n", name, level.c_str(), low, kernels::cpu_isa());
   if (resumed_) std::printf("%s: resuming '%s'; %s\n", name, flags_.resume.c_str(), settings_->summary().c_str());
+  if (const graph::LrSchedule& lr = step.lr_schedule; lr.active())
+    std::printf("%s: learning rate: warm-up over %lld steps to %g, then %s decay to %g at step %lld (next step's rate %g)\n",
+                name, static_cast<long long>(lr.warmup_steps), setup.lr, graph::lr_decay_name(lr.decay),
+                lr.decay == graph::LrDecay::constant ? setup.lr : lr.min_lr,
+                static_cast<long long>(lr.decay == graph::LrDecay::constant ? lr.warmup_steps : lr.decay_steps),
+                training.next_lr());
+  if (step.accumulation > 1)
+    std::printf("%s: gradient accumulation: %d batches of %lld rows per update on each replica\n", name,
+                step.accumulation, static_cast<long long>(training.replica_batch() / step.accumulation));
   if (training.dp() > 1) {
     const actors::DataParallel& dp = training.data_parallel();
     char buckets[160];

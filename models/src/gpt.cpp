@@ -4,6 +4,7 @@
 #include <regex>
 #include <vector>
 
+#include "troupe/graph/debug.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/kernels/error.hpp"
 
@@ -21,6 +22,7 @@ void GptConfig::validate() const {
   positive("layers", layers);
   positive("d_ff", d_ff);
   positive("seq", seq);
+  TROUPE_CHECK(dropout >= 0 && dropout < 1, invalid_argument, "gpt: dropout must be in [0, 1), got ", dropout);
   TROUPE_CHECK(d_model % heads == 0, invalid_argument, "gpt: d_model ", d_model, " is not divisible by heads ", heads,
                "; pick heads that divide it (head dim = d_model / heads)");
 }
@@ -40,6 +42,7 @@ Gpt::Gpt(const GptConfig& cfg, Generator& gen) : config(cfg) {
   blocks = register_module("blocks", std::make_shared<graph::Sequential>());
   for (std::int64_t i = 0; i < cfg.layers; ++i) {
     block_list.push_back(std::make_shared<graph::GPTBlock>(cfg.d_model, cfg.heads, gen, cfg.d_ff));
+    block_list.back()->dropout = block_list.back()->attn->dropout = cfg.dropout;
     blocks->add(block_list.back());
   }
   ln_f = register_module("ln_f", std::make_shared<graph::LayerNorm>(cfg.d_model));
@@ -55,7 +58,9 @@ Var Gpt::logits(const Var& ids) {
   std::vector<std::int64_t> positions(static_cast<std::size_t>(t));
   std::iota(positions.begin(), positions.end(), 0);
   const Var pos = (*wpe)(Tensor::from_vector(positions, {t}));  // [T, C], broadcast over the batch
-  const Var h = (*blocks)((*wte)(ids) + pos);
+  // DEBUG=true: each block's output and its gradient, printed per step; nothing otherwise.
+  Var h = graph::debug_print("embedding", (*wte)(ids) + pos);
+  for (std::size_t i = 0; i < block_list.size(); ++i) h = graph::debug_print("block" + std::to_string(i), (*block_list[i])(h));
   return (*lm_head)((*ln_f)(h));
 }
 
@@ -82,7 +87,9 @@ Var Gpt::step_logits(const Var& ids, const Var& positions, const std::vector<gra
   return (*lm_head)((*ln_f)(h));
 }
 
-Var Gpt::loss(const Var& ids, const Var& targets) { return graph::cross_entropy(logits(ids), targets); }
+Var Gpt::loss(const Var& ids, const Var& targets) {
+  return graph::debug_print("loss", graph::cross_entropy(logits(ids), targets));
+}
 
 std::map<std::string, Tensor> from_nanogpt_names(const std::map<std::string, Tensor>& state) {
   // nanoGPT's modules are nn.Linear/nn.LayerNorm like ours ([out, in] weights), so only names differ.

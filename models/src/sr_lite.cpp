@@ -1,6 +1,7 @@
 #include "troupe/models/sr_lite.hpp"
 
 #include "troupe/graph/custom_gradient.hpp"
+#include "troupe/graph/debug.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/kernels/error.hpp"
 
@@ -30,14 +31,20 @@ SrLite::SrLite(const SrConfig& c, Generator& gen) : config(c) {
                "sr-lite: channels and upscale must be positive and blocks >= 0");
   head = register_module("head", std::make_shared<graph::Conv2d>(3, c.channels, 3, gen, 1, 1));
   body = register_module("body", std::make_shared<graph::Sequential>());
-  for (std::int64_t i = 0; i < c.blocks; ++i) body->add(std::make_shared<ResidualBlock>(c.channels, c.activation, gen));
+  for (std::int64_t i = 0; i < c.blocks; ++i) {
+    block_list.push_back(std::make_shared<ResidualBlock>(c.channels, c.activation, gen));
+    body->add(block_list.back());
+  }
   tail = register_module("tail", std::make_shared<graph::Conv2d>(c.channels, 3 * c.upscale * c.upscale, 3, gen, 1, 1));
 }
 
 Var SrLite::forward(const Var& x) {
   TROUPE_CHECK(x.dim() == 4 && x.shape()[1] == graph::SymDim(3), shape_mismatch, "sr-lite: input must be [N, 3, H, W], got ",
                sym_shape_str(x.shape()));
-  return graph::pixel_shuffle((*tail)((*body)(activate((*head)(x), config.activation))), config.upscale);
+  // DEBUG=true: each block's output and its gradient, printed per step; nothing otherwise.
+  Var h = graph::debug_print("head", activate((*head)(x), config.activation));
+  for (std::size_t i = 0; i < block_list.size(); ++i) h = graph::debug_print("block" + std::to_string(i), (*block_list[i])(h));
+  return graph::pixel_shuffle((*tail)(h), config.upscale);
 }
 
 }  // namespace troupe::models

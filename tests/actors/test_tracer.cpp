@@ -110,6 +110,10 @@ TEST(Tracer, RecordsEveryMessageOfAStep) {
 TEST(Tracer, SummaryRefusesWhatIsNotATrace) {
   EXPECT_THROW(summarize_trace("{not json", "bad.json"), Error);
   EXPECT_THROW(summarize_trace("{\"traceEvents\": 3}", "bad.json"), Error);
+  // Events of the wrong shape are troupe::Errors too, never a stray conversion (1e300 into an integer).
+  EXPECT_THROW(summarize_trace("[3]", "bad.json"), Error);
+  EXPECT_THROW(summarize_trace(R"([{"ph":"X","tid":1e300}])", "bad.json"), Error);
+  EXPECT_THROW(summarize_trace(R"([{"ph":"X","tid":1,"ts":"soon"}])", "bad.json"), Error);
   const TraceSummary empty = summarize_trace("[]", "empty.json");
   EXPECT_TRUE(empty.actors.empty());
   EXPECT_TRUE(empty.steps.empty());
@@ -135,4 +139,36 @@ TEST(Tracer, SummaryReportsCommunicationAndTheHiddenPart) {
   EXPECT_EQ(s.hottest_collectives[0].track, "communicator allreduce");
   EXPECT_NE(actors::format_summary(s).find("of which 40.0 us (31%) hidden behind compute"), std::string::npos)
       << actors::format_summary(s);
+}
+
+// Each actor's handler runs (kernel slices left out) and the runs along the critical path, timed
+// from the trace's first slice: what troupe-report draws on its timeline.
+TEST(Tracer, SummaryKeepsEachActorsRunsAndTheCriticalRuns) {
+  const std::string json = R"([
+    {"ph":"M","name":"thread_name","tid":1,"args":{"name":"input x"}},
+    {"ph":"M","name":"thread_name","tid":2,"args":{"name":"matmul %3"}},
+    {"ph":"X","name":"start","tid":1,"ts":1000,"dur":10,"args":{"step":1}},
+    {"ph":"s","name":"ready","id":7,"tid":1,"ts":1005},
+    {"ph":"X","name":"ready","tid":2,"ts":1020,"dur":50,"args":{"step":1}},
+    {"ph":"f","name":"ready","id":7,"tid":2,"ts":1020},
+    {"ph":"X","name":"compute","tid":2,"ts":1025,"dur":40,"args":{"step":1}},
+    {"ph":"X","name":"release","tid":1,"ts":1030,"dur":5,"args":{"step":1}}
+  ])";
+  const actors::TraceSummary s = actors::summarize_trace(json, "test");
+  ASSERT_EQ(s.actors.size(), 2u);
+  EXPECT_EQ(s.actors[0].name, "matmul %3");
+  ASSERT_EQ(s.actors[0].runs.size(), 1u);  // the compute slice is not a run of its own
+  EXPECT_DOUBLE_EQ(s.actors[0].runs[0].start_us, 20.0);
+  EXPECT_DOUBLE_EQ(s.actors[0].runs[0].us, 50.0);
+  ASSERT_EQ(s.actors[1].runs.size(), 2u);
+  EXPECT_DOUBLE_EQ(s.actors[1].runs[0].start_us, 0.0);
+  EXPECT_DOUBLE_EQ(s.actors[1].runs[1].start_us, 30.0);
+  ASSERT_EQ(s.steps.size(), 1u);
+  // The step ends with the matmul's run, which input's start caused through its message.
+  ASSERT_EQ(s.steps[0].critical_path, (std::vector<std::string>{"input x", "matmul %3"}));
+  ASSERT_EQ(s.steps[0].critical_runs.size(), 2u);
+  EXPECT_DOUBLE_EQ(s.steps[0].critical_runs[0].start_us, 0.0);
+  EXPECT_DOUBLE_EQ(s.steps[0].critical_runs[0].us, 10.0);
+  EXPECT_DOUBLE_EQ(s.steps[0].critical_runs[1].start_us, 20.0);
+  EXPECT_DOUBLE_EQ(s.steps[0].critical_runs[1].us, 50.0);
 }

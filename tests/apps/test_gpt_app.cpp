@@ -69,6 +69,38 @@ TEST(GptApp, ResumeEqualsAnUninterruptedRun) {
   for (std::size_t i = 0; i < 8; ++i) EXPECT_NEAR(parts[i], full[i], 1e-6 * std::abs(full[i])) << "step " << i + 1;
 }
 
+// A warm-up and cosine schedule with gradient accumulation, stopped at step 4 and resumed, gives
+// the uninterrupted run's rates and losses: the checkpoint keeps the schedule, its peak and the
+// accumulation; a resume that contradicts them is refused.
+TEST(GptApp, AScheduledAccumulatedRunResumesExactly) {
+  const std::string dir = test::fresh_dir("gpt_schedule"), data = corpus_file(dir);
+  const std::string flags = tiny(data) + " --lr-schedule cosine --warmup-steps 2 --min-lr 0.0003 --grad-accum 2";
+  const auto full = run_app(flags + " --steps 8 --metrics " + dir + "/full.csv");
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  EXPECT_NE(full.output.find("learning rate: warm-up over 2 steps to 0.003, then cosine decay to 0.0003 at step 8"),
+            std::string::npos) << full.output;
+  EXPECT_NE(full.output.find("gradient accumulation: 2 batches of 4 rows per update"), std::string::npos) << full.output;
+  // Stopped early (the decay planned for 8 steps), as a crashed run would be.
+  ASSERT_EQ(run_app(flags + " --steps 4 --decay-steps 8 --save " + dir + "/ck --metrics " + dir + "/parts.csv").exit_code, 0);
+  // Resumed with the plain flags: the schedule and the accumulation come from the checkpoint.
+  const auto second = run_app(tiny(data) + " --steps 8 --resume " + dir + "/ck --metrics " + dir + "/parts.csv");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("--grad-accum 2, --lr-schedule cosine, --warmup-steps 2, --decay-steps 8, --min-lr 3e-04"),
+            std::string::npos) << second.output;
+  const auto lr = test::csv_column(dir + "/full.csv", "lr");
+  ASSERT_EQ(lr.size(), 8u);
+  EXPECT_NEAR(lr[0], 0.0015, 1e-12);
+  EXPECT_NEAR(lr[1], 0.003, 1e-12);
+  EXPECT_NEAR(lr[7], 0.0003, 1e-12);
+  EXPECT_EQ(test::csv_column(dir + "/parts.csv", "lr"), lr);
+  const auto a = test::csv_column(dir + "/full.csv", "loss"), b = test::csv_column(dir + "/parts.csv", "loss");
+  ASSERT_EQ(b.size(), 8u);
+  for (std::size_t i = 0; i < 8; ++i) EXPECT_NEAR(b[i], a[i], 1e-6 * std::abs(a[i])) << "step " << i + 1;
+  const auto refused = run_app(tiny(data) + " --steps 8 --resume " + dir + "/ck --lr-schedule linear");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("--lr-schedule linear contradicts the checkpoint"), std::string::npos) << refused.output;
+}
+
 // Eager (JIT_LEVEL 0), traced as written (1) and optimised with fusion (3) train alike: 20 steps'
 // losses within 1e-5.
 TEST(GptApp, EagerStepsEqualActorStepsAtEveryLevel) {
@@ -334,6 +366,39 @@ TEST(GptApp, DataParallelEqualsOneProcessAtTheGlobalBatch) {
   const auto alone = run_app(kGpt + common + " --batch 4 --dp 2");
   EXPECT_EQ(alone.exit_code, 1);
   EXPECT_NE(alone.output.find("troupe-launch -n 2"), std::string::npos) << alone.output;
+}
+
+// Dropout draws from (seed, step, site, row of the global batch): eager or fused steps, two
+// threads with micro-batches, two data-parallel replicas, two tensor-parallel shards and a resumed
+// run all train as one process does, to rounding; without dropout the run differs.
+TEST(GptApp, DropoutDrawsAlikeAtAnyLayoutAndAfterResume) {
+  const std::string dir = test::fresh_dir("gpt_dropout"), data = corpus_file(dir);
+  const std::string common = " --d-model 32 --layers 2 --heads 2 --d-ff 64 --seq 16 --lr 3e-3 --eval-every 100 --steps 6"
+                             " --comm-fusion-mb 0.01 --amp O0 --data " + data + " --dropout ";
+  const auto one = run_app(kGpt + common + "0.2 --threads 1 --batch 8 --metrics " + dir + "/one.csv");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("dropout 0.2 while training"), std::string::npos) << one.output;
+  const auto want = test::csv_column(dir + "/one.csv", "loss");
+  ASSERT_EQ(want.size(), 6u);
+  const auto expect_alike = [&](const std::string& name, const std::string& command) {
+    const auto run = run_app(command + " --metrics " + dir + "/" + name + ".csv");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const auto got = test::csv_column(dir + "/" + name + ".csv", "loss");
+    ASSERT_EQ(got.size(), want.size()) << name;
+    for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 2e-5 * std::abs(want[i])) << name << ", step " << i + 1;
+  };
+  expect_alike("eager", "JIT_LEVEL=0 " + kGpt + common + "0.2 --threads 1 --batch 8");
+  expect_alike("unfused", "JIT_LEVEL=1 " + kGpt + common + "0.2 --threads 1 --batch 8");
+  expect_alike("threads", kGpt + common + "0.2 --threads 2 --micro-batches 3 --batch 8");
+  const std::string launch = std::string(TROUPE_LAUNCH_BIN) + " -n 2 --timeout 30 -- " + kGpt + common + "0.2 --threads 1";
+  expect_alike("dp", launch + " --batch 4 --dp 2");
+  expect_alike("tp", launch + " --batch 8 --tp 2");
+  const std::string first_half = common.substr(0, common.find(" --steps")) + " --steps 3" + common.substr(common.find(" --steps") + 10);
+  ASSERT_EQ(run_app(kGpt + first_half + "0.2 --threads 1 --batch 8 --save " + dir + "/ck --metrics " + dir + "/resumed.csv").exit_code, 0);
+  expect_alike("resumed", kGpt + common + "0.2 --threads 1 --batch 8 --resume " + dir + "/ck");
+  const auto plain = run_app(kGpt + common + "0 --threads 1 --batch 8 --metrics " + dir + "/plain.csv");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_GT(std::abs(test::csv_column(dir + "/plain.csv", "loss")[1] - want[1]), 1e-3);
 }
 
 // troupe-launch: every rank gets its place in the job; a failing rank stops the others at once

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "apps/app_runner.hpp"
+#include "apps/chromium.hpp"
 #include "troupe/apps/image.hpp"
 #include "troupe/apps/serve/http_client.hpp"
 #include "troupe/apps/serve/service.hpp"
@@ -375,13 +376,10 @@ TEST(Serve, SigtermAnswersTheRequestsInFlight) {
 // The page in headless Chromium: loaded with #selftest it submits both forms (a drawn 20x12 PNG,
 // a 24-token prompt) and shows the 40x24 result and the continuation; a screenshot is taken.
 TEST(Serve, ThePageWorksInHeadlessChromium) {
-  std::string chromium;
-  for (const char* candidate : {"/usr/bin/chromium", "/usr/bin/chromium-browser"})
-    if (access(candidate, X_OK) == 0) chromium = candidate;
-  if (chromium.empty()) GTEST_SKIP() << "chromium is not installed; scripts/setup.sh --browser installs it";
+  const std::string common = test::headless_chromium();
+  if (common.empty()) GTEST_SKIP() << test::kNoChromium;
   ServeProcess serve({});
   const std::string url = "http://127.0.0.1:" + std::to_string(serve.port) + "/#selftest";
-  const std::string common = chromium + " --headless=new --no-sandbox --disable-gpu --virtual-time-budget=30000 ";
   const auto dom = test::run_app(common + "--dump-dom '" + url + "'");
   EXPECT_NE(dom.output.find("<title>troupe-serve: selftest done</title>"), std::string::npos) << dom.output;
   EXPECT_NE(dom.output.find("upscaled to 40x24"), std::string::npos) << dom.output;

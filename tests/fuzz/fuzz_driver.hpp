@@ -39,7 +39,7 @@ struct FuzzStats {
 /// Runs `runs` inputs of `target` from `seed`; stops at the first `max_defects` defects.
 FuzzStats run_fuzz(const FuzzTarget& target, std::uint64_t runs, std::uint64_t seed, std::size_t max_defects = 5);
 
-/// The fuzz targets: safetensors, checkpoint, png, corpus, rendezvous, strategy. `scratch` is a folder the
+/// The fuzz targets: safetensors, checkpoint, png, corpus, rendezvous, strategy, report. `scratch` is a folder the
 /// file-reading targets may write into.
 std::vector<FuzzTarget> all_targets(const std::string& scratch);
 

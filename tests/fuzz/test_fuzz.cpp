@@ -1,5 +1,5 @@
 // A short fixed-seed fuzz run of every parser of outside bytes (safetensors, checkpoints, PNG
-// images, corpora, the rendezvous handshake, strategy files): no input may escape as anything but a one-line
+// images, corpora, the rendezvous handshake, strategy files, metrics files and traces): no input may escape as anything but a one-line
 // troupe::Error, and each run must get past the formats' first checks (several distinct outcomes,
 // some inputs accepted). The long runs are scripts/fuzz.sh.
 #include <gtest/gtest.h>
@@ -37,7 +37,7 @@ TEST_P(Fuzz, HostileInputsAreRefusedWithOneLineErrors) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, Fuzz,
-                         ::testing::Values("safetensors", "checkpoint", "png", "corpus", "rendezvous", "strategy"),
+                         ::testing::Values("safetensors", "checkpoint", "png", "corpus", "rendezvous", "strategy", "report"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

@@ -1,13 +1,18 @@
 #pragma once
 // Reading a Chrome trace written by the Tracer back: per-actor busy and idle time, message counts,
 // the critical path of each step, and compute versus messaging time. What `troupe-trace summary`
-// prints.
+// prints, and what troupe-report draws (each actor's handler runs on a timeline).
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace troupe::actors {
+
+/// One handler run: when it began (microseconds after the trace's first slice) and how long it took.
+struct HandlerRun {
+  double start_us = 0, us = 0;
+};
 
 /// What one actor did over the whole trace.
 struct ActorSummary {
@@ -17,6 +22,7 @@ struct ActorSummary {
   double idle_us = 0;     // trace span minus busy
   int handled = 0;        // handler runs
   int sent = 0;           // messages sent
+  std::vector<HandlerRun> runs;  // its handler runs, by start
 };
 
 /// One step: its wall time and the chain of handler runs that decided when it ended.
@@ -26,6 +32,7 @@ struct StepSummary {
   double compute_us = 0;    // kernel time summed over all actors
   double messaging_us = 0;  // send-to-handler latency summed over the step's messages
   std::vector<std::string> critical_path;  // actor names, first to last
+  std::vector<HandlerRun> critical_runs;   // the handler run of each critical_path entry
   double critical_path_us = 0;             // handler time along it
   double communication_us = 0;  // collectives on communicator tracks
   double hidden_us = 0;         // the part of it that ran while some actor computed

@@ -15,6 +15,9 @@
 
 namespace troupe::apps {
 
+/// The text of `v` that reads back to the same double: how checkpoints keep real-valued settings.
+std::string exact_text(double v);
+
 /// Reconciles the flags of `app` (already parsed) with a checkpoint's state.
 class ResumeSettings {
  public:
@@ -28,11 +31,20 @@ class ResumeSettings {
   /// run's data-parallel replicas, which may differ from the saved run's); throws when it does not
   /// divide, or when `flag` was given with another value.
   void take_divided(const std::string& flag, const std::string& key, std::int64_t parts, std::int64_t& value);
+  /// As above for a number (saved as text that reads back to the same double).
+  void take(const std::string& flag, const std::string& key, double& value);
+  /// Whether `flag` was given on the command line.
+  bool given(const std::string& flag) const { return app_.count(flag) > 0; }
+  /// Whether the checkpoint holds `key` (a setting older checkpoints lack).
+  bool has(const std::string& key) const { return state_.ints.count(key) || state_.strings.count(key); }
   /// As above for a string; `is_path` compares the two as file paths.
   void take(const std::string& flag, const std::string& key, std::string& value, bool is_path = false);
   /// Keeps the learning rates of a checkpoint's optimizer state ("group<k>.lr"), or sets them to
   /// `lr` when --lr was given.
   void settle_lr(std::map<std::string, Tensor>& optimizer_state, double lr);
+  /// The peak rate of a scheduled run: the checkpoint's `key`, or `lr` when --lr was given (the
+  /// optimizer state holds the last step's scheduled rate, not the peak).
+  void settle_peak_lr(const std::string& key, double& lr);
   /// "--d-model 32, --seed 1, ..." for the start-up line: the settings that came from the
   /// checkpoint, then those the flags changed.
   std::string summary() const;

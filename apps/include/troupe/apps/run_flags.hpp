@@ -9,6 +9,7 @@
 
 #include "troupe/apps/train_loop.hpp"
 #include "troupe/graph/amp.hpp"
+#include "troupe/graph/lr_schedule.hpp"
 
 namespace troupe::apps {
 
@@ -27,9 +28,16 @@ struct RunFlags {
   std::int64_t steps = 200, eval_every = 50, save_every = 100, log_every = 10;
   double clip = 0;
   std::string save, resume, metrics, trace;
+  std::string report;  // --report: troupe-report's page of the run, written at the end
   int threads = 0, micro_batches = 0;
   AmpFlags amp{"auto", "bf16"};  // O2 where the CPU computes bf16 natively (resolve_amp)
   std::string loss_scale = "auto";             // dynamic loss scaling: auto (with fp16), dynamic, off
+  std::string lr_schedule = "constant";        // decay after warm-up: constant, cosine, linear
+  std::int64_t warmup_steps = 0;               // linear warm-up from 0 to --lr
+  std::int64_t decay_steps = 0;                // the step the decay reaches --min-lr (0: --steps)
+  double min_lr = 0;                           // the decay's floor
+  int grad_accum = 1;                          // batches per update (gradient accumulation)
+  bool gradients_mean = true;                  // average the replicas' gradients (false: sum them)
 };
 
 /// Registers RunFlags on `app`, each numeric flag with its range; `steps` and `clip` keep the
@@ -38,6 +46,13 @@ void add_run_flags(CLI::App& app, RunFlags& flags);
 
 /// The cadence and output part of LoopOptions from the flags.
 LoopOptions loop_options(const RunFlags& flags);
+
+/// The metrics file: --metrics, or with --report alone the file beside the report that it draws
+/// (runs/report.html: runs/report.metrics.csv); "" for neither.
+std::string metrics_path(const RunFlags& flags);
+
+/// The learning-rate schedule the flags describe (a decay ending at --decay-steps, or --steps).
+graph::LrSchedule lr_schedule(const RunFlags& flags);
 
 /// Scheduler threads for `flags.threads` (0 = the machine's cores).
 int resolve_threads(const RunFlags& flags);

@@ -1,7 +1,8 @@
 #pragma once
 // The training loop troupe-gpt and troupe-sr share: runs the app's step function, times it, draws
 // progress, writes per-step metrics, evaluates and checkpoints every K steps and at the end, traces
-// the last step's message flow when asked, and stops with a clear error when the loss diverges.
+// the last step's message flow and writes the report page when asked, and stops with a clear error
+// when the loss diverges.
 
 #include <cstdint>
 #include <functional>
@@ -25,6 +26,7 @@ struct LoopOptions {
   std::string unit = "items/s";
   std::string metrics_path;     // --metrics
   std::string trace_path;       // --trace: the last step's message flow
+  std::string report_path;      // --report: the page of charts drawn at the end from metrics_path (and trace_path)
   std::string eval_name = "val_loss";
   std::string app = "troupe";   // names the loop's warnings ("troupe-gpt: warning: ...")
 };

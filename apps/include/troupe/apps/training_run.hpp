@@ -35,6 +35,7 @@ using ForwardLoss = std::function<double(const std::vector<Tensor>& inputs)>;
 struct TrainingSetup {
   std::int64_t batch = 0;                   // rows per step on each replica; with a searched mesh, the whole step's
   double lr = 0, weight_decay = 0;          // AdamW (no weight decay: Adam)
+  std::uint64_t seed = 0;                   // what dropout draws from (the app's --seed)
   std::vector<graph::InputSpec> signature;  // of TrainingParts::loss
   ParallelFlags parallel;                   // --dp, --tp, --zero, the planner's, strategy files
   /// The model's placement along tp (troupe-gpt: Megatron's GPT placement); without one, --tp and
@@ -106,6 +107,8 @@ class TrainingRun {
   int train(const TrainingSetup& setup, const TrainingParts& parts);
 
  private:
+  /// Takes the resumed checkpoint's learning-rate schedule, its peak and its accumulation count.
+  void resume_schedule(TrainingSetup& setup);
   /// The parallel training's settings from the flags, GRAD_MODE and JIT_LEVEL.
   actors::ParallelConfig parallel_config(const TrainingSetup& setup, const actors::Job& job) const;
   /// Loads the resumed checkpoint's weights or the --load-weights file into `model`; returns the

@@ -23,6 +23,8 @@ struct GptConfig {
   std::int64_t layers = 4;
   std::int64_t d_ff = 1024;
   std::int64_t seq = 128;      // context length (rows of the positional table)
+  double dropout = 0;          // training's dropout on the attention probabilities and the residual branches
+                               // (a setting of the training, not of the shape: fields() leaves it out)
   /// Throws naming the first setting that makes no sense (d_model not divisible by heads, ...).
   void validate() const;
   /// Each field with the name checkpoints store it under ("vocab", "d_model", "layers", "heads",

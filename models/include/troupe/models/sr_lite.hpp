@@ -48,6 +48,7 @@ class SrLite : public graph::Layer {
   SrConfig config;
   std::shared_ptr<graph::Conv2d> head, tail;
   std::shared_ptr<graph::Sequential> body;
+  std::vector<std::shared_ptr<ResidualBlock>> block_list;  // body's blocks, in order
 };
 
 /// The activation `a` applied to x.
