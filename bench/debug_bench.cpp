@@ -2,7 +2,7 @@
 // 128, forward and backward, f32, one kernel thread) eagerly, through models::Gpt::loss with its
 // per-block debug_print calls, against the same forward composed from the model's layers without
 // them: the build without the calls, in the same binary. Rounds alternate the two so drift hits
-// both alike; the line gives each one's median and their ratio. Traced, the two steps' graphs are
+// both alike (in ABBA order); the line gives each one's median and their ratio. Traced, the two steps' graphs are
 // compared node for node (forward and backward): with DEBUG off the calls add no node.
 // Prints {"bench":"debug-off","isa":...,"openblas_core":...,"with_calls_ms":...,"without_calls_ms":...,
 // "ratio":...,"rounds":R,"traced_nodes_with_calls":N,"traced_nodes_without_calls":M}.
@@ -46,7 +46,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 15;
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 30;
   graph::set_debug_enabled(false);
   set_kernel_threads(1);
   Generator gen(1);
@@ -67,9 +67,10 @@ int main(int argc, char** argv) {
   step_ms(with_calls);  // warm-up: the allocator's caches and oneDNN's primitives
   step_ms(without_calls);
   std::vector<double> a, b;
-  for (int r = 0; r < rounds; ++r) {
-    a.push_back(step_ms(with_calls));
+  for (int r = 0; r < rounds; ++r) {  // ABBA: neither runs always first
+    if (r % 2 == 0) a.push_back(step_ms(with_calls));
     b.push_back(step_ms(without_calls));
+    if (r % 2 == 1) a.push_back(step_ms(with_calls));
   }
   const graph::SymDim rows = graph::SymDim::symbol("batch");
   const std::vector<graph::InputSpec> signature{{"ids", {rows, 128}, DType::i64}, {"targets", {rows, 128}, DType::i64}};
