@@ -42,7 +42,7 @@ set(troupe_public_headers
   kernels/include/troupe/kernels/threading.hpp
   graph/include/troupe/graph/amp.hpp graph/include/troupe/graph/collectives.hpp
   graph/include/troupe/graph/custom_gradient.hpp graph/include/troupe/graph/sharding.hpp
-  graph/include/troupe/graph/debug.hpp graph/include/troupe/graph/grad_scaler.hpp
+  graph/include/troupe/graph/debug.hpp graph/include/troupe/graph/dropout.hpp graph/include/troupe/graph/grad_scaler.hpp
   graph/include/troupe/graph/graph.hpp graph/include/troupe/graph/arena_layouts.hpp
   graph/include/troupe/graph/module.hpp graph/include/troupe/graph/nn.hpp graph/include/troupe/graph/ops.hpp
   graph/include/troupe/graph/lr_schedule.hpp graph/include/troupe/graph/optim.hpp graph/include/troupe/graph/safetensors.hpp

@@ -39,6 +39,7 @@
 #include "troupe/graph/amp.hpp"
 #include "troupe/graph/custom_gradient.hpp"
 #include "troupe/graph/debug.hpp"
+#include "troupe/graph/dropout.hpp"
 #include "troupe/graph/grad_scaler.hpp"
 #include "troupe/graph/module.hpp"
 #include "troupe/graph/nn.hpp"
