@@ -63,7 +63,10 @@ class UcxTransport : public Transport {
       ep.err_mode = detect_peers ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
       ep.err_handler.cb = &UcxTransport::on_error;
       ep.err_handler.arg = &handlers_[static_cast<std::size_t>(r)];
-      check(ucp_ep_create(worker_, &ep, &eps_[static_cast<std::size_t>(r)]), "endpoint");
+      // A peer that died after the rendezvous fails here (shared memory gone): name it.
+      const ucs_status_t made = ucp_ep_create(worker_, &ep, &eps_[static_cast<std::size_t>(r)]);
+      TROUPE_CHECK(made == UCS_OK, io, "rank ", rank_, ": UCX endpoint to rank ", r, " failed: ", ucs_status_string(made),
+                   " (rank ", r, " may have stopped); restart the job");
     }
   }
 
