@@ -70,14 +70,13 @@ struct HeadDropout {
   const DropoutStream* stream = nullptr;
   std::int64_t row = 0, column = 0, t_len = 0;
   bool query_is_column = false;  // [N, T, T]
-  // The tile's factors into z (kTile columns per row).
+  // The tile's factors into z (kTile columns per row), through `f` (kTile floats of scratch).
   template <class T>
-  void factors(const TilePair& t, T* z) const {
-    std::vector<float> f(static_cast<std::size_t>(t.cols));
+  void factors(const TilePair& t, T* z, float* f) const {
     for (std::int64_t r = 0; r < t.rows; ++r) {
-      if (query_is_column) stream->fill(row, t.i0 + r, t.j0, t.cols, f.data());
-      else stream->fill(row, column, (t.i0 + r) * t_len + t.j0, t.cols, f.data());
-      for (std::int64_t c = 0; c < t.cols; ++c) z[r * kTile + c] = static_cast<T>(f[static_cast<std::size_t>(c)]);
+      if (query_is_column) stream->fill(row, t.i0 + r, t.j0, t.cols, f);
+      else stream->fill(row, column, (t.i0 + r) * t_len + t.j0, t.cols, f);
+      for (std::int64_t c = 0; c < t.cols; ++c) z[r * kTile + c] = static_cast<T>(f[c]);
     }
   }
 };
@@ -106,7 +105,7 @@ struct AttentionDrops {
 // and outputs acc [rows, D], then acc += p v_tile (p times dropout's factors z, with dropout).
 template <class T>
 void forward_tile(const TilePair& t, const T* v, std::int64_t d_len, T* s, T* m, T* l, T* acc, T* m_new,
-                  const HeadDropout& drop, T* z) {
+                  const HeadDropout& drop, T* z, float* f) {
   for (std::int64_t r = 0; r < t.rows; ++r) {
     T mx = m[r];
     for (std::int64_t c = 0; c < t.cols; ++c)
@@ -123,7 +122,7 @@ void forward_tile(const TilePair& t, const T* v, std::int64_t d_len, T* s, T* m,
     m[r] = m_new[r];
   }
   if (drop.stream) {
-    drop.factors(t, z);
+    drop.factors(t, z, f);
     for (std::int64_t r = 0; r < t.rows; ++r)
       for (std::int64_t c = 0; c < t.cols; ++c) s[r * kTile + c] *= z[r * kTile + c];
   }
@@ -136,8 +135,9 @@ template <class T>
 struct Scratch {
   explicit Scratch(std::int64_t d_len)
       : s(kTile * kTile), ds(kTile * kTile), z(kTile * kTile), pz(kTile * kTile), acc(kTile * d_len), m(kTile), l(kTile),
-        m_new(kTile) {}
+        m_new(kTile), f(kTile) {}
   std::vector<T> s, ds, z, pz, acc, m, l, m_new;  // z, pz: dropout's factors and the dropped probabilities
+  std::vector<float> f;                            // one row of factors as drawn
 };
 
 template <class T>
@@ -151,7 +151,7 @@ void forward_head(const T* q, const T* k, const T* v, T* y, T* lse, std::int64_t
     for (std::int64_t j0 = 0; j0 < i0 + rows; j0 += kTile) {
       const TilePair t{i0, rows, j0, std::min(kTile, t_len - j0)};
       scores(t, q, k, d_len, scale, w.s.data());
-      forward_tile(t, v, d_len, w.s.data(), w.m.data(), w.l.data(), w.acc.data(), w.m_new.data(), drop, w.z.data());
+      forward_tile(t, v, d_len, w.s.data(), w.m.data(), w.l.data(), w.acc.data(), w.m_new.data(), drop, w.z.data(), w.f.data());
     }
     for (std::int64_t r = 0; r < rows; ++r) {
       const T inv = T(1) / w.l[r];
@@ -211,7 +211,7 @@ void backward_tile(const TilePair& t, const HeadGrads<T>& g, std::int64_t d_len,
   const T* dyi = g.dy + t.i0 * d_len;
   const T* dropped = w.s.data();
   if (drop.stream) {
-    drop.factors(t, w.z.data());
+    drop.factors(t, w.z.data(), w.f.data());
     for (std::int64_t r = 0; r < t.rows; ++r)
       for (std::int64_t c = 0; c < t.cols; ++c) w.pz[r * kTile + c] = w.s[r * kTile + c] * w.z[r * kTile + c];
     dropped = w.pz.data();
