@@ -1,6 +1,6 @@
 // troupe-launch: starts N local ranks of a command and supervises them.
 //   troupe-launch -n N [--timeout S] [--master-addr A] [--port P] [--] CMD ARGS...
-// Each rank gets TROUPE_RANK, TROUPE_WORLD_SIZE, TROUPE_MASTER_ADDR, TROUPE_MASTER_PORT, a random
+// Each rank gets TROUPE_RANK, TROUPE_WORLD_SIZE, TROUPE_LOCAL_WORLD_SIZE, TROUPE_MASTER_ADDR, TROUPE_MASTER_PORT, a random
 // TROUPE_JOB_TOKEN shared by the job and TROUPE_TIMEOUT; its output lines are prefixed "[rank k]".
 // When a rank fails, the others are stopped and troupe-launch exits with that rank's code.
 #include <CLI/CLI.hpp>
@@ -82,6 +82,7 @@ int launch(int n, int port, int timeout_s, const std::string& master, std::vecto
       ::close(fds[1]);
       ::setenv("TROUPE_RANK", std::to_string(k).c_str(), 1);
       ::setenv("TROUPE_WORLD_SIZE", std::to_string(n).c_str(), 1);
+      ::setenv("TROUPE_LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);  // every rank on this machine
       ::setenv("TROUPE_MASTER_ADDR", master.c_str(), 1);
       ::setenv("TROUPE_MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("TROUPE_JOB_TOKEN", token.c_str(), 1);

@@ -11,7 +11,9 @@
 //    kernel but GEMM);
 //  - a fused elementwise chain next to the unfused kernels (r + gelu(x * s + b)), and memcpy;
 //  - causal attention at gpt-mini's size: the fused kernel next to the unfused kernels it replaces
-//    (matmul, scale, mask, softmax, matmul), forward and backward, and the bytes of scores each holds.
+//    (matmul, scale, mask, softmax, matmul), forward and backward, and the bytes of scores each holds;
+//    these four on one core;
+//  - pool: each kernel that splits into tiles, on one core and on every core of the pool.
 #include <cblas.h>
 
 #include <algorithm>
@@ -32,6 +34,7 @@
 #include "troupe/kernels/elementwise_chain.hpp"
 #include "troupe/kernels/select.hpp"
 #include "troupe/kernels/layernorm.hpp"
+#include "troupe/kernels/loss.hpp"
 #include "troupe/kernels/cpu_features.hpp"
 #include "troupe/kernels/matmul.hpp"
 #include "troupe/kernels/optim.hpp"
@@ -188,6 +191,7 @@ void bench_conv() {
 
 void bench_bandwidth() {
   set_kernel_threads(1);
+  set_parallel_cores(1);  // one core, as these lines have always measured (the pool: bench_pool)
   const std::int64_t rows = 4096, cols = 1024;
   Tensor x = randn({rows, cols}, 7), gamma = randn({cols}, 8), beta = randn({cols}, 9);
   Tensor dst = Tensor::empty({rows, cols});
@@ -219,6 +223,7 @@ void bench_bandwidth() {
 // moments and writes three of them, 7 x 4 bytes an element, all in the step's serial tail.
 void bench_adamw() {
   set_kernel_threads(1);
+  set_parallel_cores(1);  // one core, as these lines have always measured (the pool: bench_pool)
   const std::int64_t n = 3323392;
   Tensor p = randn({n}, 1), g = randn({n}, 2), m = Tensor::full({n}, 0.001f), v = Tensor::full({n}, 0.01f);
   Tensor dst = Tensor::empty({n});
@@ -242,6 +247,7 @@ void bench_adamw() {
 // move, so the chain's GB/s (those three tensors) is set against memcpy's.
 void bench_chain() {
   set_kernel_threads(1);
+  set_parallel_cores(1);  // one core, as these lines have always measured (the pool: bench_pool)
   const std::int64_t rows = 4096, cols = 1024;
   const Tensor x = randn({rows, cols}, 20), r = randn({rows, cols}, 21), sc = randn({cols}, 22), b = randn({cols}, 23);
   Tensor dst = Tensor::empty({rows, cols});
@@ -285,6 +291,7 @@ void unfused_attention_backward(const UnfusedAttention& f, const Tensor& dy, con
 
 void bench_attention() {
   set_kernel_threads(1);
+  set_parallel_cores(1);  // one core, as these lines have always measured (the pool: bench_pool)
   const std::int64_t b = 8, h = 4, t = 128, d = 64;  // gpt-mini: batch 8, 4 heads of 64, 128 positions
   const double scale = 1.0 / 8.0;
   const Tensor q = randn({b, h, t, d}, 10), k = randn({b, h, t, d}, 11), v = randn({b, h, t, d}, 12),
@@ -305,6 +312,65 @@ void bench_attention() {
   std::fflush(stdout);
 }
 
+// The pool of cores: each tiled kernel at gpt-mini's step sizes (batch 8 x 128 positions, d 256,
+// MLP 1024, 4 heads of 64, vocabulary 256) on its caller's core alone and on every core, alternately.
+void bench_pool() {
+  set_kernel_threads(1);
+  const int cores = parallel_cores();
+  const Tensor h = randn({1024, 1024}, 30).to(DType::bf16), bias = randn({1024}, 31).to(DType::bf16);
+  const Tensor dh = randn({1024, 1024}, 32).to(DType::bf16), wide = randn({1024, 1024}, 33);
+  const Tensor x = randn({1024, 256}, 34), r = randn({1024, 256}, 35), gamma = randn({256}, 36), beta = randn({256}, 37);
+  const Tensor dx = randn({1024, 256}, 38), scores = randn({4096, 128}, 39), ds = randn({4096, 128}, 40);
+  const Tensor logits = randn({1024, 256}, 41), targets = Tensor::zeros({1024}, DType::i64);
+  const Tensor one = Tensor::full({}, 1.0);
+  const std::int64_t n = 3323392;
+  Tensor p = randn({n}, 42), g = randn({n}, 43), m = Tensor::full({n}, 0.001f), v = Tensor::full({n}, 0.01f);
+  const Tensor q = randn({8, 4, 128, 64}, 44), k = randn({8, 4, 128, 64}, 45), vv = randn({8, 4, 128, 64}, 46);
+  const auto ln = kernels::add_layernorm(x, r, gamma, beta);
+  const auto att = kernels::causal_attention(q, k, vv, 0.125);
+  const Tensor y = kernels::softmax(scores, -1);
+  kernels::AdamWParams hp;
+  std::int64_t step = 1;
+  struct Case {
+    const char* kernel;
+    const char* shape;
+    const char* dtype;
+    std::function<void()> run;
+  };
+  const std::vector<Case> cases{
+      {"bias_gelu", "1024x1024", "bf16", [&] { kernels::gelu(kernels::add(h, bias)); }},
+      {"gelu_backward", "1024x1024", "bf16", [&] { kernels::unary_backward(kernels::UnaryOp::gelu, dh, h); }},
+      {"cast", "1024x1024", "f32->bf16", [&] { wide.to(DType::bf16); }},
+      {"add_layernorm", "1024x256", "f32", [&] { kernels::add_layernorm(x, r, gamma, beta); }},
+      {"layernorm_backward", "1024x256", "f32",
+       [&] { kernels::layernorm_backward(dx, ln.sum, gamma, ln.mean, ln.rstd); }},
+      {"softmax", "4096x128", "f32", [&] { kernels::softmax(scores, -1); }},
+      {"softmax_backward", "4096x128", "f32", [&] { kernels::softmax_backward(ds, y, -1); }},
+      {"cross_entropy", "1024x256", "f32",
+       [&] { kernels::cross_entropy_backward(one, logits, targets), kernels::cross_entropy(logits, targets); }},
+      {"adamw", "3323392", "f32", [&] { kernels::adamw_update_(p, g, m, v, hp, step++); }},
+      {"causal_attention", "8x4x128x64", "f32", [&] { kernels::causal_attention(q, k, vv, 0.125); }},
+      {"causal_attention_backward", "8x4x128x64", "f32",
+       [&] { kernels::causal_attention_backward(q, q, k, vv, att.y, att.lse, 0.125); }},
+  };
+  for (const Case& c : cases) {
+    const auto t = median_alternating({[&] {
+                                         set_parallel_cores(1);
+                                         c.run();
+                                       },
+                                       [&] {
+                                         set_parallel_cores(cores);
+                                         c.run();
+                                       }},
+                                      21);
+    std::printf("{\"bench\":\"pool\",\"kernel\":\"%s\",\"shape\":\"%s\",\"dtype\":\"%s\",\"cores\":%d,"
+                "\"one_core_ms\":%.3f,\"pool_ms\":%.3f,\"speedup\":%.2f,%s}\n",
+                c.kernel, c.shape, c.dtype, cores, t[0] * 1e3, t[1] * 1e3, t[0] / t[1], context().c_str());
+    std::fflush(stdout);
+  }
+  set_parallel_cores(cores);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -317,5 +383,6 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "attention") bench_attention();
   if (only.empty() || only == "adamw") bench_adamw();
   if (only.empty() || only == "chain") bench_chain();
+  if (only.empty() || only == "pool") bench_pool();
   return 0;
 }

@@ -19,7 +19,8 @@ namespace {
 // its size never waits for its peers), then one UCX transport per communicator.
 class LaunchedJob final : public Job {
  public:
-  explicit LaunchedJob(transport::JobInfo info) : Job(info.rank, info.size, info.source), info_(std::move(info)) {}
+  explicit LaunchedJob(transport::JobInfo info)
+      : Job(info.rank, info.size, info.source, info.local_size), info_(std::move(info)) {}
 
   std::shared_ptr<transport::Communicator> communicator(const std::vector<int>& members, const char* name,
                                                         std::uint32_t channel) override {

@@ -187,7 +187,10 @@ int TrainingRun::train(const TrainingSetup& given, const TrainingParts& parts) {
   if (!flags_.save.empty() && job->rank() == 0) models::prepare_save_folder(flags_.save, flags_.resume);
   graph::Module& model = parts.build_model();
   const std::int64_t start_step = restore_weights(model, setup, parts);
-  set_kernel_threads(1);  // parallelism comes from actors running concurrently, not from inside a GEMM
+  // Products run one per actor, side by side; the other kernels take the cores left idle, of this
+  // rank's share of the machine.
+  set_kernel_threads(1);
+  set_parallel_cores(std::max(1, resolve_threads(flags_) / job->local_size()));
   kernels::AdamWParams hp;
   hp.lr = setup.lr;
   hp.weight_decay = setup.weight_decay;

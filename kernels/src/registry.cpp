@@ -1,5 +1,7 @@
 #include "troupe/kernels/registry.hpp"
 
+#include "cpu/parallel.hpp"
+
 namespace troupe {
 
 Attrs& Attrs::set(const std::string& name, AttrValue value) {
@@ -71,7 +73,9 @@ void dispatch(const std::string& op, const std::vector<Tensor>& inputs, std::vec
   };
   check(inputs, "input");
   check(outputs, "output");
-  KernelRegistry::instance().find(op, device.kind, first->dtype())(inputs, outputs, attrs);
+  const KernelFn kernel = KernelRegistry::instance().find(op, device.kind, first->dtype());
+  const cpu::KernelCallScope computing;  // this thread's core is busy: parallel kernels count it out
+  kernel(inputs, outputs, attrs);
 }
 
 }  // namespace troupe

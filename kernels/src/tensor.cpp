@@ -233,7 +233,7 @@ template <class D, class S>
 void copy_elements(const Tensor& dst, const Tensor& src, const Strides& src_strides) {
   auto* d = static_cast<D*>(dst.raw_data());
   const auto* s = static_cast<const S*>(src.raw_data());
-  cpu::for_each_run<2>(dst.shape(), {&dst.strides(), &src_strides}, [&](auto off, auto step, std::int64_t n) {
+  cpu::parallel_for_each_run<2>(dst.shape(), {&dst.strides(), &src_strides}, 0.5, [&](auto off, auto step, std::int64_t n) {
     D* dp = d + off[0];
     const S* sp = s + off[1];
     if constexpr (cpu::kHasConvertRun<S, D>)

@@ -405,10 +405,10 @@ TEST(GptApp, DropoutDrawsAlikeAtAnyLayoutAndAfterResume) {
 // and its exit code is the launcher's.
 TEST(Launch, SetsTheJobAndStopsEveryoneWhenARankFails) {
   const std::string launch = TROUPE_LAUNCH_BIN;
-  const auto ok = run_app(launch + " -n 3 -- sh -c 'echo rank $TROUPE_RANK of $TROUPE_WORLD_SIZE token ${#TROUPE_JOB_TOKEN}'");
+  const auto ok = run_app(launch + " -n 3 -- sh -c 'echo rank $TROUPE_RANK of $TROUPE_WORLD_SIZE, $TROUPE_LOCAL_WORLD_SIZE here, token ${#TROUPE_JOB_TOKEN}'");
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   for (int r = 0; r < 3; ++r)
-    EXPECT_NE(ok.output.find("[rank " + std::to_string(r) + "] rank " + std::to_string(r) + " of 3 token 32"), std::string::npos)
+    EXPECT_NE(ok.output.find("[rank " + std::to_string(r) + "] rank " + std::to_string(r) + " of 3, 3 here, token 32"), std::string::npos)
         << ok.output;
   const auto t0 = std::chrono::steady_clock::now();
   const auto bad = run_app(launch + " -n 2 -- sh -c 'if [ $TROUPE_RANK = 1 ]; then exit 7; fi; sleep 60'");

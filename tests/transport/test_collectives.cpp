@@ -172,11 +172,12 @@ TEST(Collectives, CommunicatorRunsQueuedCollectivesAndReportsCompletion) {
   EXPECT_THROW(bad.get(), Error);
 }
 
-// Rank and size come from troupe-launch, else mpirun, else Slurm; a rank outside the world and a
-// malformed number are refused by name.
+// Rank, size and the ranks on this machine come from troupe-launch, else mpirun, else Slurm; a
+// rank outside the world, more local ranks than ranks and a malformed number are refused by name.
 TEST(Collectives, JobInfoReadsLauncherMpirunAndSlurm) {
   for (const char* v : {"TROUPE_RANK", "TROUPE_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID",
-                        "SLURM_NTASKS", "TROUPE_MASTER_ADDR", "TROUPE_MASTER_PORT", "TROUPE_JOB_TOKEN", "TROUPE_TIMEOUT"})
+                        "SLURM_NTASKS", "TROUPE_MASTER_ADDR", "TROUPE_MASTER_PORT", "TROUPE_JOB_TOKEN", "TROUPE_TIMEOUT",
+                        "TROUPE_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"})
     ::unsetenv(v);
   EXPECT_EQ(JobInfo::from_environment().source, "single process");
   ::setenv("SLURM_PROCID", "3", 1);
@@ -185,6 +186,12 @@ TEST(Collectives, JobInfoReadsLauncherMpirunAndSlurm) {
   EXPECT_EQ(j.source, "slurm");
   EXPECT_EQ(j.rank, 3);
   EXPECT_EQ(j.size, 4);
+  EXPECT_EQ(j.local_size, 1);
+  ::setenv("SLURM_NTASKS_PER_NODE", "2", 1);
+  EXPECT_EQ(JobInfo::from_environment().local_size, 2);
+  ::setenv("SLURM_NTASKS_PER_NODE", "5", 1);
+  EXPECT_THROW(JobInfo::from_environment(), Error) << "more ranks on this machine than in the job";
+  ::unsetenv("SLURM_NTASKS_PER_NODE");
   ::setenv("OMPI_COMM_WORLD_RANK", "1", 1);
   ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
   EXPECT_EQ(JobInfo::from_environment().source, "mpirun");
@@ -194,6 +201,10 @@ TEST(Collectives, JobInfoReadsLauncherMpirunAndSlurm) {
   ::setenv("TROUPE_TIMEOUT", "7", 1);
   j = JobInfo::from_environment();
   EXPECT_EQ(j.source, "troupe-launch");
+  EXPECT_EQ(j.local_size, 1);
+  ::setenv("TROUPE_LOCAL_WORLD_SIZE", "2", 1);
+  EXPECT_EQ(JobInfo::from_environment().local_size, 2);
+  ::unsetenv("TROUPE_LOCAL_WORLD_SIZE");
   EXPECT_EQ(j.master_port, 31000);
   EXPECT_EQ(j.timeout, std::chrono::milliseconds(7000));
   ::setenv("TROUPE_TIMEOUT", "0.25", 1);

@@ -77,14 +77,17 @@ JobInfo JobInfo::from_environment() {
   if (std::getenv("TROUPE_RANK")) {
     j.rank = env_int("TROUPE_RANK", 0);
     j.size = env_int("TROUPE_WORLD_SIZE", 1);
+    j.local_size = env_int("TROUPE_LOCAL_WORLD_SIZE", 1);
     j.source = "troupe-launch";
   } else if (std::getenv("OMPI_COMM_WORLD_RANK")) {
     j.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
     j.size = env_int("OMPI_COMM_WORLD_SIZE", 1);
+    j.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
     j.source = "mpirun";
   } else if (std::getenv("SLURM_PROCID")) {
     j.rank = env_int("SLURM_PROCID", 0);
     j.size = env_int("SLURM_NTASKS", 1);
+    j.local_size = env_int("SLURM_NTASKS_PER_NODE", 1);
     j.source = "slurm";
   } else {
     j.source = "single process";
@@ -95,6 +98,8 @@ JobInfo JobInfo::from_environment() {
   j.timeout = env_seconds("TROUPE_TIMEOUT", 30);
   TROUPE_CHECK(j.size >= 1 && j.rank >= 0 && j.rank < j.size, invalid_argument, "rank ", j.rank,
                " does not fit a world of ", j.size, " (from ", j.source, ")");
+  TROUPE_CHECK(j.local_size >= 1 && j.local_size <= j.size, invalid_argument, "a local size of ", j.local_size,
+               " ranks does not fit a world of ", j.size, " (from ", j.source, ")");
   TROUPE_CHECK(j.master_port >= 1 && j.master_port <= 65535, invalid_argument, "TROUPE_MASTER_PORT=", j.master_port,
                " is not a TCP port; use 1-65535");
   return j;

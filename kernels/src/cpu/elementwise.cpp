@@ -124,10 +124,11 @@ TROUPE_VECTOR_CLONES void map_dense(T* d, const T* a, const T* b, const T* c, st
   for (std::int64_t i = 0; i < n; ++i) d[i] = f(a[i], b[i], c[i]);
 }
 
-// Calls run(dst, src, offsets, steps, n) for each innermost run of the output, with the N inputs
-// of element type T broadcast to it: offsets and steps are in elements, the output's first.
+// Calls run(dst, src, offsets, steps, n) for each innermost run of the output (cut into tiles run
+// by the idle cores too, each element costing about `element_work` nanoseconds), with the N
+// inputs of element type T broadcast to it: offsets and steps are in elements, the output's first.
 template <class T, std::size_t N, class Run>
-void walk_runs(const std::vector<Tensor>& in, Tensor& out, Run&& run) {
+void walk_runs(const std::vector<Tensor>& in, Tensor& out, double element_work, Run&& run) {
   std::array<Strides, N> st;
   std::array<const Strides*, N + 1> ptrs;
   std::array<const T*, N> src;
@@ -138,13 +139,14 @@ void walk_runs(const std::vector<Tensor>& in, Tensor& out, Run&& run) {
     src[k] = in[k].data<T>();
   }
   T* dst = out.data<T>();
-  cpu::for_each_run<N + 1>(out.shape(), ptrs, [&](auto off, auto step, std::int64_t n) { run(dst, src, off, step, n); });
+  cpu::parallel_for_each_run<N + 1>(out.shape(), ptrs, element_work,
+                                    [&](auto off, auto step, std::int64_t n) { run(dst, src, off, step, n); });
 }
 
 // Walks out[i] = f(in0[i], in1[i], ...) over broadcast/strided operands of element type T.
 template <class T, std::size_t N, class F>
 void map_kernel(const std::vector<Tensor>& in, Tensor& out, F f) {
-  walk_runs<T, N>(in, out, [&](T* dst, const std::array<const T*, N>& src, auto off, auto step, std::int64_t n) {
+  walk_runs<T, N>(in, out, 1.0, [&](T* dst, const std::array<const T*, N>& src, auto off, auto step, std::int64_t n) {
     T* d = dst + off[0];
     if constexpr (N == 1) {
       const T* a = src[0] + off[1];
@@ -177,7 +179,7 @@ void map_kernel(const std::vector<Tensor>& in, Tensor& out, F f) {
 template <class Low, std::size_t N, class F>
 void map_low_kernel(const std::vector<Tensor>& in, Tensor& out, F f) {
   constexpr std::int64_t kTile = 256;
-  walk_runs<Low, N>(in, out, [&](Low* dst, const std::array<const Low*, N>& src, auto off, auto step, std::int64_t n) {
+  walk_runs<Low, N>(in, out, 1.5, [&](Low* dst, const std::array<const Low*, N>& src, auto off, auto step, std::int64_t n) {
     alignas(64) float wide[N + 1][kTile];
     for (std::int64_t c = 0; c < n; c += kTile) {
       const std::int64_t m = std::min(kTile, n - c);
@@ -289,9 +291,10 @@ void run_chain_step(const ChainStep& s, T* d, const T* a, const T* b, std::int64
 template <class T, std::size_t N>
 void run_chain(const std::vector<Tensor>& in, Tensor& out, const std::vector<ChainStep>& steps) {
   constexpr std::int64_t kTile = 256;
-  alignas(64) T tiles[(kMaxChainInputs + kMaxChainSteps) * kTile];
   const std::size_t last = steps.size() - 1;
-  walk_runs<T, N>(in, out, [&](T* dst, const std::array<const T*, N>& src, auto off, auto step, std::int64_t n) {
+  walk_runs<T, N>(in, out, static_cast<double>(steps.size()), [&](T* dst, const std::array<const T*, N>& src, auto off,
+                                                                 auto step, std::int64_t n) {
+    alignas(64) T tiles[(kMaxChainInputs + kMaxChainSteps) * kTile];
     for (std::int64_t c = 0; c < n; c += kTile) {
       const std::int64_t m = std::min(kTile, n - c);
       std::array<const T*, kMaxChainInputs + kMaxChainSteps> operand{};

@@ -12,6 +12,7 @@
 #include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
 #include "cpu/low_rows.hpp"
+#include "cpu/parallel.hpp"
 
 namespace troupe {
 namespace {
@@ -91,19 +92,22 @@ void layernorm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
   const double eps = a.get_double("eps");
   const std::int64_t d = in[0].shape().back();
   const std::int64_t rows = d > 0 ? in[0].numel() / d : out[1].numel();
-  cpu::RowIn<T> x_in(d), gamma_in(d), beta_in(d);
-  cpu::RowOut<T> y_out(d);
+  cpu::RowIn<T> gamma_in(d), beta_in(d);
   const T* x = in[0].data<T>();
   const C* g = gamma_in(in[1].data<T>());
   const C* b = beta_in(in[2].data<T>());
   T* y = out[0].data<T>();
   C* mu = out[1].data<C>();
   C* rs = out[2].data<C>();
-  for (std::int64_t r = 0; r < rows; ++r) {
-    T* yr = y + r * d;
-    layernorm_row(x_in(x + r * d), g, b, y_out.at(yr), d, eps, mu + r, rs + r);
-    y_out.store(yr);
-  }
+  cpu::parallel_ranges(rows, cpu::rows_per_tile(d), 2.0 * static_cast<double>(d), [&](std::int64_t begin, std::int64_t end) {
+    cpu::RowIn<T> x_in(d);
+    cpu::RowOut<T> y_out(d);
+    for (std::int64_t r = begin; r < end; ++r) {
+      T* yr = y + r * d;
+      layernorm_row(x_in(x + r * d), g, b, y_out.at(yr), d, eps, mu + r, rs + r);
+      y_out.store(yr);
+    }
+  });
 }
 TROUPE_REGISTER_FLOAT_KERNELS("layernorm", layernorm_kernel);
 TROUPE_REGISTER_LOW_PRECISION_KERNELS("layernorm", layernorm_kernel);
@@ -118,8 +122,7 @@ void add_layernorm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& ou
   const double eps = a.get_double("eps");
   const std::int64_t d = in[0].shape().back();
   const std::int64_t rows = in[0].numel() / d, r_rows = in[1].numel() / d;
-  cpu::RowIn<T> a_in(d), b_in(d), s_in(d), gamma_in(d), beta_in(d);
-  cpu::RowOut<T> s_out(d), y_out(d);
+  cpu::RowIn<T> gamma_in(d), beta_in(d);
   const T* x = in[0].data<T>();
   const T* r = in[1].data<T>();
   const C* g = gamma_in(in[2].data<T>());
@@ -128,14 +131,18 @@ void add_layernorm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& ou
   T* y = out[1].data<T>();
   C* mu = out[2].data<C>();
   C* rs = out[3].data<C>();
-  for (std::int64_t row = 0; row < rows; ++row) {
-    T* sr = s + row * d;
-    T* yr = y + row * d;
-    add_row(a_in(x + row * d), b_in(r + (row % r_rows) * d), s_out.at(sr), d);
-    s_out.store(sr);
-    layernorm_row(s_in(sr), g, b, y_out.at(yr), d, eps, mu + row, rs + row);
-    y_out.store(yr);
-  }
+  cpu::parallel_ranges(rows, cpu::rows_per_tile(d), 3.0 * static_cast<double>(d), [&](std::int64_t begin, std::int64_t end) {
+    cpu::RowIn<T> a_in(d), b_in(d), s_in(d);
+    cpu::RowOut<T> s_out(d), y_out(d);
+    for (std::int64_t row = begin; row < end; ++row) {
+      T* sr = s + row * d;
+      T* yr = y + row * d;
+      add_row(a_in(x + row * d), b_in(r + (row % r_rows) * d), s_out.at(sr), d);
+      s_out.store(sr);
+      layernorm_row(s_in(sr), g, b, y_out.at(yr), d, eps, mu + row, rs + row);
+      y_out.store(yr);
+    }
+  });
 }
 TROUPE_REGISTER_FLOAT_KERNELS("add_layernorm", add_layernorm_kernel);
 TROUPE_REGISTER_LOW_PRECISION_KERNELS("add_layernorm", add_layernorm_kernel);
@@ -225,8 +232,7 @@ void layernorm_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor
   using C = cpu::ComputeType<T>;
   const std::int64_t d = in[1].shape().back();
   const std::int64_t rows = in[3].numel();
-  cpu::RowIn<T> dy_in(d), x_in(d), gamma_in(d), more_in(d);
-  cpu::RowOut<T> dx_out(d);
+  cpu::RowIn<T> gamma_in(d);
   const T* dy = in[0].data<T>();
   const T* x = in[1].data<T>();
   const C* g = gamma_in(in[2].data<T>());
@@ -236,26 +242,36 @@ void layernorm_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor
   T* dx = out[0].data<T>();
   T* dg = out[1].data<T>();
   T* db = out[2].data<T>();
-  const auto row = [&](std::int64_t r, C* dgs, C* dbs) {
-    T* dxr = dx + r * d;
-    layernorm_backward_row(dy_in(dy + r * d), x_in(x + r * d), g, mu[r], rs[r], d, more ? more_in(more + r * d) : nullptr,
-                           dx_out.at(dxr), dgs, dbs);
-    dx_out.store(dxr);
-  };
-  std::vector<double> dgs(static_cast<std::size_t>(d), 0.0), dbs(static_cast<std::size_t>(d), 0.0);
-  if constexpr (std::is_same_v<C, float>) {
-    constexpr std::int64_t kFoldRows = 32;
-    std::vector<float> fg(static_cast<std::size_t>(d), 0.0f), fb(static_cast<std::size_t>(d), 0.0f);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      row(r, fg.data(), fb.data());
-      if ((r + 1) % kFoldRows != 0 && r + 1 != rows) continue;
-      for (std::int64_t i = 0; i < d; ++i) {
-        dgs[static_cast<std::size_t>(i)] += std::exchange(fg[static_cast<std::size_t>(i)], 0.0f);
-        dbs[static_cast<std::size_t>(i)] += std::exchange(fb[static_cast<std::size_t>(i)], 0.0f);
-      }
+  // Rows [begin, end) adding their shares of dgamma and dbeta into dgs and dbs.
+  const auto rows_of = [&](std::int64_t begin, std::int64_t end, C* dgs, C* dbs) {
+    cpu::RowIn<T> dy_in(d), x_in(d), more_in(d);
+    cpu::RowOut<T> dx_out(d);
+    for (std::int64_t r = begin; r < end; ++r) {
+      T* dxr = dx + r * d;
+      layernorm_backward_row(dy_in(dy + r * d), x_in(x + r * d), g, mu[r], rs[r], d,
+                             more ? more_in(more + r * d) : nullptr, dx_out.at(dxr), dgs, dbs);
+      dx_out.store(dxr);
     }
+  };
+  const auto du = static_cast<std::size_t>(d);
+  std::vector<double> dgs(du, 0.0), dbs(du, 0.0);
+  if constexpr (std::is_same_v<C, float>) {
+    // Each group of kFoldRows rows sums its shares in float on whichever core runs it; the groups'
+    // sums are then folded into double in row order, so any number of cores gives the same bits.
+    constexpr std::int64_t kFoldRows = 32;
+    const std::int64_t folds = (rows + kFoldRows - 1) / kFoldRows;
+    std::vector<float> fg(static_cast<std::size_t>(folds) * du, 0.0f), fb(fg.size(), 0.0f);
+    cpu::parallel_tiles(folds, 3.0 * static_cast<double>(kFoldRows * d), [&](std::int64_t f) {
+      const auto at = static_cast<std::size_t>(f) * du;
+      rows_of(f * kFoldRows, std::min(rows, (f + 1) * kFoldRows), fg.data() + at, fb.data() + at);
+    });
+    for (std::size_t at = 0; at < fg.size(); at += du)
+      for (std::size_t i = 0; i < du; ++i) {
+        dgs[i] += fg[at + i];
+        dbs[i] += fb[at + i];
+      }
   } else {
-    for (std::int64_t r = 0; r < rows; ++r) row(r, dgs.data(), dbs.data());
+    rows_of(0, rows, dgs.data(), dbs.data());  // the f64 reference: one pass, in row order
   }
   for (std::int64_t i = 0; i < d; ++i) {
     dg[i] = from_double<T>(dgs[static_cast<std::size_t>(i)]);

@@ -3,9 +3,11 @@
 
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "cpu/float_kernels.hpp"
 #include "cpu/low_rows.hpp"
+#include "cpu/parallel.hpp"
 
 namespace troupe {
 namespace {
@@ -26,13 +28,18 @@ void ce_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const At
   const T* x = in[0].data<T>();
   const std::int64_t* t = in[1].data<std::int64_t>();
   const std::int64_t n = in[0].shape()[0], c = in[0].shape()[1];
-  cpu::RowIn<T> row_in(c);
+  // Each row's loss on whichever core, then their sum in row order: the same bits on any cores.
+  std::vector<double> row_loss(static_cast<std::size_t>(n));
+  cpu::parallel_ranges(n, cpu::rows_per_tile(c), 3.0 * static_cast<double>(c), [&](std::int64_t begin, std::int64_t end) {
+    cpu::RowIn<T> row_in(c);
+    for (std::int64_t r = begin; r < end; ++r) {
+      const C* p = row_in(x + r * c);
+      const auto [m, s] = max_and_sum(p, c);
+      row_loss[static_cast<std::size_t>(r)] = m + std::log(s) - p[t[r]];
+    }
+  });
   double total = 0.0;
-  for (std::int64_t r = 0; r < n; ++r) {
-    const C* p = row_in(x + r * c);
-    const auto [m, s] = max_and_sum(p, c);
-    total += m + std::log(s) - p[t[r]];
-  }
+  for (double l : row_loss) total += l;
   out[0].data<C>()[0] = static_cast<C>(n > 0 ? total / static_cast<double>(n) : 0.0);
 }
 TROUPE_REGISTER_FLOAT_KERNELS("cross_entropy", ce_kernel);
@@ -47,17 +54,19 @@ void ce_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
   const double g = in[2].data<C>()[0];
   T* dx = out[0].data<T>();
   const std::int64_t n = in[0].shape()[0], c = in[0].shape()[1];
-  cpu::RowIn<T> row_in(c);
-  cpu::RowOut<T> row_out(c);
-  for (std::int64_t r = 0; r < n; ++r) {
-    const C* p = row_in(x + r * c);
-    T* dr = dx + r * c;
-    C* d = row_out.at(dr);
-    const auto [m, s] = max_and_sum(p, c);
-    for (std::int64_t k = 0; k < c; ++k)
-      d[k] = static_cast<C>((std::exp(p[k] - m) / s - (k == t[r] ? 1.0 : 0.0)) * g / n);
-    row_out.store(dr);
-  }
+  cpu::parallel_ranges(n, cpu::rows_per_tile(c), 4.0 * static_cast<double>(c), [&](std::int64_t begin, std::int64_t end) {
+    cpu::RowIn<T> row_in(c);
+    cpu::RowOut<T> row_out(c);
+    for (std::int64_t r = begin; r < end; ++r) {
+      const C* p = row_in(x + r * c);
+      T* dr = dx + r * c;
+      C* d = row_out.at(dr);
+      const auto [m, s] = max_and_sum(p, c);
+      for (std::int64_t k = 0; k < c; ++k)
+        d[k] = static_cast<C>((std::exp(p[k] - m) / s - (k == t[r] ? 1.0 : 0.0)) * g / n);
+      row_out.store(dr);
+    }
+  });
 }
 TROUPE_REGISTER_FLOAT_KERNELS("cross_entropy_backward", ce_backward_kernel);
 TROUPE_REGISTER_LOW_PRECISION_KERNELS("cross_entropy_backward", ce_backward_kernel);

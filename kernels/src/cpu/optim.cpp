@@ -7,6 +7,7 @@
 
 #include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
+#include "cpu/parallel.hpp"
 
 namespace troupe::kernels {
 
@@ -84,8 +85,12 @@ void adamw_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Att
   const double eps = a.get_double("eps"), wd = a.get_double("weight_decay");
   const auto step = static_cast<double>(a.get_int("step"));
   const double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
-  adamw_loop(in[0].data<T>(), in[2].data<T>(), in[3].data<T>(), in[1].data<T>(), in[0].numel(), T(b1), T(b2), T(1 - b1),
-             T(1 - b2), T(eps), T(lr / bc1), T(1 - lr * wd), T(1 / bc2));
+  T *p = in[0].data<T>(), *m = in[2].data<T>(), *v = in[3].data<T>();
+  const T* g = in[1].data<T>();
+  cpu::parallel_ranges(in[0].numel(), cpu::kElementTile, 2.0, [&](std::int64_t begin, std::int64_t end) {
+    adamw_loop(p + begin, m + begin, v + begin, g + begin, end - begin, T(b1), T(b2), T(1 - b1), T(1 - b2), T(eps),
+               T(lr / bc1), T(1 - lr * wd), T(1 / bc2));
+  });
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
 #include "cpu/low_rows.hpp"
+#include "cpu/parallel.hpp"
 
 namespace troupe {
 namespace {
@@ -117,19 +118,25 @@ void softmax_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, con
   T* y = out[0].data<T>();
   const bool log = a.get_int("log") != 0;
   const Layout l = layout_of(in[0].shape(), static_cast<int>(a.get_int("axis")));
+  const std::int64_t grain = cpu::rows_per_tile(l.n);
+  const double row_work = 3.0 * static_cast<double>(l.n);
   if constexpr (cpu::kLowPrecision<T>) {
-    cpu::RowIn<T> row_in(l.n);
-    cpu::RowOut<T> row_out(l.n);
-    for (std::int64_t o = 0; o < l.outer; ++o) {
-      T* yr = y + o * l.n;
-      softmax_row(row_in(x + o * l.n), row_out.at(yr), l.n, log, nullptr);
-      row_out.store(yr);
-    }
+    cpu::parallel_ranges(l.outer, grain, row_work, [&](std::int64_t begin, std::int64_t end) {
+      cpu::RowIn<T> row_in(l.n);
+      cpu::RowOut<T> row_out(l.n);
+      for (std::int64_t o = begin; o < end; ++o) {
+        T* yr = y + o * l.n;
+        softmax_row(row_in(x + o * l.n), row_out.at(yr), l.n, log, nullptr);
+        row_out.store(yr);
+      }
+    });
   } else {
     if constexpr (std::is_same_v<T, float>) {
       if (l.inner == 1) {
-        for (std::int64_t o = 0; o < l.outer; ++o)
-          softmax_row(x + o * l.n, y + o * l.n, l.n, log, o + 1 < l.outer ? x + (o + 1) * l.n : nullptr);
+        cpu::parallel_ranges(l.outer, grain, row_work, [&](std::int64_t begin, std::int64_t end) {
+          for (std::int64_t o = begin; o < end; ++o)
+            softmax_row(x + o * l.n, y + o * l.n, l.n, log, o + 1 < end ? x + (o + 1) * l.n : nullptr);
+        });
         return;
       }
     }
@@ -194,18 +201,21 @@ void softmax_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&
   const Layout l = layout_of(in[0].shape(), static_cast<int>(a.get_int("axis")));
   if (l.inner == 1) {
     using C = cpu::ComputeType<T>;
-    cpu::RowIn<T> g_in(l.n), y_in(l.n);
-    cpu::RowOut<T> dx_out(l.n);
-    for (std::int64_t o = 0; o < l.outer; ++o) {
-      const C* gr = g_in(g + o * l.n);
-      const C* yr = y_in(y + o * l.n);
-      T* dr = dx + o * l.n;
-      if (log)
-        log_softmax_backward_row(gr, yr, dx_out.at(dr), l.n);
-      else
-        softmax_backward_row(gr, yr, dx_out.at(dr), l.n);
-      dx_out.store(dr);
-    }
+    const std::int64_t grain = cpu::rows_per_tile(l.n);
+    cpu::parallel_ranges(l.outer, grain, 3.0 * static_cast<double>(l.n), [&](std::int64_t begin, std::int64_t end) {
+      cpu::RowIn<T> g_in(l.n), y_in(l.n);
+      cpu::RowOut<T> dx_out(l.n);
+      for (std::int64_t o = begin; o < end; ++o) {
+        const C* gr = g_in(g + o * l.n);
+        const C* yr = y_in(y + o * l.n);
+        T* dr = dx + o * l.n;
+        if (log)
+          log_softmax_backward_row(gr, yr, dx_out.at(dr), l.n);
+        else
+          softmax_backward_row(gr, yr, dx_out.at(dr), l.n);
+        dx_out.store(dr);
+      }
+    });
     return;
   }
   if constexpr (!cpu::kLowPrecision<T>) {

@@ -1,10 +1,15 @@
-// The thread count of the CPU BLAS libraries (OpenBLAS, and oneDNN through OpenMP): CPU-only, so
-// it has no front end and no registry entry.
+// The thread counts of the CPU kernels: the BLAS libraries' (OpenBLAS, and oneDNN through OpenMP) and
+// the size of the pool of cores the other kernels share (cpu/parallel.hpp). CPU-only, so they have
+// no front end and no registry entry.
 #include "troupe/kernels/threading.hpp"
 
 #include <cblas.h>
 
+#include <sched.h>
+
+#include <algorithm>
 #include <atomic>
+#include <thread>
 
 #include "troupe/kernels/error.hpp"
 
@@ -15,7 +20,15 @@ namespace troupe {
 
 namespace {
 std::atomic<int> threads{0};
+std::atomic<int> cores{0};
+
+// The CPUs this process may run on (its affinity mask, as taskset or a container sets it).
+int available_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
+}  // namespace
 
 void set_kernel_threads(int n) {
   TROUPE_CHECK(n >= 1, invalid_argument, "set_kernel_threads: need at least 1 thread, got ", n);
@@ -28,6 +41,18 @@ void set_kernel_threads(int n) {
 int kernel_threads() {
   const int n = threads.load();
   return n > 0 ? n : openblas_get_num_threads();
+}
+
+void set_parallel_cores(int n) {
+  TROUPE_CHECK(n >= 1, invalid_argument, "set_parallel_cores: need at least 1 core, got ", n);
+  cores = n;
+}
+
+int parallel_cores() {
+  const int n = cores.load();
+  if (n > 0) return n;
+  static const int available = available_cores();
+  return available;
 }
 
 }  // namespace troupe

@@ -29,6 +29,9 @@ class Job {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  /// The ranks of the job on this machine (processes sharing its cores; 1 for virtual devices,
+  /// threads of one process).
+  int local_size() const { return local_size_; }
   /// How the job was started ("troupe-launch", "mpirun", "slurm", "virtual devices", "single process").
   const std::string& source() const { return source_; }
   /// A communicator of `members` (job ranks in group order, this rank among them) named `name`, on
@@ -38,10 +41,11 @@ class Job {
                                                                 std::uint32_t channel) = 0;
 
  protected:
-  Job(int rank, int size, std::string source) : rank_(rank), size_(size), source_(std::move(source)) {}
+  Job(int rank, int size, std::string source, int local_size = 1)
+      : rank_(rank), size_(size), local_size_(local_size), source_(std::move(source)) {}
 
  private:
-  int rank_, size_;
+  int rank_, size_, local_size_;
   std::string source_;
 };
 

@@ -1,7 +1,8 @@
 #pragma once
-// How many threads one kernel call may use. Kernels other than GEMM are single-threaded: in the
-// runtime, parallelism comes from actors running on several scheduler threads (see
-// docs/PERFORMANCE.md for the measurement behind this choice).
+// How many cores kernel calls may use. Two settings: the BLAS libraries' threads per product or
+// convolution (OpenBLAS and oneDNN), and the cores of the pool that the other kernels (elementwise
+// and chain, norms, softmax, cross-entropy, casts, AdamW, fused attention) split their tiles over,
+// taking only cores no other kernel call is using (docs/PERFORMANCE.md, "One pool of cores").
 
 namespace troupe {
 
@@ -9,5 +10,11 @@ namespace troupe {
 void set_kernel_threads(int n);
 /// The current per-call BLAS thread count.
 int kernel_threads();
+
+/// Sets the cores the pool's kernels may use at once, callers included; n >= 1 (1: every kernel
+/// runs on its caller's thread alone).
+void set_parallel_cores(int n);
+/// The pool's cores: set_parallel_cores's count, by default the cores this process may run on.
+int parallel_cores();
 
 }  // namespace troupe

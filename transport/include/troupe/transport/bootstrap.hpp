@@ -14,13 +14,15 @@ namespace troupe::transport {
 /// This process's place in the job.
 struct JobInfo {
   int rank = 0, size = 1;
+  int local_size = 1;        // ranks of the job on this machine, sharing its cores
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string token;         // shared secret of the job (TROUPE_JOB_TOKEN)
   std::string source;        // "troupe-launch", "mpirun", "slurm" or "single process"
   std::chrono::milliseconds timeout{30000};  // how long to wait for a peer (TROUPE_TIMEOUT, seconds, fractions allowed)
   /// From TROUPE_RANK/TROUPE_WORLD_SIZE/TROUPE_MASTER_ADDR/TROUPE_MASTER_PORT/TROUPE_JOB_TOKEN/TROUPE_TIMEOUT,
-  /// else OMPI_COMM_WORLD_RANK/SIZE, else SLURM_PROCID/SLURM_NTASKS, else a single process.
+  /// else OMPI_COMM_WORLD_RANK/SIZE, else SLURM_PROCID/SLURM_NTASKS, else a single process; the local
+  /// size from TROUPE_LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE or SLURM_NTASKS_PER_NODE (else 1).
   static JobInfo from_environment();
 };
 
