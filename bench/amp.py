@@ -14,7 +14,7 @@ medians). One JSON line per measurement on stdout, each naming the CPU's ISA:
 """
 import json, os, subprocess, sys
 
-from jit import TORCH_PYTHON, alternate, log, machine, run_json, torch_settings
+from jit import TORCH_PYTHON, alternate, log, machine, run_json, torch_settings, troupe_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONVERGE_STEPS = 450
@@ -46,7 +46,7 @@ def measure(build, env, threads, bench, ours_name, theirs_name, f32_variants, au
     def ours(amp):
         cmd = [os.path.join(build, "bench", "troupe-bench-jit"), ours_name, "3", str(threads), str(size or 128),
                str(steps), amp]
-        return lambda: run_json(cmd, env)
+        return lambda: run_json(cmd, troupe_env(env))
 
     def theirs(variants):
         tried = []

@@ -44,6 +44,12 @@ def run_json(cmd, env):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def troupe_env(env):
+    """Troupe's runs as docs/EMBEDDING.md says to run more than one BLAS thread a product: with
+    passive OpenMP threads, which otherwise spin on the cores of the kernels' pool after each product."""
+    return {**env, "OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def troupe(build, workload, level, threads, size=128, steps=6):
     return [os.path.join(build, "bench", "troupe-bench-jit"), workload, str(level), str(threads), str(size), str(steps)]
 
@@ -75,7 +81,7 @@ def sr_infer(build, env, threads, size):
             tried.append((run_json(cmd, {**env, **extra})["ms"], f"{variant}, {name}", cmd, {**env, **extra}))
     _, torch_name, torch_cmd, torch_env = min(tried, key=lambda t: t[0])
     levels = [0, 1, 2, 3]
-    runs = [lambda l=l: run_json(troupe(build, "sr-infer", l, threads, size, steps), env) for l in levels]
+    runs = [lambda l=l: run_json(troupe(build, "sr-infer", l, threads, size, steps), troupe_env(env)) for l in levels]
     runs.append(lambda: run_json(torch_cmd, torch_env))
     *ours, theirs = alternate(runs)
     line = {"bench": "sr-infer-jit", "size": size, "threads": threads}
@@ -92,7 +98,7 @@ def sr_infer(build, env, threads, size):
 
 def gpt(build, env, threads, workload):
     levels = [0, 1, 3]
-    ours = alternate([lambda l=l: run_json(troupe(build, workload, l, threads, 128, 4), env) for l in levels])
+    ours = alternate([lambda l=l: run_json(troupe(build, workload, l, threads, 128, 4), troupe_env(env)) for l in levels])
     line = {"bench": f"{workload}-jit", "threads": threads}
     for l, r in zip(levels, ours):
         line[f"jit{l}_ms"] = round(r["ms"], 2)
@@ -118,7 +124,7 @@ PASS_GAINS = {  # the level-3 passes that act on each workload
 def pass_gains(build, env, threads):
     for (workload, size), names in PASS_GAINS.items():
         cmd = troupe(build, workload, 3, threads, size, 4)
-        runs = [lambda: run_json(cmd, env)]
+        runs = [lambda: run_json(cmd, troupe_env(env))]
         runs += [lambda n=n: run_json(cmd, {**env, "TROUPE_DISABLE_PASSES": n}) for n in names]
         full, *without = alternate(runs)
         for name, r in zip(names, without):

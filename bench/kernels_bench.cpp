@@ -7,8 +7,7 @@
 //    (how kernels should use the cores under the actor runtime);
 //  - conv2d 1x64x128x128, 64->64, 3x3: forward, backward-data, backward-weight;
 //  - layernorm and softmax effective GB/s next to a memcpy of the same bytes;
-//  - the AdamW update over gpt-mini's 3.3 M parameters: GB/s next to memcpy (one thread, as every
-//    kernel but GEMM);
+//  - the AdamW update over gpt-mini's 3.3 M parameters: GB/s next to memcpy;
 //  - a fused elementwise chain next to the unfused kernels (r + gelu(x * s + b)), and memcpy;
 //  - causal attention at gpt-mini's size: the fused kernel next to the unfused kernels it replaces
 //    (matmul, scale, mask, softmax, matmul), forward and backward, and the bytes of scores each holds;
