@@ -25,6 +25,12 @@ std::string format_summary(const TraceSummary& s) {
                   "\nstep %llu: wall %.1f us, compute %.1f us, messaging latency %.1f us (summed over messages)\n",
                   static_cast<unsigned long long>(st.step), st.wall_us, st.compute_us, st.messaging_us);
     out += line;
+    out += "  kernels at once:";
+    for (std::size_t k = 0; k < st.at_once.size(); ++k) {
+      std::snprintf(line, sizeof line, "%s %zu %.0f%%", k ? "," : "", k, 100.0 * st.at_once[k]);
+      out += line;
+    }
+    out += " of the wall\n";
     if (st.communication_us > 0) {
       std::snprintf(line, sizeof line, "  communication %.1f us, of which %.1f us (%.0f%%) hidden behind compute\n",
                     st.communication_us, st.hidden_us, 100.0 * st.hidden_us / st.communication_us);
@@ -61,7 +67,7 @@ std::string summary_json(const TraceSummary& s) {
     j["steps"].push_back({{"step", st.step}, {"wall_us", st.wall_us}, {"compute_us", st.compute_us},
                           {"messaging_us", st.messaging_us}, {"critical_path", st.critical_path},
                           {"critical_path_us", st.critical_path_us}, {"communication_us", st.communication_us},
-                          {"hidden_us", st.hidden_us}});
+                          {"hidden_us", st.hidden_us}, {"kernels_at_once", st.at_once}});
   j["hottest_collectives"] = nlohmann::json::array();
   for (const CollectiveSummary& c : s.hottest_collectives)
     j["hottest_collectives"].push_back({{"track", c.track}, {"name", c.name}, {"step", c.step}, {"us", c.us}});

@@ -180,6 +180,31 @@ void add_communication(const Parsed& p, const std::vector<int>& ids, StepSummary
   }
 }
 
+// The fractions of [a, b] during which exactly 0, 1, 2, ... of the slices `ids` named "compute" ran.
+std::vector<double> kernels_at_once(const Parsed& p, const std::vector<int>& ids, double a, double b) {
+  std::vector<std::pair<double, int>> edges;  // (time, +1 start / -1 end)
+  for (int i : ids) {
+    const Slice& sl = p.slices[static_cast<std::size_t>(i)];
+    if (sl.name != "compute") continue;
+    edges.emplace_back(std::max(a, sl.ts), 1);
+    edges.emplace_back(std::min(b, sl.ts + sl.dur), -1);
+  }
+  std::sort(edges.begin(), edges.end());
+  std::vector<double> time;
+  int running = 0;
+  double at = a;
+  for (const auto& [t, d] : edges) {
+    if (time.size() <= static_cast<std::size_t>(running)) time.resize(static_cast<std::size_t>(running) + 1, 0.0);
+    time[static_cast<std::size_t>(running)] += t - at;
+    at = t;
+    running += d;
+  }
+  if (time.empty()) time.push_back(0.0);
+  time[0] += b - at;
+  for (double& t : time) t = b > a ? t / (b - a) : 0.0;
+  return time;
+}
+
 // One step: its wall and compute time, communication, and the critical path, walked back from the
 // slice that ended the step along the messages that caused each run (its runs timed from `t0`).
 StepSummary summarize_step(const Parsed& p, std::uint64_t step, const std::vector<int>& ids, double messaging_us,
@@ -198,6 +223,7 @@ StepSummary summarize_step(const Parsed& p, std::uint64_t step, const std::vecto
     if (sl.name == "compute") s.compute_us += sl.dur;
   }
   s.wall_us = b - a;
+  s.at_once = kernels_at_once(p, ids, a, b);
   s.messaging_us = messaging_us;
   add_communication(p, ids, s);
   for (int i = last, guard = 0; i >= 0 && guard < 100000; i = p.slices[static_cast<std::size_t>(i)].cause, ++guard) {

@@ -107,6 +107,26 @@ TEST(Tracer, RecordsEveryMessageOfAStep) {
   tracer.clear();
 }
 
+// How many kernels computed at once over a step's wall: two handlers on two tracks (0-100 us and
+// 50-150 us) with kernels inside them (10-90 and 60-140 us): 2 at once 60-90, 1 at once 10-60 and
+// 90-140, none 0-10 and 140-150.
+TEST(Tracer, SummaryTellsHowManyKernelsComputedAtOnce) {
+  const std::string trace = R"({"traceEvents":[
+    {"ph":"X","name":"ready","tid":1,"ts":0,"dur":100,"args":{"step":1}},
+    {"ph":"X","name":"compute","tid":1,"ts":10,"dur":80,"args":{"step":1}},
+    {"ph":"X","name":"ready","tid":2,"ts":50,"dur":100,"args":{"step":1}},
+    {"ph":"X","name":"compute","tid":2,"ts":60,"dur":80,"args":{"step":1}}]})";
+  const TraceSummary s = summarize_trace(trace, "at_once.json");
+  ASSERT_EQ(s.steps.size(), 1u);
+  const std::vector<double>& at_once = s.steps[0].at_once;
+  ASSERT_EQ(at_once.size(), 3u);
+  EXPECT_NEAR(at_once[0], 20.0 / 150, 1e-12);
+  EXPECT_NEAR(at_once[1], 100.0 / 150, 1e-12);
+  EXPECT_NEAR(at_once[2], 30.0 / 150, 1e-12);
+  EXPECT_NE(format_summary(s).find("kernels at once: 0 13%, 1 67%, 2 20% of the wall"), std::string::npos)
+      << format_summary(s);
+}
+
 TEST(Tracer, SummaryRefusesWhatIsNotATrace) {
   EXPECT_THROW(summarize_trace("{not json", "bad.json"), Error);
   EXPECT_THROW(summarize_trace("{\"traceEvents\": 3}", "bad.json"), Error);

@@ -36,6 +36,9 @@ struct StepSummary {
   double critical_path_us = 0;             // handler time along it
   double communication_us = 0;  // collectives on communicator tracks
   double hidden_us = 0;         // the part of it that ran while some actor computed
+  /// at_once[k]: the fraction of the wall during which exactly k kernels computed (k = 0, 1, ...):
+  /// how busy the scheduler threads kept the cores (a kernel's pool helpers are not traced).
+  std::vector<double> at_once;
 };
 
 /// One collective run on a communicator track.
