@@ -9,10 +9,13 @@ medians). One JSON line per measurement on stdout, each naming the CPU's ISA:
                     (bf16 activations) and O3 (every op in bf16), next
                     to PyTorch f32 and torch.autocast("cpu", bfloat16), each PyTorch side at its
                     fastest variant and thread setting (named in the line)
+  gpt-train-floor   troupe-gpt's own training step (its defaults on THREADS threads: O2 bf16, 2 micro-batches on 2+)
+                    against the step's products timed alone (gemm_floor_ms) and PyTorch's best of f32
+                    and autocast, with the fraction of the cores the step's trace shows computing
   gpt-converge-amp  troupe-gpt trained 450 steps at O0, O1, O2 and O3 bf16: final train and val loss
                     (val_loss_rel_diff is O2's against O0's, as the issue asks)
 """
-import json, os, subprocess, sys
+import csv, json, os, statistics, subprocess, sys
 
 from jit import TORCH_PYTHON, alternate, log, machine, run_json, torch_settings, troupe_env
 
@@ -28,6 +31,45 @@ def native_isa():
 
 def emit(line):
     print(json.dumps({**line, "isa": native_isa(), "cpu": machine()["cpu"]}), flush=True)
+    return line
+
+
+def app_step(build, env, threads, trace=None):
+    """troupe-gpt's training step at its default settings on THREADS threads: the median step_ms
+    of steps 11-36 (from --metrics), and with TRACE the last step's trace."""
+    metrics = os.path.join(build, "amp-floor.metrics.csv")
+    cmd = [os.path.join(build, "apps", "troupe-gpt"), "--threads", str(threads), "--steps", "36", "--eval-every", "36",
+           "--metrics", metrics] + (["--trace", trace] if trace else [])
+    subprocess.run(cmd, env=env, check=True, capture_output=True)
+    with open(metrics) as f:
+        rows = list(csv.DictReader(f))[10:]
+    return {"ms": statistics.median(float(r["step_ms"]) for r in rows)}
+
+
+def cores_busy(build, trace, threads):
+    """The fraction of the cores' time the last traced step kept computing: sum over k of k times the
+    fraction of the wall during which k kernels ran, over the threads (pool helpers are not traced)."""
+    out = subprocess.run([os.path.join(build, "apps", "troupe-trace"), "summary", trace, "--json"], check=True,
+                         capture_output=True, text=True).stdout
+    at_once = json.loads(out)["steps"][-1]["kernels_at_once"]
+    return sum(k * f for k, f in enumerate(at_once)) / threads
+
+
+def floor(build, env, threads, train_line):
+    """gpt-train-floor: the app's default step (O2 bf16 where the CPU has bf16) against its products
+    alone (troupe-bench-jit gpt-train-floor: each product of the step's graph, one after another, on
+    THREADS threads) and against PyTorch's best of f32 and autocast from TRAIN_LINE."""
+    floor_cmd = [os.path.join(build, "bench", "troupe-bench-jit"), "gpt-train-floor", "3", str(threads), "128", "6", "O2"]
+    step, products = alternate([lambda: app_step(build, env, threads),
+                                lambda: run_json(floor_cmd, troupe_env(env))])
+    trace = os.path.join(build, "amp-floor.trace.json")
+    app_step(build, env, threads, trace)
+    best = min([(train_line["torch_f32_ms"], train_line["torch_f32"]),
+                (train_line["torch_autocast_ms"], train_line["torch_autocast"])])
+    emit({"bench": "gpt-train-floor", "threads": threads, "precision": "bf16", "step_ms": round(step["ms"], 2),
+          "gemm_floor_ms": round(products["ms"], 2), "ratio_to_floor": round(step["ms"] / products["ms"], 3),
+          "torch_best_ms": best[0], "torch_best": best[1], "ratio_vs_torch_best": round(step["ms"] / best[0], 3),
+          "cores_busy": round(cores_busy(build, trace, threads), 3)})
 
 
 # Each line: the Troupe workload (bench/jit_bench.cpp), the PyTorch one (bench/torch_workloads.py)
@@ -61,7 +103,7 @@ def measure(build, env, threads, bench, ours_name, theirs_name, f32_variants, au
     f32_variant, t32_run = theirs(f32_variants)
     ac_variant, tac_run = theirs(autocast_variants)
     o0, o1, o2, o3, t32, tac = alternate([ours("O0"), ours("O1"), ours("O2"), ours("O3"), t32_run, tac_run])
-    emit({"bench": bench, "threads": threads, "o0_ms": round(o0["ms"], 2), "o1_ms": round(o1["ms"], 2),
+    return emit({"bench": bench, "threads": threads, "o0_ms": round(o0["ms"], 2), "o1_ms": round(o1["ms"], 2),
           "o2_ms": round(o2["ms"], 2), "o3_ms": round(o3["ms"], 2), "torch_f32_ms": round(t32["ms"], 2),
           "torch_f32": f32_variant,
           "torch_autocast_ms": round(tac["ms"], 2), "torch_autocast": ac_variant,
@@ -99,7 +141,10 @@ def main():
     for threads in sorted({1, os.cpu_count() or 1}):
         for workload in WORKLOADS:
             log(f"{workload[0]}, {threads} thread(s)")
-            measure(build, env, threads, *workload)
+            line = measure(build, env, threads, *workload)
+            if workload[0] == "gpt-train-amp" and native_isa() != "none":
+                log(f"gpt-train-floor, {threads} thread(s)")
+                floor(build, env, threads, line)
     converge(build, env)
 
 

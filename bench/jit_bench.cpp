@@ -3,6 +3,7 @@
 // "allocs_per_step":...} for bench/jit.py to pair with the other levels and with PyTorch.
 //   sr-infer SIZE   sr-lite (app defaults) on one 1x3xSIZExSIZE image: troupe-sr infer's graph::Jit
 //   gpt-forward     gpt-mini logits of batch 8 x 128: troupe-gpt generate's graph::Jit
+//   gpt-train-floor the products of gpt-train's step (its level-3 graph at AMP), each alone, one after another
 //   gpt-train       gpt-mini, batch 8 x 128, AdamW, clip 1.0: the library's ParallelTraining (actor program,
 //                   1 scheduler thread, 1 micro-batch; eager at level 0)
 //   sr-train        sr-lite, batch 4 of 64x64 -> 128x128, Adam 1e-3: ParallelTraining, as gpt-train
@@ -33,6 +34,7 @@
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/graph/trace.hpp"
+#include "troupe/kernels/registry.hpp"
 #include "troupe/kernels/threading.hpp"
 #include "troupe/models/gpt.hpp"
 #include "troupe/models/gpt_decoder.hpp"
@@ -43,7 +45,7 @@ using graph::Var;
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: troupe-bench-jit sr-infer|sr-train|gpt-forward|gpt-train|gpt-decode|gpt-decode-recompute|gpt-decode-bf16|gpt-decode-batch|gpt-decode-batch-actors "
+    std::fprintf(stderr, "usage: troupe-bench-jit sr-infer|sr-train|gpt-forward|gpt-train|gpt-train-floor|gpt-decode|gpt-decode-recompute|gpt-decode-bf16|gpt-decode-batch|gpt-decode-batch-actors "
                  "LEVEL KERNEL_THREADS [SIZE] [STEPS] [AMP]\n");
     return 2;
   }
@@ -58,7 +60,7 @@ int main(int argc, char** argv) {
   // Inference runs without recording gradients, as troupe-sr infer and troupe-gpt generate do
   // (eager mode would otherwise keep the autograd tape of every call).
   std::unique_ptr<graph::NoGradGuard> no_grad;
-  if (workload != "gpt-train" && workload != "sr-train") no_grad = std::make_unique<graph::NoGradGuard>();
+  if (workload != "gpt-train" && workload != "gpt-train-floor" && workload != "sr-train") no_grad = std::make_unique<graph::NoGradGuard>();
   std::function<void()> call;
   std::unique_ptr<models::SrLite> sr;
   std::unique_ptr<models::Gpt> gpt;
@@ -101,6 +103,9 @@ int main(int argc, char** argv) {
       ids.data<std::int64_t>()[i] = (i * 7919) % 256;
       targets.data<std::int64_t>()[i] = (i * 104729) % 256;
     }
+    // gpt-mini's training loss and its batch, for gpt-train and gpt-train-floor.
+    const auto gpt_loss = [&](const std::vector<Var>& in) { return std::vector<Var>{gpt->loss(in[0], in[1])}; };
+    const std::vector<graph::InputSpec> gpt_batch{{"ids", {b, 128}, DType::i64}, {"targets", {b, 128}, DType::i64}};
     if (workload == "gpt-forward") {
       jit = std::make_unique<graph::Jit>([&](const std::vector<Var>& in) { return std::vector<Var>{gpt->logits(in[0])}; },
                                          std::vector<graph::InputSpec>{{"ids", {b, 128}, DType::i64}}, false, level, amp);
@@ -135,6 +140,41 @@ int main(int argc, char** argv) {
           rows = decoder->step(tokens);
         }
       };
+    } else if (workload == "gpt-train-floor") {
+      // The products of gpt-mini's level-3 training step at `amp` (as ParallelTraining compiles it,
+      // batch 8), each timed alone with the kernel it runs on, on random operands.
+      const graph::TracedFunction step = graph::trace(gpt_loss, gpt_batch)
+                                             .with_amp(amp)
+                                             .optimized(level)
+                                             .with_gradients()
+                                             .optimized(level);
+      const graph::Graph& g = step.graph();
+      const graph::SymBindings batch{{"batch", 8}};
+      struct Product {
+        std::string op;
+        std::vector<Tensor> in, out;
+        Attrs attrs;
+      };
+      auto products = std::make_shared<std::vector<Product>>();
+      double flop = 0;
+      for (const graph::Node& n : g.nodes()) {
+        if (n.op != "matmul" && n.op != "matmul_bias") continue;
+        Product p{n.op, {}, {}, n.attrs};
+        for (graph::ValueId v : n.inputs) {
+          Tensor t = Tensor::empty(graph::bind(g.value(v).info.shape, batch));
+          gen.uniform_(t);
+          p.in.push_back(t.to(g.value(v).info.dtype));
+        }
+        const Tensor& c = p.out.emplace_back(
+            Tensor::empty(graph::bind(g.value(n.outputs[0]).info.shape, batch), g.value(n.outputs[0]).info.dtype));
+        const std::int64_t k = p.in[0].size(n.attrs.get_int("trans_a") ? -2 : -1);
+        flop += 2.0 * static_cast<double>(c.numel()) * static_cast<double>(k);
+        products->push_back(std::move(p));
+      }
+      std::fprintf(stderr, "troupe-bench-jit: gpt-train-floor: %zu products, %.2f GFLOP\n", products->size(), flop / 1e9);
+      call = [products] {
+        for (Product& p : *products) dispatch(p.op, p.in, p.out, p.attrs);
+      };
     } else if (workload == "gpt-train") {
       kernels::AdamWParams hp;
       hp.lr = 3e-4;
@@ -144,9 +184,7 @@ int main(int argc, char** argv) {
       options.jit_level = level;
       options.amp = amp;
       train = std::make_unique<actors::ParallelTraining>(
-          actors::TrainingProblem{gpt.get(),
-                                  [&](const std::vector<Var>& in) { return std::vector<Var>{gpt->loss(in[0], in[1])}; },
-                                  {{"ids", {b, 128}, DType::i64}, {"targets", {b, 128}, DType::i64}}, 8,
+          actors::TrainingProblem{gpt.get(), gpt_loss, gpt_batch, 8,
                                   [hp](const std::vector<Var>& p) { return std::make_shared<graph::AdamW>(p, hp); }, {}},
           options);
       inputs = {ids, targets};
