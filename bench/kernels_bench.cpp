@@ -37,6 +37,7 @@
 #include "troupe/kernels/cpu_features.hpp"
 #include "troupe/kernels/matmul.hpp"
 #include "troupe/kernels/optim.hpp"
+#include "troupe/kernels/reduce.hpp"
 #include "troupe/kernels/rng.hpp"
 #include "troupe/kernels/softmax.hpp"
 #include "troupe/kernels/threading.hpp"
@@ -340,6 +341,7 @@ void bench_pool() {
       {"bias_gelu", "1024x1024", "bf16", [&] { kernels::gelu(kernels::add(h, bias)); }},
       {"gelu_backward", "1024x1024", "bf16", [&] { kernels::unary_backward(kernels::UnaryOp::gelu, dh, h); }},
       {"cast", "1024x1024", "f32->bf16", [&] { wide.to(DType::bf16); }},
+      {"column_sum", "1024x1024->1024", "bf16", [&] { kernels::sum(dh, {0}); }},
       {"add_layernorm", "1024x256", "f32", [&] { kernels::add_layernorm(x, r, gamma, beta); }},
       {"layernorm_backward", "1024x256", "f32",
        [&] { kernels::layernorm_backward(dx, ln.sum, gamma, ln.mean, ln.rstd); }},

@@ -1,7 +1,7 @@
 // The pool of cores: every kernel that splits its work into tiles (elementwise and the chain's
-// walk, casts, layer norm and its fused add, softmax, cross-entropy, AdamW, fused attention) gives
-// the same bits on 1, 2, 3 and 4 cores as on its caller's thread alone, since its tiles are fixed by
-// the work's size and reductions add the tiles' sums in order. And the pool itself: helpers join
+// walk, casts, reductions, layer norm and its fused add, softmax, cross-entropy, AdamW, fused
+// attention) gives the same bits on 1, 2, 3 and 4 cores as on its caller's thread alone, since its
+// tiles are fixed by the work's size and reductions add the tiles' sums in order. And the pool itself: helpers join
 // when cores are idle, a tile's exception reaches the caller, and cores taken by concurrent kernel
 // calls are not offered twice.
 #include <gtest/gtest.h>
@@ -23,6 +23,7 @@
 #include "troupe/kernels/layernorm.hpp"
 #include "troupe/kernels/loss.hpp"
 #include "troupe/kernels/optim.hpp"
+#include "troupe/kernels/reduce.hpp"
 #include "troupe/kernels/registry.hpp"
 #include "troupe/kernels/softmax.hpp"
 #include "troupe/kernels/threading.hpp"
@@ -118,6 +119,21 @@ TEST_F(ParallelKernels, RowKernelsGiveTheSameBitsOnAnyCores) {
       const Tensor loss = cross_entropy(x, targets);
       const Tensor one = Tensor::full({}, 1.0, loss.dtype());
       return std::vector<Tensor>{loss, cross_entropy_backward(one, x, targets)};
+    });
+  }
+}
+
+TEST_F(ParallelKernels, ReductionsGiveTheSameBitsOnAnyCores) {
+  for (DType dt : kTypes) {
+    const std::string name = dtype_name(dt);
+    const Tensor x = random_tensor({1030, 1000}, 16, -2, 2).to(dt);
+    const Tensor wide = random_tensor({3, 700, 40}, 17, -2, 2).to(dt);
+    expect_same_bits_on_any_cores("column sums (bias gradients) " + name,
+                                  [&] { return std::vector<Tensor>{sum(x, {0}), mean(x, {0}), max(x, {0})}; });
+    expect_same_bits_on_any_cores("row sums " + name,
+                                  [&] { return std::vector<Tensor>{sum(x, {1}), mean(x, {-1}), max(x, {1})}; });
+    expect_same_bits_on_any_cores("middle axis " + name, [&] {
+      return std::vector<Tensor>{sum(wide, {1}), sum_to_shape(x, {1, 1000}), sum(x, {})};
     });
   }
 }

@@ -1,8 +1,9 @@
 #pragma once
 // How many cores kernel calls may use. Two settings: the BLAS libraries' threads per product or
 // convolution (OpenBLAS and oneDNN), and the cores of the pool that the other kernels (elementwise
-// and chain, norms, softmax, cross-entropy, casts, AdamW, fused attention) split their tiles over,
-// taking only cores no other kernel call is using (docs/PERFORMANCE.md, "One pool of cores").
+// and chain, reductions, norms, softmax, cross-entropy, casts, AdamW, fused attention) split their
+// tiles over, taking only cores no other kernel call is using (docs/PERFORMANCE.md, "One pool of
+// cores").
 
 namespace troupe {
 
