@@ -32,9 +32,9 @@ int idle_cores();
 /// is rethrown here after the others finished.
 void run_tiles(std::int64_t tiles, int helpers, void (*run)(void*, std::int64_t), void* context);
 
-/// The helpers worth waking for `tiles` tiles of about `tile_work` units (elements touched, or
-/// multiply-adds), each unit about a nanosecond: none below `kMinParallelWork` per helper, as a
-/// helper's wake-up costs some microseconds.
+/// The helpers worth waking for `tiles` tiles of about `tile_work` nanoseconds each: one per
+/// `kMinParallelWork` of the whole beyond the first, as a helper's wake-up costs some microseconds,
+/// and no more than the idle cores and the tiles after the caller's first.
 int helpers_for(std::int64_t tiles, double tile_work);
 
 /// Work (about nanoseconds) below which a helper costs more than it saves.
