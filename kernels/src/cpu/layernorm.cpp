@@ -3,6 +3,7 @@
 // combined in double, as PyTorch's CPU kernels compute in float; bf16 and f16 rows are widened
 // and computed as f32 rows, with f32 statistics.
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -99,7 +100,7 @@ void layernorm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
   T* y = out[0].data<T>();
   C* mu = out[1].data<C>();
   C* rs = out[2].data<C>();
-  cpu::parallel_ranges(rows, cpu::rows_per_tile(d), 2.0 * static_cast<double>(d), [&](std::int64_t begin, std::int64_t end) {
+  cpu::parallel_rows(rows, d, 2.0, [&](std::int64_t begin, std::int64_t end) {
     cpu::RowIn<T> x_in(d);
     cpu::RowOut<T> y_out(d);
     for (std::int64_t r = begin; r < end; ++r) {
@@ -131,7 +132,7 @@ void add_layernorm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& ou
   T* y = out[1].data<T>();
   C* mu = out[2].data<C>();
   C* rs = out[3].data<C>();
-  cpu::parallel_ranges(rows, cpu::rows_per_tile(d), 3.0 * static_cast<double>(d), [&](std::int64_t begin, std::int64_t end) {
+  cpu::parallel_rows(rows, d, 3.0, [&](std::int64_t begin, std::int64_t end) {
     cpu::RowIn<T> a_in(d), b_in(d), s_in(d);
     cpu::RowOut<T> s_out(d), y_out(d);
     for (std::int64_t row = begin; row < end; ++row) {
@@ -258,18 +259,25 @@ void layernorm_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor
   if constexpr (std::is_same_v<C, float>) {
     // Each group of kFoldRows rows sums its shares in float on whichever core runs it; the groups'
     // sums are then folded into double in row order, so any number of cores gives the same bits.
-    constexpr std::int64_t kFoldRows = 32;
+    // Up to kBatchFolds groups at a time, so the float sums held stay bounded whatever the rows.
+    constexpr std::int64_t kFoldRows = 32, kBatchFolds = 64;
     const std::int64_t folds = (rows + kFoldRows - 1) / kFoldRows;
-    std::vector<float> fg(static_cast<std::size_t>(folds) * du, 0.0f), fb(fg.size(), 0.0f);
-    cpu::parallel_tiles(folds, 3.0 * static_cast<double>(kFoldRows * d), [&](std::int64_t f) {
-      const auto at = static_cast<std::size_t>(f) * du;
-      rows_of(f * kFoldRows, std::min(rows, (f + 1) * kFoldRows), fg.data() + at, fb.data() + at);
-    });
-    for (std::size_t at = 0; at < fg.size(); at += du)
-      for (std::size_t i = 0; i < du; ++i) {
-        dgs[i] += fg[at + i];
-        dbs[i] += fb[at + i];
-      }
+    std::vector<float> fg(static_cast<std::size_t>(std::min(folds, kBatchFolds)) * du), fb(fg.size());
+    for (std::int64_t first = 0; first < folds; first += kBatchFolds) {
+      const std::int64_t batch = std::min(kBatchFolds, folds - first);
+      std::fill(fg.begin(), fg.end(), 0.0f);
+      std::fill(fb.begin(), fb.end(), 0.0f);
+      cpu::parallel_tiles(batch, 3.0 * static_cast<double>(kFoldRows * d), [&](std::int64_t f) {
+        const auto at = static_cast<std::size_t>(f) * du;
+        const std::int64_t r0 = (first + f) * kFoldRows;
+        rows_of(r0, std::min(rows, r0 + kFoldRows), fg.data() + at, fb.data() + at);
+      });
+      for (std::size_t at = 0; at < static_cast<std::size_t>(batch) * du; at += du)
+        for (std::size_t i = 0; i < du; ++i) {
+          dgs[i] += fg[at + i];
+          dbs[i] += fb[at + i];
+        }
+    }
   } else {
     rows_of(0, rows, dgs.data(), dbs.data());  // the f64 reference: one pass, in row order
   }

@@ -30,7 +30,7 @@ void ce_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const At
   const std::int64_t n = in[0].shape()[0], c = in[0].shape()[1];
   // Each row's loss on whichever core, then their sum in row order: the same bits on any cores.
   std::vector<double> row_loss(static_cast<std::size_t>(n));
-  cpu::parallel_ranges(n, cpu::rows_per_tile(c), 3.0 * static_cast<double>(c), [&](std::int64_t begin, std::int64_t end) {
+  cpu::parallel_rows(n, c, 3.0, [&](std::int64_t begin, std::int64_t end) {
     cpu::RowIn<T> row_in(c);
     for (std::int64_t r = begin; r < end; ++r) {
       const C* p = row_in(x + r * c);
@@ -54,7 +54,7 @@ void ce_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
   const double g = in[2].data<C>()[0];
   T* dx = out[0].data<T>();
   const std::int64_t n = in[0].shape()[0], c = in[0].shape()[1];
-  cpu::parallel_ranges(n, cpu::rows_per_tile(c), 4.0 * static_cast<double>(c), [&](std::int64_t begin, std::int64_t end) {
+  cpu::parallel_rows(n, c, 4.0, [&](std::int64_t begin, std::int64_t end) {
     cpu::RowIn<T> row_in(c);
     cpu::RowOut<T> row_out(c);
     for (std::int64_t r = begin; r < end; ++r) {

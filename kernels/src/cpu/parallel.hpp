@@ -43,11 +43,6 @@ inline constexpr double kMinParallelWork = 40000;
 /// Elements per tile of a parallel elementwise walk: 64 KiB of f32 per operand, a cache's worth.
 inline constexpr std::int64_t kElementTile = 16384;
 
-/// Rows of `width` elements per parallel tile of a row kernel: about kElementTile elements.
-inline std::int64_t rows_per_tile(std::int64_t width) {
-  return std::max<std::int64_t>(1, kElementTile / std::max<std::int64_t>(1, width));
-}
-
 /// Runs body(t) for t in [0, tiles) with the idle cores' help, each tile about `tile_work` units.
 template <class Body>
 void parallel_tiles(std::int64_t tiles, double tile_work, Body&& body) {
@@ -71,6 +66,14 @@ void parallel_ranges(std::int64_t n, std::int64_t grain, double item_work, Body&
     const std::int64_t begin = t * grain;
     body(begin, std::min(n, begin + grain));
   });
+}
+
+/// Runs body(begin, end) over `rows` rows of `width` elements, in tiles of about kElementTile
+/// elements (at least a row), each element costing about `element_work` nanoseconds.
+template <class Body>
+void parallel_rows(std::int64_t rows, std::int64_t width, double element_work, Body&& body) {
+  const std::int64_t w = std::max<std::int64_t>(1, width);
+  parallel_ranges(rows, std::max<std::int64_t>(1, kElementTile / w), element_work * static_cast<double>(w), body);
 }
 
 }  // namespace troupe::cpu

@@ -68,7 +68,7 @@ void reduce_rows(const Tensor& in, const Tensor& out, const Attrs& a) {
   if (outer == 0) return;
   const std::int64_t span = std::max<std::int64_t>(1, extent);
   if (inner == 1) {
-    cpu::parallel_ranges(outer, cpu::rows_per_tile(span), static_cast<double>(span), [&](std::int64_t begin, std::int64_t end) {
+    cpu::parallel_rows(outer, span, 1.0, [&](std::int64_t begin, std::int64_t end) {
       double acc = 0;
       for (std::int64_t o = begin; o < end; ++o) reduce_block(x + o * extent, y + o, extent, 1, 0, 1, mode, &acc);
     });

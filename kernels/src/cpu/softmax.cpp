@@ -118,10 +118,8 @@ void softmax_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, con
   T* y = out[0].data<T>();
   const bool log = a.get_int("log") != 0;
   const Layout l = layout_of(in[0].shape(), static_cast<int>(a.get_int("axis")));
-  const std::int64_t grain = cpu::rows_per_tile(l.n);
-  const double row_work = 3.0 * static_cast<double>(l.n);
   if constexpr (cpu::kLowPrecision<T>) {
-    cpu::parallel_ranges(l.outer, grain, row_work, [&](std::int64_t begin, std::int64_t end) {
+    cpu::parallel_rows(l.outer, l.n, 3.0, [&](std::int64_t begin, std::int64_t end) {
       cpu::RowIn<T> row_in(l.n);
       cpu::RowOut<T> row_out(l.n);
       for (std::int64_t o = begin; o < end; ++o) {
@@ -133,7 +131,7 @@ void softmax_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, con
   } else {
     if constexpr (std::is_same_v<T, float>) {
       if (l.inner == 1) {
-        cpu::parallel_ranges(l.outer, grain, row_work, [&](std::int64_t begin, std::int64_t end) {
+        cpu::parallel_rows(l.outer, l.n, 3.0, [&](std::int64_t begin, std::int64_t end) {
           for (std::int64_t o = begin; o < end; ++o)
             softmax_row(x + o * l.n, y + o * l.n, l.n, log, o + 1 < end ? x + (o + 1) * l.n : nullptr);
         });
@@ -201,8 +199,7 @@ void softmax_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&
   const Layout l = layout_of(in[0].shape(), static_cast<int>(a.get_int("axis")));
   if (l.inner == 1) {
     using C = cpu::ComputeType<T>;
-    const std::int64_t grain = cpu::rows_per_tile(l.n);
-    cpu::parallel_ranges(l.outer, grain, 3.0 * static_cast<double>(l.n), [&](std::int64_t begin, std::int64_t end) {
+    cpu::parallel_rows(l.outer, l.n, 3.0, [&](std::int64_t begin, std::int64_t end) {
       cpu::RowIn<T> g_in(l.n), y_in(l.n);
       cpu::RowOut<T> dx_out(l.n);
       for (std::int64_t o = begin; o < end; ++o) {
