@@ -85,9 +85,13 @@ Graph fuse_attention(const Graph& g);
 /// where the sum has no other reader: in a forward graph, before the gradients are taken.
 Graph fuse_bias_gelu(const Graph& g);
 /// Replaces add(matmul(a, w), b), b a bias over the product's last dim, by one matmul_bias(a, w, b)
-/// (within rounding: the GEMM accumulates onto the bias) where the product has no other reader, in
-/// f32 and f64; after bias-gelu fusion, in a forward graph, before the gradients are taken.
+/// (within rounding: the GEMM accumulates onto the bias) where the product has no other reader;
+/// after bias-gelu fusion, in a forward graph, before the gradients are taken.
 Graph fuse_matmul_bias(const Graph& g);
+/// Replaces cast(p, f32), p a bf16 or f16 matmul or matmul_bias written low and read only by the
+/// cast, by p written as f32 (closer to f32 than the pair: one rounding fewer); a matmul_bias's bias
+/// cast from f32 is dropped for the f32 bias. After matmul-bias fusion, forward and backward nodes.
+Graph fuse_product_casts(const Graph& g);
 /// Replaces layer_norm(add(a, b)), b of a's last dims, by one add_layer_norm(a, b) giving the sum
 /// and the normalised sum (the same bits) where the layer norm is the sum's first reader: in a
 /// forward graph, before the gradients are taken, whose backward then adds the residual stream's
