@@ -1,5 +1,5 @@
 // The pool of cores: every kernel that splits its work into tiles (elementwise and the chain's
-// walk, casts, reductions, layer norm and its fused add, softmax, cross-entropy, AdamW, fused
+// walk, casts, reductions, layer norm and its fused add, softmax, the causal mask, cross-entropy, AdamW, fused
 // attention) gives the same bits on 1, 2, 3 and 4 cores as on its caller's thread alone, since its
 // tiles are fixed by the work's size and reductions add the tiles' sums in order. And the pool itself: helpers join
 // when cores are idle, a tile's exception reaches the caller, and cores taken by concurrent kernel
@@ -24,6 +24,7 @@
 #include "troupe/kernels/loss.hpp"
 #include "troupe/kernels/optim.hpp"
 #include "troupe/kernels/reduce.hpp"
+#include "troupe/kernels/select.hpp"
 #include "troupe/kernels/registry.hpp"
 #include "troupe/kernels/softmax.hpp"
 #include "troupe/kernels/threading.hpp"
@@ -121,6 +122,8 @@ TEST_F(ParallelKernels, RowKernelsGiveTheSameBitsOnAnyCores) {
       const Tensor y = softmax(x), ly = log_softmax(x);
       return std::vector<Tensor>{y, ly, softmax_backward(dy, y), log_softmax_backward(dy, ly)};
     });
+    const Tensor scores = random_tensor({3, 4, 96, 96}, 21, -3, 3).to(dt);
+    expect_same_bits_on_any_cores("causal_mask " + name, [&] { return std::vector<Tensor>{causal_mask(scores, -1e4)}; });
     const Tensor targets = Tensor::empty({1030}, DType::i64);
     for (std::int64_t i = 0; i < 1030; ++i) targets.data<std::int64_t>()[i] = (i * 37) % 256;
     expect_same_bits_on_any_cores("cross_entropy " + name, [&] {

@@ -1,6 +1,7 @@
-// CPU kernels of the select ops: the causal mask on a dense input, and the max gradient on
+// CPU kernels of the select ops: the causal mask on a dense input (rows on the pool of cores), and the max gradient on
 // operands of any strides.
 #include "cpu/float_kernels.hpp"
+#include "cpu/parallel.hpp"
 #include "cpu/strided_loop.hpp"
 
 namespace troupe::kernels {
@@ -15,12 +16,14 @@ void causal_mask_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
   const std::int64_t mats = x.numel() / (n * n);
   const T* src = x.data<T>();
   T* dst = out[0].data<T>();
-  for (std::int64_t m = 0; m < mats; ++m)
-    for (std::int64_t i = 0; i < n; ++i) {
-      const T* row = src + (m * n + i) * n;
-      T* o = dst + (m * n + i) * n;
+  cpu::parallel_rows(mats * n, n, 0.5, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      const std::int64_t i = r % n;  // the query: keys after it are masked
+      const T* row = src + r * n;
+      T* o = dst + r * n;
       for (std::int64_t j = 0; j < n; ++j) o[j] = j <= i ? row[j] : fill;
     }
+  });
 }
 
 template <class T>
