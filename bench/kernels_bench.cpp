@@ -269,6 +269,30 @@ void bench_chain() {
   std::fflush(stdout);
 }
 
+// The causal softmax of gpt-mini's O2 attention scores (bf16, 8 x 4 heads x 128 x 128), one core:
+// the fused kernel against the chain level 3 replaces (scale in bf16, up to f32, mask, softmax,
+// down to bf16; the backward: up, softmax_backward, mask, down, scale), forward and backward.
+void bench_causal_softmax() {
+  set_kernel_threads(1);
+  set_parallel_cores(1);
+  const double scale = 0.125, inf = std::numeric_limits<double>::infinity();
+  const Tensor x = randn({8, 4, 128, 128}, 30).to(DType::bf16), dy = randn({8, 4, 128, 128}, 31).to(DType::bf16);
+  const Tensor y = kernels::causal_softmax(x, scale), y32 = y.to(DType::f32);
+  const auto t = median_alternating(
+      {[&] { kernels::causal_softmax(x, scale); },
+       [&] { kernels::softmax(kernels::causal_mask(kernels::mul(x, scale).to(DType::f32), -inf), -1).to(DType::bf16); },
+       [&] { kernels::causal_softmax_backward(dy, y, scale); },
+       [&] {
+         kernels::mul(kernels::causal_mask(kernels::softmax_backward(dy.to(DType::f32), y32, -1), 0.0).to(DType::bf16), scale);
+       }},
+      21);
+  for (int k = 0; k < 2; ++k)
+    std::printf("{\"bench\":\"causal-softmax%s\",\"shape\":\"8x4x128x128\",\"dtype\":\"bf16\",\"fused_ms\":%.3f,"
+                "\"chain_ms\":%.3f,\"speedup\":%.2f,%s}\n",
+                k ? "-backward" : "", t[2 * k] * 1e3, t[2 * k + 1] * 1e3, t[2 * k + 1] / t[2 * k], context().c_str());
+  std::fflush(stdout);
+}
+
 // The unfused attention's forward, keeping what its backward reads (the probabilities).
 struct UnfusedAttention {
   Tensor p, y;
@@ -382,6 +406,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "conv2d") bench_conv();
   if (only.empty() || only == "bandwidth") bench_bandwidth();
   if (only.empty() || only == "attention") bench_attention();
+  if (only.empty() || only == "causal-softmax") bench_causal_softmax();
   if (only.empty() || only == "adamw") bench_adamw();
   if (only.empty() || only == "chain") bench_chain();
   if (only.empty() || only == "pool") bench_pool();

@@ -56,4 +56,33 @@ Tensor log_softmax_backward(const Tensor& grad, const Tensor& y, std::int64_t ax
   return backward("log_softmax_backward", grad, y, axis, true);
 }
 
+namespace {
+// The checks of the causal softmax's scores (or their gradient), naming `op` and `role`.
+void check_scores(const char* op, const char* role, const Tensor& t) {
+  check_float(op, role, t, true);
+  TROUPE_CHECK(t.dim() >= 2 && t.size(-1) == t.size(-2), shape_mismatch, op, ": ", role, " must be [..., T, T] scores ",
+               "(queries x keys), got ", t.str());
+}
+}  // namespace
+
+Tensor causal_softmax(const Tensor& x, double scale) {
+  check_scores("causal_softmax", "x", x);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  std::vector<Tensor> outs{y};
+  dispatch("causal_softmax", {x.contiguous()}, outs, Attrs().set("scale", scale));
+  return y;
+}
+
+Tensor causal_softmax_backward(const Tensor& grad, const Tensor& y, double scale) {
+  const char* op = "causal_softmax_backward";
+  check_scores(op, "y", y);
+  check_float_like(op, "grad", grad, "y", y, true);
+  TROUPE_CHECK(grad.shape() == y.shape(), shape_mismatch, op, ": grad shape ", shape_str(grad.shape()),
+               " does not match y shape ", shape_str(y.shape()));
+  Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
+  std::vector<Tensor> outs{dx};
+  dispatch(op, {grad.contiguous(), y.contiguous()}, outs, Attrs().set("scale", scale));
+  return dx;
+}
+
 }  // namespace troupe::kernels

@@ -348,6 +348,7 @@ TEST(Pipeline, RunsThePassesOfEachLevel) {
   for (const Pass& p : pipeline(3)) three.push_back(p.name);
   EXPECT_EQ(two, (std::vector<std::string>{"constant-folding", "algebraic-simplification", "cse", "dce"}));
   two.push_back("attention-fusion");
+  two.push_back("causal-softmax-fusion");
   two.push_back("bias-gelu-fusion");
   two.push_back("matmul-bias-fusion");
   two.push_back("product-cast-fusion");

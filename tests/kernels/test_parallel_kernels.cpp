@@ -1,5 +1,5 @@
 // The pool of cores: every kernel that splits its work into tiles (elementwise and the chain's
-// walk, casts, reductions, layer norm and its fused add, softmax, the causal mask, cross-entropy, AdamW, fused
+// walk, casts, reductions, layer norm and its fused add, softmax, the causal mask and causal softmax, cross-entropy, AdamW, fused
 // attention) gives the same bits on 1, 2, 3 and 4 cores as on its caller's thread alone, since its
 // tiles are fixed by the work's size and reductions add the tiles' sums in order. And the pool itself: helpers join
 // when cores are idle, a tile's exception reaches the caller, and cores taken by concurrent kernel
@@ -124,6 +124,10 @@ TEST_F(ParallelKernels, RowKernelsGiveTheSameBitsOnAnyCores) {
     });
     const Tensor scores = random_tensor({3, 4, 96, 96}, 21, -3, 3).to(dt);
     expect_same_bits_on_any_cores("causal_mask " + name, [&] { return std::vector<Tensor>{causal_mask(scores, -1e4)}; });
+    expect_same_bits_on_any_cores("causal_softmax " + name, [&] {
+      const Tensor y = causal_softmax(scores, 0.125);
+      return std::vector<Tensor>{y, causal_softmax_backward(scores, y, 0.125)};
+    });
     const Tensor targets = Tensor::empty({1030}, DType::i64);
     for (std::int64_t i = 0; i < 1030; ++i) targets.data<std::int64_t>()[i] = (i * 37) % 256;
     expect_same_bits_on_any_cores("cross_entropy " + name, [&] {

@@ -1,9 +1,16 @@
-// Softmax / log-softmax forward and backward against double references and finite differences.
+// Softmax / log-softmax forward and backward against double references and finite differences; the
+// causal softmax against the chain it replaces.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include <cstring>
+#include <limits>
+
 #include "kernels/reference.hpp"
+#include "troupe/kernels/elementwise.hpp"
+#include "troupe/kernels/error.hpp"
+#include "troupe/kernels/select.hpp"
 #include "troupe/kernels/softmax.hpp"
 
 using namespace troupe;
@@ -82,4 +89,71 @@ TEST(Softmax, BadInput) {
   }
   EXPECT_THROW(kernels::softmax(a, 5), Error);
   EXPECT_THROW(kernels::log_softmax(Tensor::zeros({3}, DType::i32)), Error);
+}
+
+namespace {
+// What level 3's causal softmax replaces: the chain attention writes around its score product, in
+// the dtypes mixed precision's O2 runs it (scale in x's dtype, the mask and softmax in f32, the
+// probabilities back in x's dtype), and its gradient nodes (in f32 on the widened y, then down).
+bool same_bits(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  return x.dtype() == y.dtype() && x.shape() == y.shape() && std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
+}
+Tensor chain_forward(const Tensor& x, double scale) {
+  const Tensor s = kernels::mul(x, scale).to(DType::f32);
+  return kernels::softmax(kernels::causal_mask(s, -std::numeric_limits<double>::infinity()), -1).to(x.dtype());
+}
+Tensor chain_backward(const Tensor& dy, const Tensor& y, double scale) {
+  const Tensor d = kernels::softmax_backward(dy.to(DType::f32), y.to(DType::f32), -1);
+  return kernels::mul(kernels::causal_mask(d, 0.0).to(y.dtype()), scale);
+}
+}  // namespace
+
+TEST(CausalSoftmax, GivesTheChainsBitsWithAPowerOfTwoScale) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f64}) {
+    for (std::int64_t t : {17, 40}) {  // rows with and without a whole number of 8-lane blocks
+      SCOPED_TRACE(std::string(dtype_name(dt)) + ", T = " + std::to_string(t));
+      const Tensor x = test::random_tensor({2, 3, t, t}, 3, -6, 6).to(dt), dy = test::random_tensor({2, 3, t, t}, 4).to(dt);
+      const Tensor y = kernels::causal_softmax(x, 0.125);
+      const Tensor want = dt == DType::f64 ? kernels::softmax(kernels::causal_mask(kernels::mul(x, 0.125), -INFINITY), -1)
+                                           : chain_forward(x, 0.125);
+      if (dt == DType::f64)
+        test::expect_close(y, test::values(want), y.shape(), 1e-14);
+      else
+        EXPECT_TRUE(same_bits(y, want));
+      // Query i keeps keys j <= i: row 0 is [1, 0, ...], and every row sums to 1.
+      EXPECT_EQ(y.to(DType::f64).data<double>()[0], 1.0);
+      EXPECT_EQ(y.to(DType::f64).data<double>()[1], 0.0);
+      const Tensor dx = kernels::causal_softmax_backward(dy, y, 0.125);
+      if (dt == DType::f64)
+        test::expect_close(dx, test::values(kernels::mul(kernels::causal_mask(kernels::softmax_backward(dy, y, -1), 0.0), 0.125)),
+                           dx.shape(), 1e-14);
+      else
+        EXPECT_TRUE(same_bits(dx, chain_backward(dy, y, 0.125)));
+    }
+  }
+}
+
+TEST(CausalSoftmax, OtherScalesAreWithinRoundingAndMaskedScoresAreNeverRead) {
+  const double scale = 1.0 / std::sqrt(48.0);
+  const Tensor x = test::random_tensor({3, 33, 33}, 5, -4, 4);
+  test::expect_close(kernels::causal_softmax(x, scale),
+                     test::values(kernels::softmax(kernels::causal_mask(kernels::mul(x, scale), -INFINITY), -1)), x.shape(),
+                     1e-6);
+  // NaN and Inf above the diagonal (what a score product may leave there) change nothing.
+  Tensor dirty = x.clone();
+  float* d = dirty.data<float>();
+  for (std::int64_t m = 0; m < 3; ++m)
+    for (std::int64_t i = 0; i < 33; ++i)
+      for (std::int64_t j = i + 1; j < 33; ++j) d[(m * 33 + i) * 33 + j] = (i + j) % 2 ? NAN : INFINITY;
+  EXPECT_TRUE(same_bits(kernels::causal_softmax(dirty, scale), kernels::causal_softmax(x, scale)));
+}
+
+TEST(CausalSoftmax, BadInputIsRefused) {
+  EXPECT_THROW(kernels::causal_softmax(test::random_tensor({4, 5}, 1), 1.0), Error);  // not square
+  EXPECT_THROW(kernels::causal_softmax(test::random_tensor({4}, 1), 1.0), Error);     // not a matrix
+  EXPECT_THROW(kernels::causal_softmax(Tensor::zeros({3, 3}, DType::i64), 1.0), Error);
+  const Tensor y = kernels::causal_softmax(test::random_tensor({2, 4, 4}, 2), 1.0);
+  EXPECT_THROW(kernels::causal_softmax_backward(test::random_tensor({2, 4, 3}, 3), y, 1.0), Error);
+  EXPECT_THROW(kernels::causal_softmax_backward(test::random_tensor({2, 4, 4}, 3).to(DType::f64), y, 1.0), Error);
 }

@@ -65,6 +65,7 @@ std::vector<Pass> pipeline(int level, bool inference) {
                            {"dce", eliminate_dead_code}};
   if (level == 3) {
     passes.push_back({"attention-fusion", fuse_attention});
+    passes.push_back({"causal-softmax-fusion", fuse_causal_softmax});
     passes.push_back({"bias-gelu-fusion", fuse_bias_gelu});
     passes.push_back({"matmul-bias-fusion", fuse_matmul_bias});
     passes.push_back({"product-cast-fusion", fuse_product_casts});

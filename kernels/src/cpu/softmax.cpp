@@ -32,9 +32,12 @@ Layout layout_of(const Shape& s, int axis) {
 // select for the max, the fast exp of x - max <= 0 (masked -inf scores give exactly 0; a NaN or
 // +Inf score makes the whole row NaN, as in IEEE arithmetic), their sum in eight float lanes.
 // `next` is the row after this one (or null): its bytes are prefetched while this row's
-// exponentials run, so the next max pass does not wait on memory.
+// exponentials run, so the next max pass does not wait on memory. Only the first `valid` scores
+// are read, the others taken as -inf (a causal row's masked keys): their exponentials are exactly
+// 0, so they are written as such without computing them, and the sum still runs over all n, in the
+// same lanes, as for a row holding the -inf.
 TROUPE_VECTOR_CLONES void softmax_row(const float* __restrict x, float* __restrict y, std::int64_t n, bool log,
-                                      const float* next) {
+                                      const float* next, std::int64_t valid) {
   // The max in an 8-float vector (GCC's vector extension): a running select is a reduction GCC
   // does not vectorise without -ffinite-math-only, and this pass is the one that reads the row
   // from memory. A NaN never wins the comparison, as in the scalar form.
@@ -49,14 +52,14 @@ TROUPE_VECTOR_CLONES void softmax_row(const float* __restrict x, float* __restri
   }
   Mask nan = {};
   std::int64_t i = 0;
-  for (; i + 32 <= n; i += 32)
+  for (; i + 32 <= valid; i += 32)
     for (int q = 0; q < 4; ++q) {
       Lanes v;
       std::memcpy(&v, x + i + 8 * q, sizeof v);
       top[q] = v > top[q] ? v : top[q];
       nan |= v != v;
     }
-  for (; i + 8 <= n; i += 8) {
+  for (; i + 8 <= valid; i += 8) {
     Lanes v;
     std::memcpy(&v, x + i, sizeof v);
     top[0] = v > top[0] ? v : top[0];
@@ -65,7 +68,7 @@ TROUPE_VECTOR_CLONES void softmax_row(const float* __restrict x, float* __restri
   for (int q = 1; q < 4; ++q) top[0] = top[q] > top[0] ? top[q] : top[0];
   float m = -std::numeric_limits<float>::infinity();
   bool bad = false;
-  for (; i < n; ++i) {
+  for (; i < valid; ++i) {
     m = x[i] > m ? x[i] : m;
     bad = bad || x[i] != x[i];
   }
@@ -85,12 +88,13 @@ TROUPE_VECTOR_CLONES void softmax_row(const float* __restrict x, float* __restri
   // combined in double: summed in the same loop, GCC shuffled the lanes across iterations.
   // In blocks of 64 elements, each after prefetching four 64-byte lines of the next row, so the
   // prefetches spread over the pass (issued at once, most were dropped).
-  for (std::int64_t b = 0; b < n; b += 64) {
+  for (std::int64_t b = 0; b < valid; b += 64) {
     if (next)
       for (std::int64_t p = b; p < b + 64 && p < n; p += 16) __builtin_prefetch(next + p);
-    const std::int64_t end = std::min(b + 64, n);
+    const std::int64_t end = std::min(b + 64, valid);
     for (std::int64_t k = b; k < end; ++k) y[k] = cpu::fast_exp_nonpositive(x[k] - m);
   }
+  std::fill(y + valid, y + n, 0.0f);
   Lanes lanes = {};
   std::int64_t k = 0;
   for (; k + 8 <= n; k += 8) {
@@ -124,7 +128,7 @@ void softmax_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, con
       cpu::RowOut<T> row_out(l.n);
       for (std::int64_t o = begin; o < end; ++o) {
         T* yr = y + o * l.n;
-        softmax_row(row_in(x + o * l.n), row_out.at(yr), l.n, log, nullptr);
+        softmax_row(row_in(x + o * l.n), row_out.at(yr), l.n, log, nullptr, l.n);
         row_out.store(yr);
       }
     });
@@ -133,7 +137,7 @@ void softmax_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, con
       if (l.inner == 1) {
         cpu::parallel_rows(l.outer, l.n, 3.0, [&](std::int64_t begin, std::int64_t end) {
           for (std::int64_t o = begin; o < end; ++o)
-            softmax_row(x + o * l.n, y + o * l.n, l.n, log, o + 1 < end ? x + (o + 1) * l.n : nullptr);
+            softmax_row(x + o * l.n, y + o * l.n, l.n, log, o + 1 < end ? x + (o + 1) * l.n : nullptr, l.n);
         });
         return;
       }
@@ -234,6 +238,78 @@ void softmax_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&
 }
 TROUPE_REGISTER_FLOAT_KERNELS("softmax_backward", softmax_backward_kernel);
 TROUPE_REGISTER_LOW_PRECISION_KERNELS("softmax_backward", softmax_backward_kernel);
+
+// The first `valid` scores of a causal row as mul_scalar makes them: scale * x (the rest are the
+// mask's -inf, which softmax_row does not read).
+template <class C>
+TROUPE_VECTOR_CLONES void scaled_prefix(const C* __restrict x, C* __restrict s, std::int64_t valid, C scale) {
+  for (std::int64_t j = 0; j < valid; ++j) s[j] = x[j] * scale;
+}
+
+// A double row's softmax, as softmax_kernel's f64 loop computes it on a row whose scores from
+// `valid` on are -inf (the reference dtype).
+void softmax_row(const double* x, double* y, std::int64_t n, bool, const double*, std::int64_t valid) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (std::int64_t k = 0; k < valid; ++k) m = std::fmax(m, x[k]);
+  if (std::isinf(m) && m < 0) m = 0.0;
+  double s = 0.0;
+  for (std::int64_t k = 0; k < n; ++k) s += y[k] = k < valid ? std::exp(x[k] - m) : 0.0;
+  const double inv = 1.0 / s;
+  for (std::int64_t k = 0; k < n; ++k) y[k] *= inv;
+}
+
+// y = softmax(causal_mask(scale * x)) over the last dim of [..., T, T] scores (attr "scale"): the
+// chain attention writes around its score product, in one pass over the rows (on the pool of
+// cores). bf16 and f16 rows are widened, scaled and masked in f32 and rounded once; with a power
+// of two for the scale every dtype gives the chain's bits.
+template <class T>
+void causal_softmax_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
+  using C = cpu::ComputeType<T>;
+  const std::int64_t n = in[0].shape().back();
+  const C scale = static_cast<C>(a.get_double("scale"));
+  const T* x = in[0].data<T>();
+  T* y = out[0].data<T>();
+  cpu::parallel_rows(in[0].numel() / std::max<std::int64_t>(n, 1), n, 4.0, [&](std::int64_t begin, std::int64_t end) {
+    cpu::RowIn<T> row_in(n);
+    cpu::RowOut<T> row_out(n);
+    std::vector<C> scores(static_cast<std::size_t>(n));
+    for (std::int64_t r = begin; r < end; ++r) {
+      T* yr = y + r * n;
+      const std::int64_t valid = r % n + 1;  // query i sees keys 0..i
+      scaled_prefix(row_in(x + r * n), scores.data(), valid, scale);
+      softmax_row(scores.data(), row_out.at(yr), n, false, nullptr, valid);
+      row_out.store(yr);
+    }
+  });
+}
+TROUPE_REGISTER_FLOAT_KERNELS("causal_softmax", causal_softmax_kernel);
+TROUPE_REGISTER_LOW_PRECISION_KERNELS("causal_softmax", causal_softmax_kernel);
+
+// in: dy, y; dx = scale * causal_mask(softmax_backward(dy, y), 0), as the chain's gradient nodes
+// compute it, in one pass over the rows.
+template <class T>
+void causal_softmax_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
+  using C = cpu::ComputeType<T>;
+  const std::int64_t n = in[1].shape().back();
+  const C scale = static_cast<C>(a.get_double("scale"));
+  const T* g = in[0].data<T>();
+  const T* y = in[1].data<T>();
+  T* dx = out[0].data<T>();
+  cpu::parallel_rows(in[1].numel() / std::max<std::int64_t>(n, 1), n, 4.0, [&](std::int64_t begin, std::int64_t end) {
+    cpu::RowIn<T> g_in(n), y_in(n);
+    cpu::RowOut<T> dx_out(n);
+    for (std::int64_t r = begin; r < end; ++r) {
+      T* dr = dx + r * n;
+      C* d = dx_out.at(dr);
+      softmax_backward_row(g_in(g + r * n), y_in(y + r * n), d, n);
+      const std::int64_t i = r % n;
+      for (std::int64_t j = 0; j < n; ++j) d[j] = j <= i ? d[j] * scale : C(0);
+      dx_out.store(dr);
+    }
+  });
+}
+TROUPE_REGISTER_FLOAT_KERNELS("causal_softmax_backward", causal_softmax_backward_kernel);
+TROUPE_REGISTER_LOW_PRECISION_KERNELS("causal_softmax_backward", causal_softmax_backward_kernel);
 
 }  // namespace
 }  // namespace troupe

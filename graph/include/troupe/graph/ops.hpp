@@ -93,6 +93,9 @@ Var zeros_like(const Var& x);
 /// embedding.cpp, loss.cpp, conv.cpp, attention.cpp).
 Var softmax(const Var& x, std::int64_t axis = -1);
 Var log_softmax(const Var& x, std::int64_t axis = -1);
+/// softmax(causal_mask(scale * x)) over the last dim of [..., T, T] attention scores, in one pass
+/// (level 3 fuses the chain into it where attention fusion does not apply).
+Var causal_softmax(const Var& x, double scale);
 /// Layer normalisation over the last dim with gain and bias of shape [D].
 Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps = 1e-5);
 /// The sum of a residual add and its layer norm, computed together by add_layer_norm.

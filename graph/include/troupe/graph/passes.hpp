@@ -81,6 +81,10 @@ Graph eliminate_common_subexpressions(const Graph& g);
 /// causal_attention(q, k, v, s) where the chain's values have no other reader: in a forward graph,
 /// before the gradients are taken (TracedFunction::optimized), so autodiff uses the fused backward.
 Graph fuse_attention(const Graph& g);
+/// Replaces softmax(causal_mask(mul_scalar(x, s), -inf)) that attention fusion left, at O2 between
+/// its casts up and down, by one causal_softmax(x, s) where the chain's values have no other
+/// reader: in a forward graph, before the gradients are taken.
+Graph fuse_causal_softmax(const Graph& g);
 /// Replaces gelu(add(h, b)), b a bias over h's last dim, by one bias_gelu(h, b) (the same bits)
 /// where the sum has no other reader: in a forward graph, before the gradients are taken.
 Graph fuse_bias_gelu(const Graph& g);
