@@ -1,13 +1,17 @@
-// CPU cross-entropy: one pass per row computing max and log-sum-exp in double. bf16 and f16 rows
-// of logits are widened to f32 rows; the loss and its incoming gradient are f32 for them.
+// CPU cross-entropy, a row at a time on the pool of cores: f32 rows (and bf16 and f16 rows, widened
+// to f32) through the vectorised softmax row, as PyTorch's CPU kernel computes in float; f64 rows
+// with max and log-sum-exp in double (the reference). The loss and its incoming gradient are f32
+// for low-precision logits.
 
 #include <cmath>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "cpu/float_kernels.hpp"
 #include "cpu/low_rows.hpp"
 #include "cpu/parallel.hpp"
+#include "cpu/softmax_row.hpp"
 
 namespace troupe {
 namespace {
@@ -32,10 +36,16 @@ void ce_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const At
   std::vector<double> row_loss(static_cast<std::size_t>(n));
   cpu::parallel_rows(n, c, 3.0, [&](std::int64_t begin, std::int64_t end) {
     cpu::RowIn<T> row_in(c);
+    std::vector<C> log_probs(static_cast<std::size_t>(c));
     for (std::int64_t r = begin; r < end; ++r) {
       const C* p = row_in(x + r * c);
-      const auto [m, s] = max_and_sum(p, c);
-      row_loss[static_cast<std::size_t>(r)] = m + std::log(s) - p[t[r]];
+      if constexpr (std::is_same_v<C, float>) {
+        cpu::softmax_row(p, log_probs.data(), c, true, nullptr, c);
+        row_loss[static_cast<std::size_t>(r)] = -static_cast<double>(log_probs[static_cast<std::size_t>(t[r])]);
+      } else {
+        const auto [m, s] = max_and_sum(p, c);
+        row_loss[static_cast<std::size_t>(r)] = m + std::log(s) - p[t[r]];
+      }
     }
   });
   double total = 0.0;
@@ -61,9 +71,16 @@ void ce_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
       const C* p = row_in(x + r * c);
       T* dr = dx + r * c;
       C* d = row_out.at(dr);
-      const auto [m, s] = max_and_sum(p, c);
-      for (std::int64_t k = 0; k < c; ++k)
-        d[k] = static_cast<C>((std::exp(p[k] - m) / s - (k == t[r] ? 1.0 : 0.0)) * g / n);
+      if constexpr (std::is_same_v<C, float>) {
+        cpu::softmax_row(p, d, c, false, nullptr, c);
+        d[t[r]] -= 1.0f;
+        const float scale = static_cast<float>(g / static_cast<double>(n));
+        for (std::int64_t k = 0; k < c; ++k) d[k] *= scale;
+      } else {
+        const auto [m, s] = max_and_sum(p, c);
+        for (std::int64_t k = 0; k < c; ++k)
+          d[k] = static_cast<C>((std::exp(p[k] - m) / s - (k == t[r] ? 1.0 : 0.0)) * g / n);
+      }
       row_out.store(dr);
     }
   });

@@ -12,30 +12,17 @@
 #include "cpu/float_kernels.hpp"
 #include "cpu/low_rows.hpp"
 #include "cpu/parallel.hpp"
+#include "cpu/softmax_row.hpp"
 
 namespace troupe {
-namespace {
 
-struct Layout {
-  std::int64_t outer = 1, n = 1, inner = 1;
-};
-
-Layout layout_of(const Shape& s, int axis) {
-  Layout l;
-  for (int i = 0; i < axis; ++i) l.outer *= s[i];
-  l.n = s[axis];
-  for (std::size_t i = axis + 1; i < s.size(); ++i) l.inner *= s[i];
-  return l;
-}
-
-// Softmax of one dense f32 row (the last-axis case: attention scores, logits), vectorised: a
-// select for the max, the fast exp of x - max <= 0 (masked -inf scores give exactly 0; a NaN or
-// +Inf score makes the whole row NaN, as in IEEE arithmetic), their sum in eight float lanes.
-// `next` is the row after this one (or null): its bytes are prefetched while this row's
-// exponentials run, so the next max pass does not wait on memory. Only the first `valid` scores
-// are read, the others taken as -inf (a causal row's masked keys): their exponentials are exactly
-// 0, so they are written as such without computing them, and the sum still runs over all n, in the
-// same lanes, as for a row holding the -inf.
+namespace cpu {
+// The f32 softmax row (cpu/softmax_row.hpp): a select for the max, the fast exp of x - max <= 0
+// (masked -inf scores give exactly 0; a NaN or +Inf score makes the whole row NaN, as in IEEE
+// arithmetic), their sum in eight float lanes. The next row's bytes are prefetched while this
+// row's exponentials run, so the next max pass does not wait on memory. The scores from `valid` on
+// are not read: their exponentials are written as exact zeros without being computed, and the sum
+// still runs over all n in the same lanes, so a causal row gives the bits its -inf would.
 TROUPE_VECTOR_CLONES void softmax_row(const float* __restrict x, float* __restrict y, std::int64_t n, bool log,
                                       const float* next, std::int64_t valid) {
   // The max in an 8-float vector (GCC's vector extension): a running select is a reduction GCC
@@ -112,6 +99,24 @@ TROUPE_VECTOR_CLONES void softmax_row(const float* __restrict x, float* __restri
     const float inv = static_cast<float>(1.0 / s);
     for (std::int64_t i = 0; i < n; ++i) y[i] *= inv;
   }
+}
+
+}  // namespace cpu
+
+namespace {
+
+using cpu::softmax_row;
+
+struct Layout {
+  std::int64_t outer = 1, n = 1, inner = 1;
+};
+
+Layout layout_of(const Shape& s, int axis) {
+  Layout l;
+  for (int i = 0; i < axis; ++i) l.outer *= s[i];
+  l.n = s[axis];
+  for (std::size_t i = axis + 1; i < s.size(); ++i) l.inner *= s[i];
+  return l;
 }
 
 // attr "axis" (normalised), "log" (0/1). in[0] x dense, out[0] y dense. bf16 and f16 rows are
