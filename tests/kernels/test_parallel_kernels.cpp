@@ -1,9 +1,10 @@
 // The pool of cores: every kernel that splits its work into tiles (elementwise and the chain's
-// walk, casts, reductions, layer norm and its fused add, softmax, the causal mask and causal softmax, cross-entropy, AdamW, fused
-// attention) gives the same bits on 1, 2, 3 and 4 cores as on its caller's thread alone, since its
-// tiles are fixed by the work's size and reductions add the tiles' sums in order. And the pool itself: helpers join
-// when cores are idle, a tile's exception reaches the caller, and cores taken by concurrent kernel
-// calls are not offered twice.
+// walk, casts, reductions, layer norm and its fused add, softmax, the causal mask and the causal
+// softmax, cross-entropy, the squared norm, scaling, AdamW, fused attention) gives the same bits on
+// 1, 2, 3 and 4 cores as on its caller's thread alone, since its tiles are fixed by the work's size
+// and reductions add the tiles' sums in order. And the pool itself: helpers join when cores are
+// idle, a tile's exception reaches the caller, and cores taken by concurrent kernel calls are not
+// offered twice.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -153,12 +154,17 @@ TEST_F(ParallelKernels, ReductionsGiveTheSameBitsOnAnyCores) {
   }
 }
 
-TEST_F(ParallelKernels, AdamWAndAttentionGiveTheSameBitsOnAnyCores) {
+TEST_F(ParallelKernels, TheGradientPathAndAttentionGiveTheSameBitsOnAnyCores) {
   const Tensor p0 = random_tensor({300000}, 10), g = random_tensor({300000}, 11);
   expect_same_bits_on_any_cores("adamw", [&] {
     Tensor p = p0.clone(), m = Tensor::zeros(p0.shape(), DType::f32), v = Tensor::zeros(p0.shape(), DType::f32);
     for (std::int64_t step = 1; step <= 3; ++step) adamw_update_(p, g, m, v, AdamWParams{}, step);
     return std::vector<Tensor>{p, m, v};
+  });
+  expect_same_bits_on_any_cores("squared_norm and scale_", [&] {
+    const Tensor scaled = g.clone();
+    scale_(scaled, 0.37);
+    return std::vector<Tensor>{Tensor::full({}, squared_norm(g), DType::f64), scaled};
   });
   for (DType dt : kTypes) {
     const Tensor q = random_tensor({2, 4, 150, 32}, 12).to(dt), k = random_tensor({2, 4, 150, 32}, 13).to(dt);

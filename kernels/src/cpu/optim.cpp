@@ -1,9 +1,10 @@
 // CPU gradient-path kernels: the chunked squared norm, in-place scaling and the optimizer updates,
-// each writing its tensors in place.
+// each writing its tensors in place; all but SGD's on the pool of cores.
 #include "troupe/kernels/optim.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
@@ -17,19 +18,23 @@ template <class T>
 void squared_norm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
   const T* x = in[0].data<T>();
   const std::int64_t n = in[0].numel();
-  double total = 0;
-  for (std::int64_t c = 0; c < n; c += kNormChunk) {
+  // Each chunk's sum on whichever core of the pool, then the chunks' sums in order: the same bits
+  // on any cores.
+  std::vector<double> chunks(static_cast<std::size_t>((n + kNormChunk - 1) / kNormChunk));
+  cpu::parallel_tiles(static_cast<std::int64_t>(chunks.size()), 0.5 * kNormChunk, [&](std::int64_t k) {
     // 16 lanes of T per chunk: short sums (256 terms each) keep the error small and vectorise.
     T lanes[16] = {};
-    const std::int64_t end = std::min(n, c + kNormChunk);
+    const std::int64_t c = k * kNormChunk, end = std::min(n, c + kNormChunk);
     std::int64_t i = c;
     for (; i + 16 <= end; i += 16)
       for (int l = 0; l < 16; ++l) lanes[l] += x[i + l] * x[i + l];
     double chunk = 0;
     for (; i < end; ++i) chunk += static_cast<double>(x[i]) * x[i];
     for (T l : lanes) chunk += l;
-    total += chunk;
-  }
+    chunks[static_cast<std::size_t>(k)] = chunk;
+  });
+  double total = 0;
+  for (double chunk : chunks) total += chunk;
   // The result travels as two values of T (hi + lo) so that no double precision is lost in f32.
   T* hl = out[0].data<T>();
   hl[0] = static_cast<T>(total);
@@ -40,7 +45,9 @@ template <class T>
 void scale_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& a) {
   const T s = static_cast<T>(a.get_double("scale"));
   T* x = in[0].data<T>();
-  for (std::int64_t i = 0, n = in[0].numel(); i < n; ++i) x[i] *= s;
+  cpu::parallel_ranges(in[0].numel(), cpu::kElementTile, 0.5, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) x[i] *= s;
+  });
 }
 
 template <class T>
