@@ -48,7 +48,8 @@ def app_step(build, env, threads, trace=None):
 
 def cores_busy(build, trace, threads):
     """The fraction of the cores' time the last traced step kept computing: sum over k of k times the
-    fraction of the wall during which k kernels ran, over the threads (pool helpers are not traced)."""
+    fraction of the wall during which k threads computed kernels (scheduler threads and pool helpers), over the
+    threads."""
     out = subprocess.run([os.path.join(build, "apps", "troupe-trace"), "summary", trace, "--json"], check=True,
                          capture_output=True, text=True).stdout
     at_once = json.loads(out)["steps"][-1]["kernels_at_once"]

@@ -39,6 +39,7 @@ void pass_on(Self self, std::uint64_t step, const Tensor& flat) {
   const GradientPath& path = s.peers->gradients;
   double squared_norm = 0;
   try {
+    HandlerTrace trace(s.track, "compute", 0, step, -1);  // a kernel's time, as an op's
     // Taken after the reduction: identical on every rank. By entry where tensor parallelism weights
     // them; with ZeRO-1 only over this rank's reduced slice (the clip actor adds the ranks' shares).
     const auto [lo, hi] = path.zero ? path.zero->slice(static_cast<std::size_t>(s.index))

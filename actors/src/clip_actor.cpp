@@ -46,6 +46,7 @@ void clip_failed(Self self, const Error& e) {
 
 // This device's squared norm, once every slot is in.
 double local_squared_norm(const ClipState& s) {
+  HandlerTrace trace(s.setup.track, "compute", 0, s.step, -1);  // a kernel's time, as an op's
   double total = 0;
   if (s.setup.takes_norms)
     for (double n : s.norms) total += n;

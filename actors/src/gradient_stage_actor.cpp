@@ -6,6 +6,7 @@
 // backward still run, instead of in one pass after the step.
 #include "actor_kinds.hpp"
 #include "sink.hpp"
+#include "trace_hooks.hpp"
 #include "troupe/kernels/optim.hpp"
 
 namespace troupe::actors {
@@ -52,6 +53,7 @@ class GradientStage : public Sink {
  private:
   double squared_norm_ = 0;  // of the step's gradient, taken in the act when the clip sums norms
   static double squared_norm(Node& node, const Tensor& gradient) {
+    HandlerTrace trace(node.track(), "compute", 0, node.step(), -1);  // a kernel's time, as an op's
     try {
       return kernels::squared_norm(gradient);
     } catch (const Error& e) {

@@ -64,6 +64,7 @@ void scale_gradients(std::map<std::string, Tensor>& gradients, double scale) {
 
 // Scales and applies the gradients; a troupe::Error names the step and what failed.
 void apply(OptimizerState& s) {
+  HandlerTrace trace(s.setup.track, "compute", 0, s.step, -1);  // the update's kernels, traced as an op's
   try {
     if (s.scale != 1.0) scale_gradients(s.gradients, s.scale);
   } catch (const Error& e) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "troupe/actors/tracer.hpp"
 #include "troupe/kernels/error.hpp"
 
 namespace troupe::actors {
@@ -215,12 +216,17 @@ StepSummary summarize_step(const Parsed& p, std::uint64_t step, const std::vecto
   int last = -1;
   for (int i : ids) {
     const Slice& sl = p.slices[static_cast<std::size_t>(i)];
+    if (sl.step == kAnyStep) continue;  // a pool helper's: counted within the step's bounds below
     a = std::min(a, sl.ts);
     if (sl.ts + sl.dur > b && sl.name != "compute") {
       b = sl.ts + sl.dur;
       last = i;
     }
     if (sl.name == "compute") s.compute_us += sl.dur;
+  }
+  for (int i : ids) {
+    const Slice& sl = p.slices[static_cast<std::size_t>(i)];
+    if (sl.step == kAnyStep) s.compute_us += std::max(0.0, std::min(b, sl.ts + sl.dur) - std::max(a, sl.ts));
   }
   s.wall_us = b - a;
   s.at_once = kernels_at_once(p, ids, a, b);
@@ -253,8 +259,22 @@ TraceSummary summarize_trace(const std::string& json, const std::string& source)
   std::map<std::uint64_t, double> messaging = link_causes(p);
   out.hottest_collectives = hottest_collectives(p);
   std::map<std::uint64_t, std::vector<int>> by_step;
-  for (std::size_t i = 0; i < p.slices.size(); ++i)
-    if (p.slices[i].step > 0) by_step[p.slices[i].step].push_back(static_cast<int>(i));
+  std::vector<int> any_step;  // the pool helpers' slices: each step counts those it overlaps
+  for (std::size_t i = 0; i < p.slices.size(); ++i) {
+    if (p.slices[i].step == kAnyStep) any_step.push_back(static_cast<int>(i));
+    else if (p.slices[i].step > 0) by_step[p.slices[i].step].push_back(static_cast<int>(i));
+  }
+  for (auto& [step, ids] : by_step) {
+    double a = 1e300, b = -1e300;
+    for (int i : ids) {
+      a = std::min(a, p.slices[static_cast<std::size_t>(i)].ts);
+      b = std::max(b, p.slices[static_cast<std::size_t>(i)].ts + p.slices[static_cast<std::size_t>(i)].dur);
+    }
+    for (int i : any_step) {
+      const Slice& sl = p.slices[static_cast<std::size_t>(i)];
+      if (sl.ts < b && sl.ts + sl.dur > a) ids.push_back(i);
+    }
+  }
   for (const auto& [step, ids] : by_step) out.steps.push_back(summarize_step(p, step, ids, messaging[step], t0));
   return out;
 }

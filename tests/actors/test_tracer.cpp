@@ -127,6 +127,29 @@ TEST(Tracer, SummaryTellsHowManyKernelsComputedAtOnce) {
       << format_summary(s);
 }
 
+// A pool helper's compute slices (step kAnyStep) count in the step they overlap, clipped to its
+// wall: the step of the test above with a helper joining the first kernel at 20-50 us, and a
+// helper slice of another step (200-300 us) that it does not count.
+TEST(Tracer, SummaryCountsThePoolHelpersInTheStepsTheyOverlap) {
+  const std::string any = std::to_string(kAnyStep);
+  const std::string trace = R"({"traceEvents":[
+    {"ph":"X","name":"ready","tid":1,"ts":0,"dur":100,"args":{"step":1}},
+    {"ph":"X","name":"compute","tid":1,"ts":10,"dur":80,"args":{"step":1}},
+    {"ph":"X","name":"ready","tid":2,"ts":50,"dur":100,"args":{"step":1}},
+    {"ph":"X","name":"compute","tid":2,"ts":60,"dur":80,"args":{"step":1}},
+    {"ph":"X","name":"compute","tid":3,"ts":20,"dur":30,"args":{"step":)" + any + R"(}},
+    {"ph":"X","name":"compute","tid":3,"ts":200,"dur":100,"args":{"step":)" + any + R"(}}]})";
+  const TraceSummary s = summarize_trace(trace, "helpers.json");
+  ASSERT_EQ(s.steps.size(), 1u) << "the helpers' slices make no step of their own";
+  const std::vector<double>& at_once = s.steps[0].at_once;
+  ASSERT_EQ(at_once.size(), 3u);
+  EXPECT_NEAR(at_once[0], 20.0 / 150, 1e-12);
+  EXPECT_NEAR(at_once[1], 70.0 / 150, 1e-12);  // 10-20, 90-140
+  EXPECT_NEAR(at_once[2], 60.0 / 150, 1e-12);  // 20-50 with the helper, 60-90
+  EXPECT_NEAR(s.steps[0].wall_us, 150.0, 1e-12);
+  EXPECT_NEAR(s.steps[0].compute_us, 190.0, 1e-12);
+}
+
 TEST(Tracer, SummaryRefusesWhatIsNotATrace) {
   EXPECT_THROW(summarize_trace("{not json", "bad.json"), Error);
   EXPECT_THROW(summarize_trace("{\"traceEvents\": 3}", "bad.json"), Error);

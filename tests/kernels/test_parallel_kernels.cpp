@@ -180,8 +180,13 @@ TEST_F(ParallelKernels, TheGradientPathAndAttentionGiveTheSameBitsOnAnyCores) {
   }
 }
 
-TEST_F(ParallelKernels, IdleCoresJoinATiledKernel) {
+// What the pool's observer heard: helpers starting and stopping a kernel call's tiles.
+std::atomic<int> observed_starts{0}, observed_stops{0};
+void count_pool_events(bool starts) { ++(starts ? observed_starts : observed_stops); }
+
+TEST_F(ParallelKernels, IdleCoresJoinATiledKernelAndTheObserverHearsThem) {
   set_parallel_cores(4);
+  set_pool_observer(&count_pool_events);
   std::mutex m;
   std::set<std::thread::id> seen;
   std::atomic<int> arrived{0};
@@ -194,6 +199,9 @@ TEST_F(ParallelKernels, IdleCoresJoinATiledKernel) {
   });
   EXPECT_GE(seen.size(), 2u);
   EXPECT_EQ(cpu::idle_cores(), 4);  // every helper has left
+  set_pool_observer(nullptr);
+  EXPECT_GE(observed_starts.load(), static_cast<int>(seen.size()) - 1) << "each helper that ran tiles was heard";
+  EXPECT_EQ(observed_starts.load(), observed_stops.load());
 
   set_parallel_cores(1);  // no idle core: the caller runs every tile
   seen.clear();

@@ -20,6 +20,7 @@ namespace {
 
 // Threads computing a kernel (callers inside dispatch, and helpers at work).
 std::atomic<int> busy{0};
+std::atomic<PoolObserver> observer{nullptr};
 thread_local int call_depth = 0;
 
 // One parallel_tiles call: its tiles, taken one at a time by whoever runs them.
@@ -109,7 +110,10 @@ class Pool {
         job->inside.fetch_add(1, std::memory_order_relaxed);
       }
       busy.fetch_add(1, std::memory_order_relaxed);
+      const PoolObserver told = observer.load(std::memory_order_relaxed);
+      if (told) told(true);
       job->work(true);
+      if (told) told(false);
       busy.fetch_sub(1, std::memory_order_relaxed);
       job->inside.fetch_sub(1, std::memory_order_release);  // the job may be gone from here on
     }
@@ -162,3 +166,9 @@ void run_tiles(std::int64_t tiles, int helpers, void (*run)(void*, std::int64_t)
 }
 
 }  // namespace troupe::cpu
+
+namespace troupe {
+
+void set_pool_observer(PoolObserver o) { cpu::observer.store(o, std::memory_order_relaxed); }
+
+}  // namespace troupe

@@ -29,15 +29,15 @@ struct ActorSummary {
 struct StepSummary {
   std::uint64_t step = 0;
   double wall_us = 0;
-  double compute_us = 0;    // kernel time summed over all actors
+  double compute_us = 0;    // kernel time summed over all actors and the kernels' pool helpers
   double messaging_us = 0;  // send-to-handler latency summed over the step's messages
   std::vector<std::string> critical_path;  // actor names, first to last
   std::vector<HandlerRun> critical_runs;   // the handler run of each critical_path entry
   double critical_path_us = 0;             // handler time along it
   double communication_us = 0;  // collectives on communicator tracks
   double hidden_us = 0;         // the part of it that ran while some actor computed
-  /// at_once[k]: the fraction of the wall during which exactly k kernels computed (k = 0, 1, ...):
-  /// how busy the scheduler threads kept the cores (a kernel's pool helpers are not traced).
+  /// at_once[k]: the fraction of the wall during which exactly k threads computed kernels (k = 0,
+  /// 1, ...): scheduler threads in kernels and the pool helpers joining them, so how busy the cores were.
   std::vector<double> at_once;
 };
 

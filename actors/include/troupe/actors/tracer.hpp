@@ -26,6 +26,10 @@ struct TraceEvent {
   std::int32_t micro_batch = -1;
 };
 
+/// The step of slices that serve whichever step runs: the kernels' pool helpers, each traced as a
+/// track "pool helper" of compute slices, which the summary counts in the steps they overlap.
+inline constexpr std::uint64_t kAnyStep = ~std::uint64_t{0};
+
 /// The process-wide tracer.
 class Tracer {
  public:

@@ -18,4 +18,10 @@ void set_parallel_cores(int n);
 /// The pool's cores: set_parallel_cores's count, by default the cores this process may run on.
 int parallel_cores();
 
+/// Called on a pool helper's thread when it starts (true) and stops (false) running a kernel
+/// call's tiles: how a tracer sees the cores the helpers add to a kernel. Null: nobody is told.
+using PoolObserver = void (*)(bool starts);
+/// Sets the pool's observer (one per process; null removes it).
+void set_pool_observer(PoolObserver observer);
+
 }  // namespace troupe
