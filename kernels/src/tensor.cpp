@@ -238,6 +238,10 @@ void copy_elements(const Tensor& dst, const Tensor& src, const Strides& src_stri
     const S* sp = s + off[1];
     if constexpr (cpu::kHasConvertRun<S, D>)
       if (step[0] == 1 && step[1] == 1) return cpu::convert_run(sp, dp, n);
+    // A dense run of one dtype (a permuted view's rows, a concat's pieces): GCC copies 2-byte
+    // element structs one at a time, memcpy moves the bytes in vectors.
+    if constexpr (std::is_same_v<D, S>)
+      if (step[0] == 1 && step[1] == 1) return static_cast<void>(std::memcpy(dp, sp, static_cast<std::size_t>(n) * sizeof(D)));
     for (std::int64_t i = 0; i < n; ++i) {
       if constexpr (std::is_same_v<D, S>)
         dp[i * step[0]] = sp[i * step[1]];
