@@ -171,6 +171,15 @@ TEST(Matmul, LowPrecisionOperandsWithAnF32Result) {
       check(random_tensor({2, 1, 3, 8}, 5), random_tensor({1, 3, 8, 2}, 6), false, false);    // both batches broadcast
       check(random_tensor({3, 6, 5}, 7).slice(1, 0, 4), random_tensor({5, 2}, 8), false, false);  // rows gapped
       check(random_tensor({2, 3, 9}, 9), random_tensor({9, 7}, 10), false, false, random_tensor({7}, 11));  // bias
+      // Attention's heads: q and k permuted views of one low-precision qkv product, q k^T (k read
+      // transposed, its batch not one stride: copied in its stored orientation) and p v.
+      const Tensor qkv = random_tensor({2, 5, 24}, 12).to(low);
+      const Tensor q = qkv.slice(2, 0, 12).reshape({2, 5, 3, 4}).permute({0, 2, 1, 3});
+      const Tensor k = qkv.slice(2, 12, 24).reshape({2, 5, 3, 4}).permute({0, 2, 1, 3});
+      Shape out;
+      expect_close(kernels::matmul(q, k, false, true, DType::f32), ref_matmul(q, k, false, true, out), out, 1e-5, 1e-5);
+      const Tensor p = random_tensor({2, 3, 5, 5}, 13).to(low);
+      expect_close(kernels::matmul(p, k, false, false, DType::f32), ref_matmul(p, k, false, false, out), out, 1e-5, 1e-5);
     } catch (const Error& e) {
       // f16 products exist only where oneDNN has them (not in 2.6); the error says so and offers bf16.
       ASSERT_EQ(low, DType::f16) << e.what();

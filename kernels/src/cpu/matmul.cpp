@@ -134,7 +134,10 @@ cpu::MatmulOperand operand_of(Tensor t, const Shape& batch, Tensor& keep) {
   if (!broadcast) t = t.expand(full);  // a dim broadcast within the batch gets stride 0: no fold
   std::int64_t batch_stride = 0;
   if (!unit || (!broadcast && !batch_folds(t, batch_stride))) {
-    t = t.contiguous();
+    // A transposed view (k^T of attention's heads) is copied in its stored orientation, so the copy
+    // moves whole rows and the product reads it transposed, as it would have read the view.
+    const bool transposed = t.strides()[r - 2] == 1 && t.strides()[r - 1] != 1;
+    t = transposed ? t.transpose(-1, -2).contiguous().transpose(-1, -2) : t.contiguous();
     batch_stride = rows * cols;
   }
   keep = t;
