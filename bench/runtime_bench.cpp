@@ -5,7 +5,8 @@
 //  - gpt-block-step: a GPT block training step (d_model 256, seq 128, batch 8, 8 heads) as an actor
 //    graph; kernel_ms is the sum of the step's kernel runs (from a traced step), so
 //    overhead = (step_ms - kernel_ms) / step_ms is what the runtime adds. Measured on one scheduler
-//    thread with one BLAS thread (no overlap can hide overhead), then on all cores for reference.
+//    thread with one BLAS thread and a pool of one core (no overlap can hide overhead), then on all
+//    cores for reference.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -142,12 +143,15 @@ int main() {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   set_kernel_threads(1);
   {
+    // One core: the kernels' pool may not add a helper (its time would hide the runtime's).
+    set_parallel_cores(1);
     Engine one(EngineOptions{1, 64});
     bench_chain(one, 1);
     bench_fan_out(one, 1);
     bench_gpt_block(one, 1, 1);
   }
   {
+    set_parallel_cores(cores);
     Engine all(EngineOptions{static_cast<std::size_t>(cores), 64});
     bench_chain(all, cores);
     bench_fan_out(all, cores);
