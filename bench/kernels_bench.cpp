@@ -12,6 +12,9 @@
 //  - causal attention at gpt-mini's size: the fused kernel next to the unfused kernels it replaces
 //    (matmul, scale, mask, softmax, matmul), forward and backward, and the bytes of scores each holds;
 //    these four on one core;
+//  - causal-softmax: the fused causal softmax of bf16 scores next to the chain it replaces, forward
+//    and backward; elementwise-dtype: gelu, add and bias-then-gelu in f32 and bf16; head-products:
+//    attention's bf16 head products on permuted views and on dense heads; all on one core;
 //  - pool: each kernel that splits into tiles, on one core and on every core of the pool.
 #include <cblas.h>
 
@@ -293,6 +296,42 @@ void bench_causal_softmax() {
   std::fflush(stdout);
 }
 
+// Elementwise kernels in f32 and bf16 over 1M elements, one core: what widening each tile to f32
+// and rounding it back costs against the halved memory traffic (gelu, add, bias_gelu as O2 runs them).
+void bench_elementwise_dtypes() {
+  set_kernel_threads(1);
+  set_parallel_cores(1);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor h = randn({1024, 1024}, 40).to(dt), r = randn({1024, 1024}, 41).to(dt), b = randn({1024}, 42).to(dt);
+    const auto t = median_alternating({[&] { kernels::gelu(h); }, [&] { kernels::add(h, r); },
+                                       [&] { kernels::gelu(kernels::add(h, b)); }},
+                                      21);
+    std::printf("{\"bench\":\"elementwise-dtype\",\"shape\":\"1024x1024\",\"dtype\":\"%s\",\"gelu_ms\":%.3f,"
+                "\"add_ms\":%.3f,\"add_bias_then_gelu_ms\":%.3f,%s}\n",
+                dtype_name(dt), t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, context().c_str());
+  }
+  std::fflush(stdout);
+}
+
+// Attention's head products in bf16, one core: q k^T and p v on permuted views of one qkv product
+// (as the graph hands them over: k^T's batch does not fold, so the kernel copies it) against the
+// same products on dense heads.
+void bench_head_products() {
+  set_kernel_threads(1);
+  set_parallel_cores(1);
+  const Tensor qkv = randn({8, 128, 768}, 43).to(DType::bf16);
+  const auto head = [&](std::int64_t at) { return qkv.slice(2, at, at + 256).reshape({8, 128, 4, 64}).permute({0, 2, 1, 3}); };
+  const Tensor q = head(0), k = head(256), v = head(512), qd = q.contiguous(), kd = k.contiguous(), vd = v.contiguous();
+  const Tensor p = randn({8, 4, 128, 128}, 44).to(DType::bf16);
+  const auto t = median_alternating({[&] { kernels::matmul(q, k, false, true); }, [&] { kernels::matmul(qd, kd, false, true); },
+                                     [&] { kernels::matmul(p, v); }, [&] { kernels::matmul(p, vd); }},
+                                    21);
+  std::printf("{\"bench\":\"head-products\",\"shape\":\"8x4x128x64\",\"dtype\":\"bf16\",\"qk_views_ms\":%.3f,"
+              "\"qk_dense_ms\":%.3f,\"pv_views_ms\":%.3f,\"pv_dense_ms\":%.3f,%s}\n",
+              t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, t[3] * 1e3, context().c_str());
+  std::fflush(stdout);
+}
+
 // The unfused attention's forward, keeping what its backward reads (the probabilities).
 struct UnfusedAttention {
   Tensor p, y;
@@ -407,6 +446,8 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "bandwidth") bench_bandwidth();
   if (only.empty() || only == "attention") bench_attention();
   if (only.empty() || only == "causal-softmax") bench_causal_softmax();
+  if (only.empty() || only == "elementwise-dtype") bench_elementwise_dtypes();
+  if (only.empty() || only == "head-products") bench_head_products();
   if (only.empty() || only == "adamw") bench_adamw();
   if (only.empty() || only == "chain") bench_chain();
   if (only.empty() || only == "pool") bench_pool();
