@@ -28,12 +28,21 @@ void check_layernorm_args(const char* op, const Tensor& x, const Tensor& gamma, 
   TROUPE_CHECK(eps >= 0.0, invalid_argument, op, ": eps must be >= 0, got ", eps);
 }
 
+// The dtype y is written in: x's, or a low-precision one asked for an f32 x.
+DType y_dtype_of(const char* op, const Tensor& x, std::optional<DType> y_dtype) {
+  if (!y_dtype || *y_dtype == x.dtype()) return x.dtype();
+  TROUPE_CHECK(x.dtype() == DType::f32 && is_low_precision(*y_dtype), dtype_mismatch, op, ": y can be written as ",
+               dtype_name(*y_dtype), " only from f32 rows, got x ", x.str(), "; cast y afterwards instead");
+  return *y_dtype;
+}
+
 }  // namespace
 
-LayerNormOutput layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+LayerNormOutput layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
+                          std::optional<DType> y_dtype) {
   check_layernorm_args("layernorm", x, gamma, beta, eps);
   LayerNormOutput r;
-  r.y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  r.y = Tensor::empty(x.shape(), y_dtype_of("layernorm", x, y_dtype), x.device());
   r.mean = Tensor::empty(row_shape(x.shape()), accumulation_dtype(x.dtype()), x.device());
   r.rstd = Tensor::empty(row_shape(x.shape()), accumulation_dtype(x.dtype()), x.device());
   std::vector<Tensor> outs{r.y, r.mean, r.rstd};
@@ -42,7 +51,7 @@ LayerNormOutput layernorm(const Tensor& x, const Tensor& gamma, const Tensor& be
 }
 
 AddLayerNormOutput add_layernorm(const Tensor& a, const Tensor& b, const Tensor& gamma, const Tensor& beta,
-                                 double eps) {
+                                 double eps, std::optional<DType> y_dtype) {
   const char* op = "add_layernorm";
   check_layernorm_args(op, a, gamma, beta, eps);
   check_float_like(op, "b", b, "a", a, true);
@@ -52,7 +61,7 @@ AddLayerNormOutput add_layernorm(const Tensor& a, const Tensor& b, const Tensor&
                shape_str(a.shape()), "; pass the full-size operand as a");
   AddLayerNormOutput r;
   r.sum = Tensor::empty(a.shape(), a.dtype(), a.device());
-  r.y = Tensor::empty(a.shape(), a.dtype(), a.device());
+  r.y = Tensor::empty(a.shape(), y_dtype_of(op, a, y_dtype), a.device());
   r.mean = Tensor::empty(row_shape(a.shape()), accumulation_dtype(a.dtype()), a.device());
   r.rstd = Tensor::empty(row_shape(a.shape()), accumulation_dtype(a.dtype()), a.device());
   std::vector<Tensor> outs{r.sum, r.y, r.mean, r.rstd};

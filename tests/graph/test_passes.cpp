@@ -353,6 +353,7 @@ TEST(Pipeline, RunsThePassesOfEachLevel) {
   two.push_back("matmul-bias-fusion");
   two.push_back("product-cast-fusion");
   two.push_back("add-layer-norm-fusion");
+  two.push_back("norm-cast-fusion");
   two.push_back("conv-relu-fusion");
   two.push_back("elementwise-fusion");
   two.push_back("recomputation");

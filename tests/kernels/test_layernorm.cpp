@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "kernels/reference.hpp"
+#include "troupe/kernels/error.hpp"
 #include "troupe/kernels/layernorm.hpp"
 
 using namespace troupe;
@@ -76,4 +78,28 @@ TEST(LayerNorm, BadInput) {
     EXPECT_NE(std::string(e.what()).find("layernorm"), std::string::npos);
   }
   EXPECT_THROW(kernels::layernorm(Tensor::zeros({2, 4}, DType::i32), g, g), Error);
+}
+
+// y written as bf16 or f16 from f32 rows: exactly the f32 y rounded, the statistics and the sum
+// unchanged; only f32 rows may do it.
+TEST(LayerNorm, WritesYInALowerDtypeAsACastAfterIt) {
+  const Tensor x = test::random_tensor({37, 48}, 3, -3, 3), r = test::random_tensor({37, 48}, 4);
+  const Tensor g = test::random_tensor({48}, 5, 0.5, 1.5), b = test::random_tensor({48}, 6);
+  const auto same = [](const Tensor& p, const Tensor& q) {
+    return p.dtype() == q.dtype() && p.shape() == q.shape() && std::memcmp(p.raw_data(), q.raw_data(), p.nbytes()) == 0;
+  };
+  for (DType low : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(low));
+    const auto plain = kernels::layernorm(x, g, b), lowered = kernels::layernorm(x, g, b, 1e-5, low);
+    EXPECT_TRUE(same(lowered.y, plain.y.to(low)));
+    EXPECT_TRUE(same(lowered.mean, plain.mean));
+    EXPECT_TRUE(same(lowered.rstd, plain.rstd));
+    const auto added = kernels::add_layernorm(x, r, g, b), added_low = kernels::add_layernorm(x, r, g, b, 1e-5, low);
+    EXPECT_TRUE(same(added_low.y, added.y.to(low)));
+    EXPECT_TRUE(same(added_low.sum, added.sum));
+  }
+  EXPECT_TRUE(same(kernels::layernorm(x, g, b, 1e-5, DType::f32).y, kernels::layernorm(x, g, b).y));
+  EXPECT_THROW(kernels::layernorm(x.to(DType::f64), g.to(DType::f64), b.to(DType::f64), 1e-5, DType::bf16), Error);
+  EXPECT_THROW(kernels::layernorm(x.to(DType::bf16), g.to(DType::bf16), b.to(DType::bf16), 1e-5, DType::f16), Error);
+  EXPECT_THROW(kernels::layernorm(x, g, b, 1e-5, DType::i64), Error);
 }

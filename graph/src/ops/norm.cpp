@@ -1,6 +1,7 @@
 // The layer-norm family: layer_norm with its backward op, and add_layer_norm (a residual add and
 // the layer norm of its sum in one pass).
 #include <algorithm>
+#include <optional>
 
 #include "op_helpers.hpp"
 #include "shard_rules.hpp"
@@ -9,6 +10,20 @@
 namespace troupe::graph {
 namespace {
 using namespace detail;
+
+// The dtype y is written in: x's, or attribute "y_dtype" (bf16 or f16 for f32 x: level 3's
+// norm-cast fusion folds the cast before a product into the norm).
+DType y_dtype(const InferContext& c, DType x) {
+  if (!c.attrs.has("y_dtype")) return x;
+  const auto y = static_cast<DType>(c.attrs.get_int("y_dtype"));
+  if (y != x && (x != DType::f32 || !is_low_precision(y)))
+    shape_error(c, std::string("y can be written as ") + dtype_name(y) + " only from f32 rows, not " + dtype_name(x));
+  return y;
+}
+std::optional<DType> y_dtype(const ComputeContext& c) {
+  if (!c.attrs.has("y_dtype")) return std::nullopt;
+  return static_cast<DType>(c.attrs.get_int("y_dtype"));
+}
 
 // layer_norm(x, gamma, beta) -> (y, mean, rstd); mean and rstd (f32 for bf16 and f16 x) are saved
 // for the backward.
@@ -24,14 +39,16 @@ std::vector<ValueInfo> infer_layer_norm(const InferContext& c) {
     shape_error(c, "gamma and beta must have shape " + sym_shape_str(d) + " (the last dim of x)");
   const SymShape rows(x.begin(), x.end() - 1);
   const DType stats = accumulation_dtype(c.inputs[0].dtype);
-  return {ValueInfo{c.inputs[0].dtype, x}, ValueInfo{stats, rows}, ValueInfo{stats, rows}};
+  return {ValueInfo{y_dtype(c, c.inputs[0].dtype), x}, ValueInfo{stats, rows}, ValueInfo{stats, rows}};
 }
 std::vector<Tensor> compute_layer_norm(const std::vector<Tensor>& in, const ComputeContext& c) {
-  auto r = kernels::layernorm(in[0], in[1], in[2], c.attrs.get_double("eps"));
+  auto r = kernels::layernorm(in[0], in[1], in[2], c.attrs.get_double("eps"), y_dtype(c));
   return {r.y, r.mean, r.rstd};
 }
+// y's gradient comes in y's dtype; the backward takes it in x's, as a cast after the norm would.
 std::vector<Var> grad_layer_norm(const GradContext& c) {
-  auto g = apply("layer_norm_backward", {c.grad_output(0), c.inputs[0], c.inputs[1], c.outputs[1], c.outputs[2]});
+  auto g = apply("layer_norm_backward", {cast(c.grad_output(0), c.inputs[0].dtype()), c.inputs[0], c.inputs[1],
+                                         c.outputs[1], c.outputs[2]});
   return {g[0], g[1], g[2]};
 }
 // (dy, x, gamma, mean, rstd[, more]) -> (dx [+ more], dgamma, dbeta): `more`, another gradient of
@@ -88,10 +105,10 @@ std::vector<ValueInfo> infer_add_layer_norm(const InferContext& c) {
     shape_error(c, "gamma and beta must have shape " + sym_shape_str(d) + " (the last dim of a)");
   const SymShape rows(a.begin(), a.end() - 1);
   const DType t = c.inputs[0].dtype, stats = accumulation_dtype(t);
-  return {ValueInfo{t, a}, ValueInfo{t, a}, ValueInfo{stats, rows}, ValueInfo{stats, rows}};
+  return {ValueInfo{t, a}, ValueInfo{y_dtype(c, t), a}, ValueInfo{stats, rows}, ValueInfo{stats, rows}};
 }
 std::vector<Tensor> compute_add_layer_norm(const std::vector<Tensor>& in, const ComputeContext& c) {
-  auto r = kernels::add_layernorm(in[0], in[1], in[2], in[3], c.attrs.get_double("eps"));
+  auto r = kernels::add_layernorm(in[0], in[1], in[2], in[3], c.attrs.get_double("eps"), y_dtype(c));
   return {r.sum, r.y, r.mean, r.rstd};
 }
 // The sum's gradient is what reaches s from its other readers plus the layer norm's dx, formed by
@@ -100,7 +117,7 @@ std::vector<Var> grad_add_layer_norm(const GradContext& c) {
   Var ds = c.grad_outputs[0];
   Var dgamma, dbeta;
   if (c.grad_outputs[1].defined()) {
-    std::vector<Var> in{c.grad_outputs[1], c.outputs[0], c.inputs[2], c.outputs[2], c.outputs[3]};
+    std::vector<Var> in{cast(c.grad_outputs[1], c.outputs[0].dtype()), c.outputs[0], c.inputs[2], c.outputs[2], c.outputs[3]};
     if (ds.defined()) in.push_back(ds);
     auto g = graph::apply("layer_norm_backward", in);
     ds = g[0];

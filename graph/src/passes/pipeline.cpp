@@ -70,6 +70,7 @@ std::vector<Pass> pipeline(int level, bool inference) {
     passes.push_back({"matmul-bias-fusion", fuse_matmul_bias});
     passes.push_back({"product-cast-fusion", fuse_product_casts});
     passes.push_back({"add-layer-norm-fusion", fuse_add_layer_norm});
+    passes.push_back({"norm-cast-fusion", fuse_norm_casts});
     passes.push_back({"conv-relu-fusion", fuse_conv_relu});
     passes.push_back({"elementwise-fusion", fuse_elementwise_chains});
     passes.push_back({"recomputation", recompute_activations});

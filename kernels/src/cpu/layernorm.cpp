@@ -85,6 +85,17 @@ TROUPE_VECTOR_CLONES void layernorm_row(const float* __restrict p, const float* 
   *rstd_out = rf;
 }
 
+// Calls body(Y{}) with the element type y is written in: T, or bf16 or f16 for f32 rows whose y is
+// rounded once on the way out (the cast before a product under mixed precision, in the same pass).
+template <class T, class Body>
+void with_y_type(DType y, Body&& body) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (y == DType::bf16) return body(BFloat16{});
+    if (y == DType::f16) return body(Half{});
+  }
+  body(T{});
+}
+
 // in: x, gamma, beta; out: y, mean, rstd (f32 for bf16 and f16 x, whose rows, gamma and beta are
 // widened to f32 rows and y rounded once); attr "eps".
 template <class T>
@@ -97,24 +108,27 @@ void layernorm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
   const T* x = in[0].data<T>();
   const C* g = gamma_in(in[1].data<T>());
   const C* b = beta_in(in[2].data<T>());
-  T* y = out[0].data<T>();
   C* mu = out[1].data<C>();
   C* rs = out[2].data<C>();
-  cpu::parallel_rows(rows, d, 2.0, [&](std::int64_t begin, std::int64_t end) {
-    cpu::RowIn<T> x_in(d);
-    cpu::RowOut<T> y_out(d);
-    for (std::int64_t r = begin; r < end; ++r) {
-      T* yr = y + r * d;
-      layernorm_row(x_in(x + r * d), g, b, y_out.at(yr), d, eps, mu + r, rs + r);
-      y_out.store(yr);
-    }
+  with_y_type<T>(out[0].dtype(), [&](auto y_type) {
+    using Y = decltype(y_type);
+    Y* y = out[0].data<Y>();
+    cpu::parallel_rows(rows, d, 2.0, [&](std::int64_t begin, std::int64_t end) {
+      cpu::RowIn<T> x_in(d);
+      cpu::RowOut<Y> y_out(d);
+      for (std::int64_t r = begin; r < end; ++r) {
+        Y* yr = y + r * d;
+        layernorm_row(x_in(x + r * d), g, b, y_out.at(yr), d, eps, mu + r, rs + r);
+        y_out.store(yr);
+      }
+    });
   });
 }
 TROUPE_REGISTER_FLOAT_KERNELS("layernorm", layernorm_kernel);
 TROUPE_REGISTER_LOW_PRECISION_KERNELS("layernorm", layernorm_kernel);
 
-// in: a, b (a's last dims, repeated over its leading ones), gamma, beta; out: s = a + b, y, mean,
-// rstd; attr "eps". Each row of the sum is formed and rounded to T as the add kernel forms it and
+// in: a, b (a's last dims, repeated over its leading ones), gamma, beta; out: s = a + b, y (in a's
+// dtype or, for f32 rows, bf16 or f16), mean, rstd; attr "eps". Each row of the sum is formed and rounded to T as the add kernel forms it and
 // normalised while it is still in cache, so the results are add-then-layernorm's bits without a
 // second pass.
 template <class T>
@@ -129,20 +143,24 @@ void add_layernorm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& ou
   const C* g = gamma_in(in[2].data<T>());
   const C* b = beta_in(in[3].data<T>());
   T* s = out[0].data<T>();
-  T* y = out[1].data<T>();
   C* mu = out[2].data<C>();
   C* rs = out[3].data<C>();
-  cpu::parallel_rows(rows, d, 3.0, [&](std::int64_t begin, std::int64_t end) {
-    cpu::RowIn<T> a_in(d), b_in(d), s_in(d);
-    cpu::RowOut<T> s_out(d), y_out(d);
-    for (std::int64_t row = begin; row < end; ++row) {
-      T* sr = s + row * d;
-      T* yr = y + row * d;
-      add_row(a_in(x + row * d), b_in(r + (row % r_rows) * d), s_out.at(sr), d);
-      s_out.store(sr);
-      layernorm_row(s_in(sr), g, b, y_out.at(yr), d, eps, mu + row, rs + row);
-      y_out.store(yr);
-    }
+  with_y_type<T>(out[1].dtype(), [&](auto y_type) {
+    using Y = decltype(y_type);
+    Y* y = out[1].data<Y>();
+    cpu::parallel_rows(rows, d, 3.0, [&](std::int64_t begin, std::int64_t end) {
+      cpu::RowIn<T> a_in(d), b_in(d), s_in(d);
+      cpu::RowOut<T> s_out(d);
+      cpu::RowOut<Y> y_out(d);
+      for (std::int64_t row = begin; row < end; ++row) {
+        T* sr = s + row * d;
+        Y* yr = y + row * d;
+        add_row(a_in(x + row * d), b_in(r + (row % r_rows) * d), s_out.at(sr), d);
+        s_out.store(sr);
+        layernorm_row(s_in(sr), g, b, y_out.at(yr), d, eps, mu + row, rs + row);
+        y_out.store(yr);
+      }
+    });
   });
 }
 TROUPE_REGISTER_FLOAT_KERNELS("add_layernorm", add_layernorm_kernel);

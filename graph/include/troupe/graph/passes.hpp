@@ -101,6 +101,10 @@ Graph fuse_product_casts(const Graph& g);
 /// forward graph, before the gradients are taken, whose backward then adds the residual stream's
 /// gradient inside the layer norm's backward.
 Graph fuse_add_layer_norm(const Graph& g);
+/// Replaces cast(y, bf16 or f16), y the output of an f32 layer_norm or add_layer_norm read only by
+/// the cast, by the norm writing y in that dtype (attribute y_dtype; the same bits): in a forward
+/// graph, before the gradients are taken.
+Graph fuse_norm_casts(const Graph& g);
 /// Replaces relu(conv2d(x, w, b)) by conv2d with a relu epilogue (attribute relu=1; the same
 /// bits) where the conv's output has no other reader: in a forward graph, before the gradients.
 Graph fuse_conv_relu(const Graph& g);

@@ -1,6 +1,8 @@
 #pragma once
 // Layer normalisation over the last dimension, with its backward pass.
 
+#include <optional>
+
 #include "troupe/kernels/tensor.hpp"
 
 namespace troupe::kernels {
@@ -10,8 +12,11 @@ namespace troupe::kernels {
 struct LayerNormOutput {
   Tensor y, mean, rstd;
 };
-/// y = (x - mean) * rstd * gamma + beta over the last dim; gamma and beta have shape [D].
-LayerNormOutput layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
+/// y = (x - mean) * rstd * gamma + beta over the last dim; gamma and beta have shape [D]. `y_dtype`
+/// (f32 x only) writes y as bf16 or f16, rounded once from the f32 row: the cast mixed precision
+/// puts before a product, in the same pass.
+LayerNormOutput layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5,
+                          std::optional<DType> y_dtype = std::nullopt);
 
 /// Outputs of add_layernorm: the sum s, and layernorm's outputs for it.
 struct AddLayerNormOutput {
@@ -20,8 +25,9 @@ struct AddLayerNormOutput {
 /// s = a + b, then layernorm(s, gamma, beta) in the same pass over each row: a residual add and
 /// the normalisation after it (pre-norm Transformers). b has a's last dims (it repeats over a's
 /// leading ones, like a positional embedding); the results are add-then-layernorm's bits.
+/// `y_dtype` as layernorm's (the sum keeps a's dtype).
 AddLayerNormOutput add_layernorm(const Tensor& a, const Tensor& b, const Tensor& gamma, const Tensor& beta,
-                                 double eps = 1e-5);
+                                 double eps = 1e-5, std::optional<DType> y_dtype = std::nullopt);
 
 /// Gradients of layernorm wrt x, gamma and beta.
 struct LayerNormGrads {
