@@ -3,9 +3,12 @@
 // computation; disagreeing ranks fail together with one message; a silent rank times out by name.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <memory>
+#include <future>
 #include <thread>
 
 #include "kernels/reference.hpp"
@@ -170,6 +173,27 @@ TEST(Collectives, CommunicatorRunsQueuedCollectivesAndReportsCompletion) {
   // Bad input fails through the callback, and the communicator keeps serving.
   auto bad = comms[0]->submit([](ProcessGroup& g) { g.all_reduce(Tensor::zeros({2}, DType::i32)); });
   EXPECT_THROW(bad.get(), Error);
+}
+
+// A communicator whose last holder is a completion callback (a collective that finished, or failed
+// when a peer died, after everyone else let go) is released on its own thread: the thread ends
+// after the callback instead of joining itself, which threw from the destructor and terminated.
+TEST(Collectives, ACommunicatorReleasedByItsOwnCallbackEndsItsThread) {
+  auto world = make_inprocess_world(1);
+  auto comm = std::make_shared<Communicator>(std::move(world[0]), "allreduce");
+  const std::weak_ptr<Communicator> watch = comm;
+  std::promise<void> go;
+  std::shared_future<void> released = go.get_future().share();
+  std::atomic<bool> called{false};
+  comm->submit([released](ProcessGroup&) { released.wait(); },
+               [keep = comm, &called](std::exception_ptr) { called = true; });
+  comm->submit([](ProcessGroup&) {}, [](std::exception_ptr) {});  // queued behind: dropped with it
+  comm.reset();  // the first job's callback holds the last reference now
+  go.set_value();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!watch.expired() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(called.load());
+  EXPECT_TRUE(watch.expired()) << "the callback's reference was the last one";
 }
 
 // Rank, size and the ranks on this machine come from troupe-launch, else mpirun, else Slurm; a

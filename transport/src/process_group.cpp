@@ -263,6 +263,13 @@ Communicator::~Communicator() {
     stopping_ = true;
   }
   cv_.notify_all();
+  // Released by a completion callback on the communicator's own thread (a caller's job that failed
+  // or finished after everyone else let go, as when a peer died): that thread cannot join itself.
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    released_->store(true);
+    thread_.detach();
+    return;
+  }
   thread_.join();
 }
 
@@ -289,29 +296,34 @@ void Communicator::all_reduce(Tensor tensor, ReduceOp op, Done done) {
 }
 
 void Communicator::loop() {
+  const std::shared_ptr<std::atomic<bool>> released = released_;
   for (;;) {
-    std::pair<std::function<void(ProcessGroup&)>, Done> job;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, nothing left
-      job = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    std::exception_ptr error;
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-      job.first(group_);
-    } catch (const Error& e) {
-      // The transport's own errors already start with the rank (its job rank, in a subgroup).
-      const bool ranked = e.message().rfind("rank ", 0) == 0;
-      error = std::make_exception_ptr(Error(e.kind(), name_ + " communicator (" + transport_->backend() + "), " +
-                                                          (ranked ? "" : "rank " + std::to_string(rank()) + ": ") + e.message()));
-    } catch (...) {
-      error = std::current_exception();
-    }
-    busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-    if (job.second) job.second(error);
+      std::pair<std::function<void(ProcessGroup&)>, Done> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, nothing left
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr error;
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        job.first(group_);
+      } catch (const Error& e) {
+        // The transport's own errors already start with the rank (its job rank, in a subgroup).
+        const bool ranked = e.message().rfind("rank ", 0) == 0;
+        error = std::make_exception_ptr(Error(e.kind(), name_ + " communicator (" + transport_->backend() + "), " +
+                                                            (ranked ? "" : "rank " + std::to_string(rank()) + ": ") +
+                                                            e.message()));
+      } catch (...) {
+        error = std::current_exception();
+      }
+      busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+      if (job.second) job.second(error);
+    }  // the job's callbacks die here, and with them perhaps the last reference to this communicator
+    if (released->load()) return;
   }
 }
 

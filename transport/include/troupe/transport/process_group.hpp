@@ -64,7 +64,10 @@ class ProcessGroup {
 /// Called when a queued collective finished: null, or the exception that failed it.
 using Done = std::function<void(std::exception_ptr error)>;
 
-/// A ProcessGroup on its own thread with a queue of collectives, run in submission order.
+/// A ProcessGroup on its own thread with a queue of collectives, run in submission order. It may be
+/// released from its own thread (its last holder a completion callback; the work functions must not
+/// hold it): the thread then ends after that callback, and the collectives still queued are dropped
+/// with their callbacks.
 class Communicator {
  public:
   /// Owns `transport`; `name` appears in errors and traces ("allreduce", "allgather").
@@ -95,6 +98,9 @@ class Communicator {
   std::deque<std::pair<std::function<void(ProcessGroup&)>, Done>> queue_;
   bool stopping_ = false;
   std::atomic<std::int64_t> busy_ns_{0};
+  // Set when the communicator is destroyed on its own thread: the loop, which holds the flag too,
+  // returns without touching the communicator again.
+  std::shared_ptr<std::atomic<bool>> released_ = std::make_shared<std::atomic<bool>>(false);
   std::thread thread_;
 };
 
