@@ -62,11 +62,14 @@ void scale_gradients(std::map<std::string, Tensor>& gradients, double scale) {
   }
 }
 
-// Scales and applies the gradients; a troupe::Error names the step and what failed.
+// Scales and applies the gradients; a troupe::Error names the step and what failed. The optimizer's
+// kernels scale the gradients as they read them, with the bits of scaling them first, unless the
+// scaled gradients are wanted too: returned to the program, or handed to ZeRO-1's step.
 void apply(OptimizerState& s) {
   HandlerTrace trace(s.setup.track, "compute", 0, s.step, -1);  // the update's kernels, traced as an op's
+  const bool in_update = s.setup.optimizer && !s.setup.zero && !s.setup.returns && !s.skip;
   try {
-    if (s.scale != 1.0) scale_gradients(s.gradients, s.scale);
+    if (s.scale != 1.0 && !in_update) scale_gradients(s.gradients, s.scale);
   } catch (const Error& e) {
     throw Error(e.kind(), "gradient clipping failed in step " + std::to_string(s.step) + ": " + e.message());
   }
@@ -79,7 +82,7 @@ void apply(OptimizerState& s) {
       if (it == s.gradients.end()) p.zero_grad();
       else p.set_grad(it->second);
     }
-    s.setup.optimizer->step();
+    s.setup.optimizer->step(in_update ? s.scale : 1.0);
     s.setup.optimizer->zero_grad();
   } catch (const Error& e) {
     throw Error(e.kind(), "optimizer " + std::to_string(s.setup.index) + " failed in step " + std::to_string(s.step) +

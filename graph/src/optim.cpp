@@ -128,25 +128,25 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
   }
 }
 
-void SGD::step() {
+void SGD::step(double gradient_scale) {
   NoGradGuard no_grad;
   for (const auto& group : groups_)
     for (const Var& p : group.params) {
       const Tensor g = usable_grad(p, "SGD");
       if (!g.defined()) continue;
       const bool first = next_step(p) == 1;
-      kernels::sgd_update_(p.tensor(), g, state_of(p, slot_names())[0].value, group.options, first);
+      kernels::sgd_update_(p.tensor(), g, state_of(p, slot_names())[0].value, group.options, first, gradient_scale);
     }
 }
 
-void AdamW::step() {
+void AdamW::step(double gradient_scale) {
   NoGradGuard no_grad;
   for (const auto& group : groups_)
     for (const Var& p : group.params) {
       const Tensor g = usable_grad(p, "AdamW");
       if (!g.defined()) continue;
       auto& slots = state_of(p, slot_names());
-      kernels::adamw_update_(p.tensor(), g, slots[0].value, slots[1].value, group.options, next_step(p));
+      kernels::adamw_update_(p.tensor(), g, slots[0].value, slots[1].value, group.options, next_step(p), gradient_scale);
     }
 }
 

@@ -104,7 +104,7 @@ double clip_coefficient(double total_norm, double max_norm) {
 }
 
 void sgd_update_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p,
-                 bool first_step) {
+                 bool first_step, double grad_scale) {
   check_dense("sgd_update_", "param", param, param);
   check_dense("sgd_update_", "grad", grad, param);
   if (p.momentum != 0) check_dense("sgd_update_", "momentum buffer", momentum_buf, param);
@@ -119,11 +119,12 @@ void sgd_update_(const Tensor& param, const Tensor& grad, const Tensor& momentum
                .set("weight_decay", p.weight_decay)
                .set("dampening", p.dampening)
                .set("nesterov", std::int64_t{p.nesterov})
-               .set("first_step", std::int64_t{first_step}));
+               .set("first_step", std::int64_t{first_step})
+               .set("grad_scale", grad_scale));
 }
 
 void adamw_update_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p,
-                   std::int64_t step) {
+                   std::int64_t step, double grad_scale) {
   check_dense("adamw_update_", "param", param, param);
   check_dense("adamw_update_", "grad", grad, param);
   check_dense("adamw_update_", "first moment", m, param);
@@ -139,7 +140,8 @@ void adamw_update_(const Tensor& param, const Tensor& grad, const Tensor& m, con
                .set("beta2", p.beta2)
                .set("eps", p.eps)
                .set("weight_decay", p.weight_decay)
-               .set("step", step));
+               .set("step", step)
+               .set("grad_scale", grad_scale));
 }
 
 }  // namespace troupe::kernels

@@ -155,13 +155,15 @@ TEST(Runtime, MixedPrecisionCastsEachWeightOncePerStep) {
   }
 }
 
-// Global-norm clipping inside the program (both ways of taking the norm) equals eager
-// backward + clip_grad_norm + SGD, and reports the norm before clipping. (SGD rather than Adam:
-// Adam turns the rounding noise of the attention's key-bias gradient, which is zero in exact
-// arithmetic, into full-size steps.)
+// Global-norm clipping inside the program (both ways of taking the norm; the coefficient applied to
+// the gradients returned with the result, or only inside the optimizer's update when none are)
+// equals eager backward + clip_grad_norm + SGD, and reports the norm before clipping. (SGD rather
+// than Adam: Adam turns the rounding noise of the attention's key-bias gradient, which is zero in
+// exact arithmetic, into full-size steps.)
 TEST(Runtime, ClippedStepsEqualEagerClipAndSgd) {
-  for (auto mode : {actors::ClipMode::parallel, actors::ClipMode::naive}) {
-    SCOPED_TRACE(mode == actors::ClipMode::parallel ? "parallel" : "naive");
+  for (auto [mode, returned] : {std::pair{actors::ClipMode::parallel, true}, std::pair{actors::ClipMode::naive, true},
+                                std::pair{actors::ClipMode::parallel, false}}) {
+    SCOPED_TRACE(std::string(mode == actors::ClipMode::parallel ? "parallel" : "naive") + (returned ? ", returned" : ""));
     Generator g1(12), g2(12);
     GPTBlock eager_model(16, 2, g1), actor_model(16, 2, g2);
     const Tensor x = test::random_tensor({4, 6, 16}, 13), t = test::random_tensor({4, 6, 16}, 14);
@@ -176,6 +178,7 @@ TEST(Runtime, ClippedStepsEqualEagerClipAndSgd) {
     options.micro_batches = 2;
     options.clip_grad_norm = 0.05;  // well below the norm, so every step clips
     options.clip_mode = mode;
+    options.return_gradients = returned;
     auto program = engine.compile(trace(loss_fn, {{"x", {SymDim::symbol("batch"), 6, 16}}, {"t", {SymDim::symbol("batch"), 6, 16}}}).with_gradients(), options);
     for (int step = 0; step < 3; ++step) {
       eager_opt.zero_grad();

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <utility>
 
 #include "kernels/reference.hpp"
 #include "troupe/kernels/optim.hpp"
@@ -86,4 +88,33 @@ TEST(AdamW, FollowsPyTorchFormulas) {
   expect_close(v, vr, {2, 9}, 1e-6, 1e-9);
   EXPECT_THROW(kernels::adamw_update_(p, p, m, v, hp, 0), Error);
   EXPECT_THROW(kernels::adamw_update_(p, p, m, Tensor::zeros({18}), hp, 1), Error);
+}
+
+// A gradient scale given to the update (a clip's coefficient) gives the bits of scaling the gradient
+// in place first, and leaves the gradient as it was.
+TEST(Optimizers, AGradientScaleInTheUpdateEqualsScalingTheGradientFirst) {
+  const Tensor g = test::random_tensor({5000}, 2);
+  const double scale = 0.3719;
+  for (int which = 0; which < 2; ++which) {
+    Tensor p1 = test::random_tensor({5000}, 1), m1 = Tensor::full({5000}, 0.01f), v1 = Tensor::full({5000}, 0.02f);
+    Tensor p2 = p1.clone(), m2 = m1.clone(), v2 = v1.clone();
+    const Tensor scaled = g.clone(), kept = g.clone();
+    kernels::scale_(scaled, scale);
+    for (std::int64_t step = 1; step <= 3; ++step) {
+      if (which == 0) {
+        kernels::adamw_update_(p1, scaled, m1, v1, kernels::AdamWParams{}, step);
+        kernels::adamw_update_(p2, kept, m2, v2, kernels::AdamWParams{}, step, scale);
+      } else {
+        kernels::SgdParams sgd;
+        sgd.momentum = 0.9;
+        sgd.weight_decay = 0.01;
+        kernels::sgd_update_(p1, scaled, m1, sgd, step == 1);
+        kernels::sgd_update_(p2, kept, m2, sgd, step == 1, scale);
+      }
+    }
+    SCOPED_TRACE(which == 0 ? "adamw" : "sgd");
+    for (const auto& [a, b] : {std::pair<Tensor, Tensor>{p1, p2}, {m1, m2}, {v1, v2}})
+      EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(kept.raw_data(), g.raw_data(), g.nbytes()), 0) << "the gradient is left as it was";
+  }
 }

@@ -57,8 +57,10 @@ void sgd_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs
   const double lr = a.get_double("lr"), mom = a.get_double("momentum"), wd = a.get_double("weight_decay");
   const double damp = a.get_double("dampening");
   const bool nesterov = a.get_int("nesterov") != 0, first = a.get_int("first_step") != 0;
+  const T s = static_cast<T>(a.get_double("grad_scale"));  // rounded as scale_ rounds it
   for (std::int64_t i = 0, n = in[0].numel(); i < n; ++i) {
-    double d = g[i] + wd * p[i];
+    const T gi = g[i] * s;  // what scale_ would have left in the gradient
+    double d = gi + wd * p[i];
     if (mom != 0) {
       const double b = first ? d : mom * buf[i] + (1 - damp) * d;
       buf[i] = static_cast<T>(b);
@@ -75,9 +77,10 @@ void sgd_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs
 // taken in f32 (1 - 0.999f) is 1.3e-5 smaller than PyTorch's 0.001f.
 template <class T>
 TROUPE_VECTOR_CLONES void adamw_loop(T* __restrict p, T* __restrict m, T* __restrict v, const T* __restrict g,
-                                     std::int64_t n, T b1, T b2, T c1, T c2, T eps, T step_size, T decay, T inv_bc2) {
+                                     std::int64_t n, T b1, T b2, T c1, T c2, T eps, T step_size, T decay, T inv_bc2,
+                                     T grad_scale) {
   for (std::int64_t i = 0; i < n; ++i) {
-    const T gi = g[i];
+    const T gi = g[i] * grad_scale;  // what scale_ would have left in the gradient
     const T mi = b1 * m[i] + c1 * gi;
     const T vi = b2 * v[i] + c2 * gi * gi;
     m[i] = mi;
@@ -96,7 +99,7 @@ void adamw_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Att
   const T* g = in[1].data<T>();
   cpu::parallel_ranges(in[0].numel(), cpu::kElementTile, 2.0, [&](std::int64_t begin, std::int64_t end) {
     adamw_loop(p + begin, m + begin, v + begin, g + begin, end - begin, T(b1), T(b2), T(1 - b1), T(1 - b2), T(eps),
-               T(lr / bc1), T(1 - lr * wd), T(1 / bc2));
+               T(lr / bc1), T(1 - lr * wd), T(1 / bc2), static_cast<T>(a.get_double("grad_scale")));
   });
 }
 

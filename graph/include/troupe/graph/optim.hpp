@@ -32,7 +32,11 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   /// Applies one update to every parameter that has a gradient.
-  virtual void step() = 0;
+  void step() { step(1.0); }
+  /// The update with every gradient multiplied by `gradient_scale` as the kernels read it (a clip's
+  /// coefficient): the bits of scaling the gradients first and then step(), without that pass over
+  /// them, and the gradients left as they were.
+  virtual void step(double gradient_scale) = 0;
   /// Forgets the gradients of all parameters.
   void zero_grad() const;
   /// Every parameter of every group.
@@ -107,7 +111,8 @@ class SGD : public GroupedOptimizer<kernels::SgdParams> {
  public:
   explicit SGD(std::vector<ParamGroup<kernels::SgdParams>> groups) : GroupedOptimizer(std::move(groups), "SGD") {}
   SGD(const std::vector<Var>& params, const kernels::SgdParams& options) : SGD({{params, options}}) {}
-  void step() override;
+  using Optimizer::step;
+  void step(double gradient_scale) override;
 
  private:
   std::shared_ptr<Optimizer> make(std::vector<ParamGroup<kernels::SgdParams>> groups) const override {
@@ -121,7 +126,8 @@ class AdamW : public GroupedOptimizer<kernels::AdamWParams> {
  public:
   explicit AdamW(std::vector<ParamGroup<kernels::AdamWParams>> groups) : GroupedOptimizer(std::move(groups), "AdamW") {}
   AdamW(const std::vector<Var>& params, const kernels::AdamWParams& options) : AdamW({{params, options}}) {}
-  void step() override;
+  using Optimizer::step;
+  void step(double gradient_scale) override;
 
  private:
   std::shared_ptr<Optimizer> make(std::vector<ParamGroup<kernels::AdamWParams>> groups) const override {

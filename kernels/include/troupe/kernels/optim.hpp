@@ -25,16 +25,18 @@ struct SgdParams {
   bool nesterov = false;
 };
 /// One SGD step on `param` with `grad`; `momentum_buf` holds the velocity (ignored when momentum is 0).
-/// On the first step the buffer is set to the gradient, as PyTorch does.
+/// On the first step the buffer is set to the gradient, as PyTorch does. `grad_scale` multiplies
+/// each gradient element as it is read (a clip's coefficient): scale_(grad) then the step, bit for
+/// bit, without the pass over the gradient.
 void sgd_update_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p,
-                 bool first_step);
+                 bool first_step, double grad_scale = 1.0);
 
 /// Hyper-parameters of AdamW (torch.optim.AdamW, decoupled weight decay).
 struct AdamWParams {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
 };
-/// One AdamW step; m and v are the moment buffers; step counts from 1.
+/// One AdamW step; m and v are the moment buffers; step counts from 1. `grad_scale` as sgd_update_'s.
 void adamw_update_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p,
-                   std::int64_t step);
+                   std::int64_t step, double grad_scale = 1.0);
 
 }  // namespace troupe::kernels
