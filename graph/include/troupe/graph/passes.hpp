@@ -56,9 +56,10 @@ struct OptimizeOptions {
 
 /// The passes JIT level `level` runs, in order: none at levels 0 and 1; at levels 2 and 3,
 /// constant folding, algebraic simplification, common-subexpression elimination, dead-code
-/// elimination; at level 3 then attention, bias-gelu, matmul-bias, add-layer-norm, conv-relu and
-/// elementwise fusion and recomputation, and for an `inference` graph the choice of convolution
-/// algorithms and of layouts and conv-residual fusion. Throws for a level outside 0..3.
+/// elimination; at level 3 then attention, causal-softmax, bias-gelu, matmul-bias, product-cast,
+/// add-layer-norm, norm-cast, conv-relu and elementwise fusion and recomputation, and for an
+/// `inference` graph the choice of convolution algorithms and of layouts and conv-residual fusion.
+/// Throws for a level outside 0..3.
 std::vector<Pass> pipeline(int level, bool inference = false);
 
 /// Runs pipeline(level) on `g` and returns the result; `stats`, when given, receives one entry per
