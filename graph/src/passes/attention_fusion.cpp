@@ -26,13 +26,7 @@ struct Match {
   std::vector<NodeId> chain;  // the nodes before the last, dropped
 };
 
-// The node producing `v` when it is an op output read by nobody but its `uses` consumers, else null.
-const Node* sole_producer(const Graph& g, ValueId v, const std::vector<int>& readers, const char* op, int uses = 1) {
-  const Value& value = g.value(v);
-  if (value.kind != ValueKind::op_output || readers[static_cast<std::size_t>(v)] != uses) return nullptr;
-  const Node& n = g.node(value.producer);
-  return n.op == op && passes::rewritable(n) && !n.backward ? &n : nullptr;
-}
+using passes::sole_producer;
 
 bool flag(const Attrs& a, const char* name) { return a.has(name) && a.get_int(name) != 0; }
 

@@ -23,8 +23,9 @@ struct Fold {
   const Node* bias_cast = nullptr;
 };
 
-// The producer of `v` when it is an op output read only by its one consumer, else null.
-const Node* sole_producer(const Graph& g, ValueId v, const std::vector<int>& readers) {
+// The producer of `v`, forward or backward, when v is an op output read only by its one consumer,
+// else null (passes::sole_producer takes forward nodes only; this pass folds backward ones too).
+const Node* read_once_producer(const Graph& g, ValueId v, const std::vector<int>& readers) {
   const Value& value = g.value(v);
   if (value.kind != ValueKind::op_output || readers[static_cast<std::size_t>(v)] != 1) return nullptr;
   return &g.node(value.producer);
@@ -33,14 +34,14 @@ const Node* sole_producer(const Graph& g, ValueId v, const std::vector<int>& rea
 // The fold of cast node `n`, if it is one.
 std::optional<Fold> fold_at(const Graph& g, const Node& n, const std::vector<int>& readers) {
   if (n.op != "cast" || !passes::rewritable(n) || g.value(n.outputs[0]).info.dtype != DType::f32) return std::nullopt;
-  const Node* p = sole_producer(g, n.inputs[0], readers);
+  const Node* p = read_once_producer(g, n.inputs[0], readers);
   if (!p || (p->op != "matmul" && p->op != "matmul_bias") || p->backward != n.backward || !passes::rewritable(*p))
     return std::nullopt;
   const DType written = g.value(p->outputs[0]).info.dtype;
   if (!is_low_precision(written) || g.value(p->inputs[0]).info.dtype != written) return std::nullopt;
   Fold fold{p, nullptr};
   if (p->op == "matmul_bias") {
-    const Node* c = sole_producer(g, p->inputs[2], readers);
+    const Node* c = read_once_producer(g, p->inputs[2], readers);
     if (!c || c->op != "cast" || !passes::rewritable(*c) || g.value(c->inputs[0]).info.dtype != DType::f32)
       return std::nullopt;  // a bias made low some other way: left as it is
     fold.bias_cast = c;

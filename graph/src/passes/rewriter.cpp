@@ -172,6 +172,13 @@ Graph fuse_pairs(const Graph& g, const PairMatch& match, const PairEmit& emit) {
   return r.finish();
 }
 
+const Node* sole_producer(const Graph& g, ValueId v, const std::vector<int>& readers, const char* op, int uses) {
+  const Value& value = g.value(v);
+  if (value.kind != ValueKind::op_output || readers[static_cast<std::size_t>(v)] != uses) return nullptr;
+  const Node& n = g.node(value.producer);
+  return n.op == op && rewritable(n) && !n.backward ? &n : nullptr;
+}
+
 std::vector<int> reader_counts(const Graph& g) {
   std::vector<int> readers(g.values().size(), 0);
   for (const Node& n : g.nodes())

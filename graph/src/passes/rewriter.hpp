@@ -74,6 +74,11 @@ class Rewriter {
 /// applies if the graph is differentiated later.
 bool rewritable(const Node& n);
 
+/// The forward node running `op` that makes `v`, when v is an op output read by exactly `uses`
+/// readers (as reader_counts counts them) and the node may be rewritten; else null: one link of a
+/// chain a forward fusion absorbs.
+const Node* sole_producer(const Graph& g, ValueId v, const std::vector<int>& readers, const char* op, int uses = 1);
+
 /// How many readers each value of `g` has: node inputs (a node reading it twice counts twice) and
 /// graph outputs. Fusions use it to see that a chain's values have no reader outside the chain.
 std::vector<int> reader_counts(const Graph& g);

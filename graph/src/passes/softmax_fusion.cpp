@@ -28,13 +28,7 @@ struct Chain {
   std::vector<NodeId> dropped;
 };
 
-// The forward node producing `v`, an op `op` read by nobody but its one consumer, else null.
-const Node* sole(const Graph& g, ValueId v, const std::vector<int>& readers, const char* op) {
-  const Value& value = g.value(v);
-  if (value.kind != ValueKind::op_output || readers[static_cast<std::size_t>(v)] != 1) return nullptr;
-  const Node& n = g.node(value.producer);
-  return n.op == op && !n.backward && passes::rewritable(n) ? &n : nullptr;
-}
+using passes::sole_producer;
 
 std::optional<Chain> chain_at(const Graph& g, const Node& sm, const std::vector<int>& readers,
                               const std::vector<const Node*>& reader_of) {
@@ -42,10 +36,10 @@ std::optional<Chain> chain_at(const Graph& g, const Node& sm, const std::vector<
   const std::size_t rank = g.value(sm.outputs[0]).info.shape.size();
   const std::int64_t axis = sm.attrs.get_int("axis");
   if (rank < 2 || (axis != -1 && axis != static_cast<std::int64_t>(rank) - 1)) return std::nullopt;
-  const Node* mask = sole(g, sm.inputs[0], readers, "causal_mask");
+  const Node* mask = sole_producer(g, sm.inputs[0], readers, "causal_mask");
   if (!mask || mask->attrs.get_double("fill") != -std::numeric_limits<double>::infinity()) return std::nullopt;
-  const Node* up = sole(g, mask->inputs[0], readers, "cast");  // O2: the scores come up to f32
-  const Node* scaled = sole(g, up ? up->inputs[0] : mask->inputs[0], readers, "mul_scalar");
+  const Node* up = sole_producer(g, mask->inputs[0], readers, "cast");  // O2: the scores come up to f32
+  const Node* scaled = sole_producer(g, up ? up->inputs[0] : mask->inputs[0], readers, "mul_scalar");
   if (!scaled) return std::nullopt;
   const ValueId x = scaled->inputs[0];
   const DType dtype = g.value(x).info.dtype;
