@@ -208,15 +208,15 @@ std::vector<double> kernels_at_once(const Parsed& p, const std::vector<int>& ids
 
 // One step: its wall and compute time, communication, and the critical path, walked back from the
 // slice that ended the step along the messages that caused each run (its runs timed from `t0`).
-StepSummary summarize_step(const Parsed& p, std::uint64_t step, const std::vector<int>& ids, double messaging_us,
-                           double t0) {
+// The pool helpers' slices (`helpers`, of no step) count where they overlap the step's wall.
+StepSummary summarize_step(const Parsed& p, std::uint64_t step, const std::vector<int>& ids,
+                           const std::vector<int>& helpers, double messaging_us, double t0) {
   StepSummary s;
   s.step = step;
   double a = 1e300, b = -1e300;
   int last = -1;
   for (int i : ids) {
     const Slice& sl = p.slices[static_cast<std::size_t>(i)];
-    if (sl.step == kAnyStep) continue;  // a pool helper's: counted within the step's bounds below
     a = std::min(a, sl.ts);
     if (sl.ts + sl.dur > b && sl.name != "compute") {
       b = sl.ts + sl.dur;
@@ -224,12 +224,15 @@ StepSummary summarize_step(const Parsed& p, std::uint64_t step, const std::vecto
     }
     if (sl.name == "compute") s.compute_us += sl.dur;
   }
-  for (int i : ids) {
+  std::vector<int> computing = ids;
+  for (int i : helpers) {
     const Slice& sl = p.slices[static_cast<std::size_t>(i)];
-    if (sl.step == kAnyStep) s.compute_us += std::max(0.0, std::min(b, sl.ts + sl.dur) - std::max(a, sl.ts));
+    if (sl.ts >= b || sl.ts + sl.dur <= a) continue;
+    computing.push_back(i);
+    s.compute_us += std::min(b, sl.ts + sl.dur) - std::max(a, sl.ts);
   }
   s.wall_us = b - a;
-  s.at_once = kernels_at_once(p, ids, a, b);
+  s.at_once = kernels_at_once(p, computing, a, b);
   s.messaging_us = messaging_us;
   add_communication(p, ids, s);
   for (int i = last, guard = 0; i >= 0 && guard < 100000; i = p.slices[static_cast<std::size_t>(i)].cause, ++guard) {
@@ -259,23 +262,13 @@ TraceSummary summarize_trace(const std::string& json, const std::string& source)
   std::map<std::uint64_t, double> messaging = link_causes(p);
   out.hottest_collectives = hottest_collectives(p);
   std::map<std::uint64_t, std::vector<int>> by_step;
-  std::vector<int> any_step;  // the pool helpers' slices: each step counts those it overlaps
+  std::vector<int> helpers;  // the pool helpers' slices, of no one step
   for (std::size_t i = 0; i < p.slices.size(); ++i) {
-    if (p.slices[i].step == kAnyStep) any_step.push_back(static_cast<int>(i));
+    if (p.slices[i].step == kAnyStep) helpers.push_back(static_cast<int>(i));
     else if (p.slices[i].step > 0) by_step[p.slices[i].step].push_back(static_cast<int>(i));
   }
-  for (auto& [step, ids] : by_step) {
-    double a = 1e300, b = -1e300;
-    for (int i : ids) {
-      a = std::min(a, p.slices[static_cast<std::size_t>(i)].ts);
-      b = std::max(b, p.slices[static_cast<std::size_t>(i)].ts + p.slices[static_cast<std::size_t>(i)].dur);
-    }
-    for (int i : any_step) {
-      const Slice& sl = p.slices[static_cast<std::size_t>(i)];
-      if (sl.ts < b && sl.ts + sl.dur > a) ids.push_back(i);
-    }
-  }
-  for (const auto& [step, ids] : by_step) out.steps.push_back(summarize_step(p, step, ids, messaging[step], t0));
+  for (const auto& [step, ids] : by_step)
+    out.steps.push_back(summarize_step(p, step, ids, helpers, messaging[step], t0));
   return out;
 }
 
