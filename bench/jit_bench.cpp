@@ -16,6 +16,9 @@
 //                   started together, then 32 greedy steps of every row
 //   gpt-decode-batch-actors  the same, each step run by an actor program as troupe-serve runs
 //                   them: KERNEL_THREADS scheduler threads (troupe-serve's --actor-threads), one micro-batch
+//   gpt-decode-paths  the two above side by side in one process, alternating STEPS rounds, the actor
+//                   program with its ops grouped (the default) and ungrouped: one line per path
+//                   with its ratio to the direct calls
 // peak_bytes: the allocator's peak during a steady-state call above what was held before it, plus
 // the planned arena a level-3 function keeps between calls; planned_bytes: that arena;
 // allocs_per_step: allocator requests in that call. AMP (O0, O1, O2 or O3, bf16) is the mixed precision
@@ -29,11 +32,14 @@
 #include <string>
 #include <vector>
 
+#include <cblas.h>
+
 #include "troupe/actors/engine.hpp"
 #include "troupe/actors/parallel_training.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/graph/trace.hpp"
+#include "troupe/kernels/cpu_features.hpp"
 #include "troupe/kernels/registry.hpp"
 #include "troupe/kernels/threading.hpp"
 #include "troupe/models/gpt.hpp"
@@ -43,9 +49,27 @@
 using namespace troupe;
 using graph::Var;
 
+namespace {
+
+// `rows` 16-token prompts started together, then 32 greedy steps of every row (the last call's rows leave first).
+void decode_batch(models::GptDecoder& decoder, std::int64_t rows) {
+  std::vector<std::vector<std::int64_t>> prompts(static_cast<std::size_t>(rows), std::vector<std::int64_t>(16));
+  for (std::size_t r = 0; r < prompts.size(); ++r)
+    for (std::size_t i = 0; i < 16; ++i) prompts[r][i] = static_cast<std::int64_t>('a' + (r + i) % 26);
+  decoder.keep_rows(std::vector<bool>(decoder.positions().size(), false));
+  std::vector<std::vector<float>> logits = decoder.add(prompts);
+  for (int k = 0; k < 32; ++k) {
+    std::vector<std::int64_t> tokens;
+    for (const std::vector<float>& row : logits) tokens.push_back(std::max_element(row.begin(), row.end()) - row.begin());
+    logits = decoder.step(tokens);
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: troupe-bench-jit sr-infer|sr-train|gpt-forward|gpt-train|gpt-train-floor|gpt-decode|gpt-decode-recompute|gpt-decode-bf16|gpt-decode-batch|gpt-decode-batch-actors "
+    std::fprintf(stderr, "usage: troupe-bench-jit sr-infer|sr-train|gpt-forward|gpt-train|gpt-train-floor|gpt-decode|gpt-decode-recompute|gpt-decode-bf16|gpt-decode-batch|gpt-decode-batch-actors|gpt-decode-paths "
                  "LEVEL KERNEL_THREADS [SIZE] [STEPS] [AMP]\n");
     return 2;
   }
@@ -122,24 +146,41 @@ int main(int argc, char** argv) {
           context.push_back(std::max_element(row.begin(), row.end()) - row.begin());
         }
       };
+    } else if (workload == "gpt-decode-paths") {
+      // Side by side in one process, alternating: SIZE rows' 16-token prompts and 32 greedy steps
+      // called directly, as an actor program with grouped ops (the default), and ungrouped.
+      engine = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(threads)});
+      const char* paths[] = {"direct", "actors-grouped", "actors-ungrouped"};
+      std::vector<std::unique_ptr<models::GptDecoder>> decoders;
+      for (int p = 0; p < 3; ++p) {
+        decoders.push_back(std::make_unique<models::GptDecoder>(*gpt, amp, true));
+        if (p > 0) decoders.back()->run_steps_on(*engine, 1, p == 1 ? actors::OpGrouping::inference : actors::OpGrouping::none);
+      }
+      std::vector<std::vector<double>> ms(3);
+      for (int round = 0; round < steps + 2; ++round)
+        for (int p = 0; p < 3; ++p) {
+          const auto t0 = std::chrono::steady_clock::now();
+          decode_batch(*decoders[static_cast<std::size_t>(p)], size);
+          if (round >= 2) ms[static_cast<std::size_t>(p)].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        }
+      for (auto& m : ms) std::sort(m.begin(), m.end());
+      const double direct = ms[0][ms[0].size() / 2];
+      for (int p = 0; p < 3; ++p) {
+        const double median = ms[static_cast<std::size_t>(p)][ms[static_cast<std::size_t>(p)].size() / 2];
+        std::printf("{\"workload\":\"gpt-decode-paths\",\"path\":\"%s\",\"isa\":\"%s\",\"openblas_core\":\"%s\",\"level\":%d,"
+                    "\"threads\":%d,\"rows\":%lld,\"rounds\":%d,\"ms\":%.3f,\"ratio_to_direct\":%.3f}\n",
+                    paths[p], kernels::cpu_isa(), openblas_get_corename(), level, threads, static_cast<long long>(size), steps,
+                    median, median / direct);
+      }
+      decoders.clear();  // before the engine their programs run on
+      return 0;
     } else if (workload == "gpt-decode-batch" || workload == "gpt-decode-batch-actors") {
       decoder = std::make_unique<models::GptDecoder>(*gpt, amp, true);
       if (workload == "gpt-decode-batch-actors") {
         engine = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(threads)});
         decoder->run_steps_on(*engine, 1);
       }
-      call = [&] {
-        std::vector<std::vector<std::int64_t>> prompts(static_cast<std::size_t>(size), std::vector<std::int64_t>(16));
-        for (std::size_t r = 0; r < prompts.size(); ++r)
-          for (std::size_t i = 0; i < 16; ++i) prompts[r][i] = static_cast<std::int64_t>('a' + (r + i) % 26);
-        decoder->keep_rows(std::vector<bool>(decoder->positions().size(), false));  // the last call's rows leave
-        std::vector<std::vector<float>> rows = decoder->add(prompts);
-        for (int k = 0; k < 32; ++k) {
-          std::vector<std::int64_t> tokens;
-          for (const std::vector<float>& row : rows) tokens.push_back(std::max_element(row.begin(), row.end()) - row.begin());
-          rows = decoder->step(tokens);
-        }
-      };
+      call = [&] { decode_batch(*decoder, size); };
     } else if (workload == "gpt-train-floor") {
       // The products of gpt-mini's level-3 training step at `amp` (as ParallelTraining compiles it,
       // batch 8), each timed alone with the kernel it runs on, on random operands.

@@ -34,14 +34,11 @@ std::vector<InputRef> value_sources(const graph::Graph& g) {
   return source;
 }
 
-// Appends `spec` reading `values`; an actor that reads no producer is triggered by the input
-// actor. Returns its index.
-int add_actor(ActorGraph& plan, ActorSpec spec, const std::vector<graph::ValueId>& values,
-              const std::vector<InputRef>& source) {
-  for (graph::ValueId v : values) {
-    spec.inputs.push_back(source[static_cast<std::size_t>(v)]);
-    if (spec.inputs.back().from == InputRef::From::producer) add_unique(spec.producers, spec.inputs.back().producer);
-  }
+// Appends `spec`, which reads `spec.inputs`; an actor that reads no producer is triggered by the
+// input actor. Returns its index.
+int add_actor(ActorGraph& plan, ActorSpec spec) {
+  for (const InputRef& r : spec.inputs)
+    if (r.from == InputRef::From::producer) add_unique(spec.producers, r.producer);
   if (spec.producers.empty()) spec.producers.push_back(0);
   const int a = static_cast<int>(plan.actors.size());
   for (int p : spec.producers) add_unique(plan.actors[static_cast<std::size_t>(p)].consumers, a);
@@ -80,9 +77,90 @@ bool once_per_step(const graph::Graph& g, const graph::Node& n, const std::vecto
   });
 }
 
+// The graph nodes of each op actor, in node order (Grouping). A node may join the actor of the
+// node before it, in the graph's order (the schedule the passes chose: recomputation puts a
+// recomputed value right before its reader, and joining an earlier actor would compute it early
+// and keep it alive), when that actor is the last one it reads (the highest index: actors stay in
+// topological order, so nothing that actor leads to can feed the node, and no cycle forms) and
+// every other actor it reads is upstream of that one: then the joined act waits for nothing it
+// did not wait for already.
+std::vector<std::vector<graph::NodeId>> group_nodes(const graph::Graph& g, const std::vector<bool>& step_node,
+                                                    const Grouping& grouping) {
+  std::vector<std::vector<graph::NodeId>> groups;
+  if (!grouping.cheap_ops && !grouping.chains) {
+    for (const graph::Node& n : g.nodes())
+      if (!step_node[static_cast<std::size_t>(n.id)]) groups.push_back({n.id});
+    return groups;
+  }
+  const graph::OpRegistry& ops = graph::OpRegistry::instance();
+  std::vector<int> group_of(g.values().size(), -1);  // producing group, -1: none (inputs, parameters, step values)
+  std::vector<int> readers(g.values().size(), 0);    // nodes and graph outputs reading each value
+  for (const graph::Node& n : g.nodes())
+    for (graph::ValueId v : n.inputs) ++readers[static_cast<std::size_t>(v)];
+  for (graph::ValueId v : g.outputs()) ++readers[static_cast<std::size_t>(v)];
+  std::vector<std::vector<bool>> upstream;  // per group: the groups it waits for, directly or not
+  std::vector<int> reads_out;               // per group: reads of its values from outside it not yet seen
+  std::vector<bool> alone;                  // per group: a collective, whose act suspends
+  for (const graph::Node& n : g.nodes()) {
+    if (step_node[static_cast<std::size_t>(n.id)]) continue;
+    const graph::OpDef& def = ops.get(n.op);
+    std::vector<int> reads;
+    int into = -1, from_into = 0;
+    for (graph::ValueId v : n.inputs)
+      if (const int r = group_of[static_cast<std::size_t>(v)]; r >= 0) {
+        add_unique(reads, r);
+        into = std::max(into, r);
+      }
+    for (graph::ValueId v : n.inputs) from_into += into >= 0 && group_of[static_cast<std::size_t>(v)] == into ? 1 : 0;
+    if (into >= 0 && into + 1 == static_cast<int>(groups.size())) {
+      const auto at = static_cast<std::size_t>(into);
+      const bool waits_already = std::all_of(reads.begin(), reads.end(), [&](int r) {
+        return r == into || upstream[at][static_cast<std::size_t>(r)];
+      });
+      const bool cheap = grouping.cheap_ops && !def.counts_arithmetic();
+      const bool sole_reader = grouping.chains && reads_out[at] == from_into;
+      if (!waits_already || alone[at] || def.collective || !(cheap || sole_reader)) into = -1;
+    } else {
+      into = -1;
+    }
+    if (into < 0) {
+      into = static_cast<int>(groups.size());
+      groups.emplace_back();
+      upstream.emplace_back(groups.size(), false);
+      for (int r : reads) {
+        upstream.back()[static_cast<std::size_t>(r)] = true;
+        const std::vector<bool>& above = upstream[static_cast<std::size_t>(r)];
+        for (std::size_t u = 0; u < above.size(); ++u)
+          if (above[u]) upstream.back()[u] = true;
+      }
+      reads_out.push_back(0);
+      alone.push_back(def.collective != nullptr);
+    }
+    const auto at = static_cast<std::size_t>(into);
+    groups[at].push_back(n.id);
+    for (graph::ValueId v : n.inputs)
+      if (const int r = group_of[static_cast<std::size_t>(v)]; r >= 0) --reads_out[static_cast<std::size_t>(r)];
+    for (graph::ValueId v : n.outputs) {
+      group_of[static_cast<std::size_t>(v)] = into;
+      reads_out[at] += readers[static_cast<std::size_t>(v)];
+    }
+  }
+  return groups;
+}
+
+// The register index of value `v` in the op actor that makes it, added to its register on first use.
+int register_index(ActorGraph& plan, const std::vector<std::pair<int, int>>& made_by, int actor, graph::ValueId v) {
+  auto& outputs = plan.actors[static_cast<std::size_t>(actor)].outputs;
+  const std::pair<int, int> member_output = made_by[static_cast<std::size_t>(v)];
+  const auto at = std::find(outputs.begin(), outputs.end(), member_output);
+  if (at != outputs.end()) return static_cast<int>(at - outputs.begin());
+  outputs.push_back(member_output);
+  return static_cast<int>(outputs.size()) - 1;
+}
+
 }  // namespace
 
-ActorGraph lower_to_actors(const graph::TracedFunction& fn) {
+ActorGraph lower_to_actors(const graph::TracedFunction& fn, const Grouping& grouping) {
   const graph::Graph& g = fn.graph();
   ActorGraph plan;
   ActorSpec input;
@@ -90,33 +168,63 @@ ActorGraph lower_to_actors(const graph::TracedFunction& fn) {
   input.name = "input";
   plan.actors.push_back(std::move(input));
   std::vector<InputRef> source = value_sources(g);
+  std::vector<bool> step_node(g.nodes().size(), false);
   for (const graph::Node& n : g.nodes()) {
-    if (once_per_step(g, n, source)) {
-      StepNode step{n.id, {}};
-      for (graph::ValueId v : n.inputs) step.inputs.push_back(source[static_cast<std::size_t>(v)].parameter);
-      InputRef& r = source[static_cast<std::size_t>(n.outputs[0])];
-      r.from = InputRef::From::parameter;
-      r.parameter = static_cast<int>(g.parameters().size() + plan.step_nodes.size());
-      plan.step_nodes.push_back(std::move(step));
-      continue;
-    }
+    if (!once_per_step(g, n, source)) continue;
+    step_node[static_cast<std::size_t>(n.id)] = true;
+    StepNode step{n.id, {}};
+    for (graph::ValueId v : n.inputs) step.inputs.push_back(source[static_cast<std::size_t>(v)].parameter);
+    InputRef& r = source[static_cast<std::size_t>(n.outputs[0])];
+    r.from = InputRef::From::parameter;
+    r.parameter = static_cast<int>(g.parameters().size() + plan.step_nodes.size());
+    plan.step_nodes.push_back(std::move(step));
+  }
+  // Op outputs: (member, output) within their actor; source[v].producer says which actor.
+  std::vector<std::pair<int, int>> made_by(g.values().size(), {-1, 0});
+  const auto read = [&](graph::ValueId v) {
+    InputRef r = source[static_cast<std::size_t>(v)];
+    if (r.from == InputRef::From::producer && r.producer > 0) r.output = register_index(plan, made_by, r.producer, v);
+    return r;
+  };
+  for (const std::vector<graph::NodeId>& nodes : group_nodes(g, step_node, grouping)) {
+    const int a = static_cast<int>(plan.actors.size());
     ActorSpec spec;
     spec.kind = ActorSpec::Kind::op;
-    spec.node = n.id;
-    spec.name = n.op + " %" + std::to_string(n.outputs.empty() ? n.id : n.outputs[0]);
-    const int a = add_actor(plan, std::move(spec), n.inputs, source);
-    if (graph::OpRegistry::instance().get(n.op).collective) plan.collectives.push_back(a);
-    for (std::size_t i = 0; i < n.outputs.size(); ++i) {
-      InputRef& r = source[static_cast<std::size_t>(n.outputs[i])];
-      r.producer = a;
-      r.output = static_cast<int>(i);
+    std::vector<graph::ValueId> read_values;  // the values behind spec.inputs
+    for (graph::NodeId id : nodes) {
+      const graph::Node& n = g.node(id);
+      Member m{id, n.op + " %" + std::to_string(n.outputs.empty() ? n.id : n.outputs[0]), {}};
+      for (graph::ValueId v : n.inputs) {
+        const InputRef& r = source[static_cast<std::size_t>(v)];
+        if (r.from == InputRef::From::producer && r.producer == a) {
+          m.inputs.push_back({made_by[static_cast<std::size_t>(v)].first, made_by[static_cast<std::size_t>(v)].second});
+          continue;
+        }
+        auto at = std::find(read_values.begin(), read_values.end(), v);
+        if (at == read_values.end()) {
+          spec.inputs.push_back(read(v));
+          at = read_values.insert(read_values.end(), v);
+        }
+        m.inputs.push_back({-1, static_cast<int>(at - read_values.begin())});
+      }
+      for (std::size_t i = 0; i < n.outputs.size(); ++i) {
+        InputRef& r = source[static_cast<std::size_t>(n.outputs[i])];
+        r.producer = a;
+        made_by[static_cast<std::size_t>(n.outputs[i])] = {static_cast<int>(spec.members.size()), static_cast<int>(i)};
+      }
+      spec.members.push_back(std::move(m));
     }
+    spec.name = spec.members[0].name;
+    if (spec.members.size() > 1) spec.name += " +" + std::to_string(spec.members.size() - 1);
+    add_actor(plan, std::move(spec));
+    if (graph::OpRegistry::instance().get(g.node(nodes[0]).op).collective) plan.collectives.push_back(a);
     ++plan.op_count;
   }
   for (std::size_t k = 0; k < g.outputs().size(); ++k) {
     int param = -1;
     ActorSpec spec = sink_spec(fn, k, param);
-    plan.sinks.push_back(add_actor(plan, std::move(spec), {g.outputs()[k]}, source));
+    spec.inputs.push_back(read(g.outputs()[k]));
+    plan.sinks.push_back(add_actor(plan, std::move(spec)));
     plan.sink_param.push_back(param);
   }
   return plan;

@@ -1,6 +1,6 @@
 #pragma once
-// Lowering a traced graph to an actor plan, without CAF: which actors exist, what each reads and
-// whom it feeds. The program spawns one CAF actor per entry.
+// Lowering a traced graph to an actor plan, without CAF: which actors exist, what each runs and
+// reads, and whom it feeds. The program spawns one CAF actor per entry.
 
 #include <string>
 #include <vector>
@@ -19,11 +19,26 @@ struct InputRef {
   Tensor constant;    // for From::constant
 };
 
+/// Where an input of a graph node an op actor runs comes from: the actor's input `index`
+/// (ActorSpec::inputs), or output `index` of an earlier member of the same actor.
+struct MemberInput {
+  int member = -1;  // -1: the actor's input
+  int index = 0;
+};
+
+/// One graph node an op actor runs.
+struct Member {
+  graph::NodeId node = -1;
+  std::string name;                 // "matmul %12": its track in traces, and what errors name
+  std::vector<MemberInput> inputs;  // one per node input
+};
+
 /// One actor of the plan.
 struct ActorSpec {
   enum class Kind { input, op, sink } kind = Kind::op;
-  std::string name;             // track name in traces and errors ("matmul %12", "grad:w1")
-  graph::NodeId node = -1;      // for op actors
+  std::string name;             // track name in traces and errors ("matmul %12", "grad:w1", "add %7 +3")
+  std::vector<Member> members;  // op actors: the graph nodes one act runs, in order (one unless grouped)
+  std::vector<std::pair<int, int>> outputs;  // op actors: (member, output) of each value its register carries
   std::vector<InputRef> inputs; // op and sink actors
   std::vector<int> producers;   // distinct actors it waits for (the input actor when it needs a trigger)
   std::vector<int> consumers;   // distinct actors it feeds
@@ -48,10 +63,22 @@ struct ActorGraph {
   std::vector<int> sinks;        // actor index of each graph output's sink
   std::vector<int> sink_param;   // per sink: parameter index of a gradient output, or -1
   std::vector<int> collectives;  // op actors that meet other devices (OpDef::collective), in node order
-  int op_count = 0;
+  int op_count = 0;              // op actors
+};
+
+/// How graph nodes become op actors.
+struct Grouping {
+  /// Off: one actor per node. On: a node that is not a product (ops whose cost counts arithmetic:
+  /// products, convolutions, attention) and reads only one op actor, besides what that actor reads
+  /// itself, joins that actor's act, so a chain of cheap ops pays one message and one hand-over
+  /// between threads instead of one per op. Collectives always keep an actor of their own.
+  bool cheap_ops = true;
+  /// With one micro-batch in flight, nothing pipelines along a chain: a product whose one reader
+  /// the actor it reads is joins it too.
+  bool chains = false;
 };
 
 /// Lowers `fn`'s graph. Inference-only graphs work too (no gradient sinks).
-ActorGraph lower_to_actors(const graph::TracedFunction& fn);
+ActorGraph lower_to_actors(const graph::TracedFunction& fn, const Grouping& grouping = {});
 
 }  // namespace troupe::actors

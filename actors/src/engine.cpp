@@ -105,6 +105,16 @@ Engine::~Engine() = default;
 
 std::size_t Engine::threads() const { return impl_->threads; }
 
+namespace {
+
+Grouping grouping(const graph::TracedFunction& fn, const ProgramOptions& options) {
+  const bool inference = fn.output_count() == fn.graph().outputs().size();
+  const bool grouped = options.group_ops == OpGrouping::all || (options.group_ops == OpGrouping::inference && inference);
+  return Grouping{grouped, grouped && options.micro_batches == 1};
+}
+
+}  // namespace
+
 std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, ProgramOptions options) {
   TROUPE_CHECK(options.registers >= 1, invalid_argument, "compile: registers must be at least 1, got ",
                options.registers);
@@ -122,7 +132,7 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
   TROUPE_CHECK(options.loss_scaler || scale_at < 0, invalid_argument, "compile: the function's gradients are ",
                "multiplied by a loss scale; pass its GradScaler as ProgramOptions::loss_scaler so it is divided out");
   auto traced = std::make_shared<const graph::TracedFunction>(fn);
-  auto plan = std::make_shared<const ActorGraph>(lower_to_actors(*traced));
+  auto plan = std::make_shared<const ActorGraph>(lower_to_actors(*traced, grouping(*traced, options)));
   auto graph = std::shared_ptr<const graph::Graph>(traced, &traced->graph());
   Tracer& tracer = Tracer::instance();
   caf::actor_system& sys = *impl_->system;

@@ -66,6 +66,15 @@ const Tensor& Node::input(const InputRef& ref) const {
   return in_.value(ref.producer, ref.output);
 }
 
+std::vector<Tensor> Node::take_inputs() {
+  std::vector<Tensor> values;
+  values.reserve(spec_->inputs.size());
+  for (const InputRef& ref : spec_->inputs) values.push_back(input(ref));
+  in_.take([this](const Taken& t) { taken_.push_back(t); });
+  inputs_taken_ = true;
+  return values;
+}
+
 void Node::on_start(const StepContextPtr& ctx) {
   begin_step(ctx);
   pump();
@@ -127,6 +136,8 @@ void Node::begin_step(const StepContextPtr& ctx) {
   failed_ = false;
   in_.clear();
   out_.clear();
+  taken_.clear();
+  inputs_taken_ = false;
   gos_.assign(static_cast<std::size_t>(ctx->micro_batches), 0);
   pending_.reset();
   await_parameters();
@@ -222,9 +233,13 @@ void Node::emit(int mb, Values values) {
 }
 
 void Node::release_inputs() {
-  in_.take([this](const Taken& t) {
+  const auto give_back = [this](const Taken& t) {
     tell(self_, track(), peers_->at(t.producer), SendTag{"release", step_, t.mb}, release_atom::value, step_, t.reg);
-  });
+  };
+  if (!inputs_taken_) return in_.take(give_back);
+  for (const Taken& t : taken_) give_back(t);
+  taken_.clear();
+  inputs_taken_ = false;
 }
 
 template <class F>

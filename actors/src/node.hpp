@@ -60,6 +60,10 @@ class Node {
   const Peers& peers() const { return *peers_; }
   /// The value an input reference reads for the micro-batch being acted on.
   const Tensor& input(const InputRef& ref) const;
+  /// The act's inputs in spec().inputs order, taken out of the registers so that the act can let
+  /// go of each once it has no more use for it (a grouped actor's later members need the memory);
+  /// the registers are still given back when the act is over. Call it at most once per act.
+  std::vector<Tensor> take_inputs();
   /// Sends `xs..., flow` to `to`, traced as `kind` of this step carrying `bytes`.
   template <class Handle, class... Ts>
   void tell_to(const AddressOf<Handle>& to, const char* kind, std::uint64_t bytes, Ts&&... xs) {
@@ -132,6 +136,8 @@ class Node {
   int ungathered_ = 0;            // of those, how many this step's acts still wait for
   InRegisters in_;
   OutRegisters out_;
+  std::vector<Taken> taken_;  // registers take_inputs() emptied, given back at the act's end
+  bool inputs_taken_ = false;
 };
 
 /// Spawns node `index` of the plan as an actor running `kind`.

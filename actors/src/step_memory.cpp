@@ -217,11 +217,15 @@ std::shared_ptr<const StepPlan> plan_recording(const Recording& r, const ActorGr
     if (!each(r.born[i]) || !each(r.dropped[i])) return false;
     return std::all_of(r.readers[i].begin(), r.readers[i].end(), [&](int a) { return each(a); });
   };
+  // Within one act things happen in the same order every run: a block the act drops before it
+  // asks for j (a temporary, or an input a grouped act is done with) may share with j when every
+  // other act that touches it is over before this one begins.
   const auto dead_before = [&](std::size_t i, std::size_t j) {
     const int maker = r.born[j];
     if (r.dropped[i] < 0) return false;
-    if (r.born[i] == maker) return r.dropped[i] == maker && r.readers[i].empty() && r.blocks[i].end <= r.blocks[j].begin;
-    return touching(i, [&](int a) { return done_before(a, maker); });
+    if (r.dropped[i] == maker)
+      return r.blocks[i].end <= r.blocks[j].begin && touching(i, [&](int a) { return a == maker || done_before(a, maker); });
+    return touching(i, [&](int a) { return a != maker && done_before(a, maker); });
   };
   const LifetimeOverlap overlap = [&](std::size_t i, std::size_t j) { return !dead_before(i, j) && !dead_before(j, i); };
   // One slot per result: a training loop drops a step's result before the next; a result still
@@ -243,7 +247,7 @@ std::shared_ptr<const StepPlan> plan_recording(const Recording& r, const ActorGr
       if (!share || !dead_before(i, j)) continue;
       const int maker = r.born[j];
       touching(i, [&](int a) {
-        if (!order.before(a, maker)) signals[static_cast<std::size_t>(a)].push_back(maker);
+        if (a != maker && !order.before(a, maker)) signals[static_cast<std::size_t>(a)].push_back(maker);
         return true;
       });
     }

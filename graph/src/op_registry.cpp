@@ -88,6 +88,10 @@ std::vector<Tensor> OpDef::run_in_place(const std::vector<Tensor>& inputs, const
   return outputs;
 }
 
+bool OpDef::counts_arithmetic() const { return cost != nullptr && cost != moves_only; }
+
+double moves_only(const CostContext&) { return 0; }
+
 double elements_touched(const CostContext& ctx) {
   double touched = static_cast<double>(shape_numel(ctx.outputs.at(0)));
   for (const Shape& in : ctx.inputs) touched = std::max(touched, static_cast<double>(shape_numel(in)));

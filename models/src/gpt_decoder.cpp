@@ -68,10 +68,15 @@ graph::Jit& GptDecoder::step_jit() {
 }
 
 void GptDecoder::run_steps_on(actors::Engine& engine, int micro_batches) {
+  run_steps_on(engine, micro_batches, actors::ProgramOptions{}.group_ops);
+}
+
+void GptDecoder::run_steps_on(actors::Engine& engine, int micro_batches, actors::OpGrouping grouping) {
   const int level = graph::jit_level();
   if (level == 0) return;
   actors::ProgramOptions options;
   options.micro_batches = micro_batches;
+  options.group_ops = grouping;
   step_program_ =
       engine.compile(graph::trace(step_fn(), step_signature()).with_amp(amp_).for_inference().optimized(level), options);
 }

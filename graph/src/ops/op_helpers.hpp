@@ -39,8 +39,6 @@ inline std::vector<ValueInfo> one(DType d, SymShape s) { return {ValueInfo{d, st
 /// Boolean attribute stored as an integer.
 inline bool get_flag(const Attrs& a, const char* name) { return a.has(name) && a.get_int(name) != 0; }
 
-/// The cost rule of an op that only moves, views or relabels values (OpDef::cost): no work counted.
-inline double moves_only(const CostContext&) { return 0; }
 /// x [..., C] as rows [N, C], the layout of the kernels that take rows (cross-entropy).
 inline Tensor rows_of(const Tensor& x) { return x.reshape({x.numel() / x.shape().back(), x.shape().back()}); }
 /// x [...] as one row [N]: per-row values (targets) beside rows_of's rows.

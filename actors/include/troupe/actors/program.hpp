@@ -71,6 +71,9 @@ enum class ClipMode {
 };
 
 /// How a graph is lowered and run.
+/// Which programs group graph nodes into shared actors (ProgramOptions::group_ops).
+enum class OpGrouping { inference, all, none };
+
 struct ProgramOptions {
   /// Registers per actor output (the register protocol): 1 = lock-step, 2 = double buffering.
   int registers = 2;
@@ -106,6 +109,13 @@ struct ProgramOptions {
   /// optimizers then let go of them after the update, and at JIT level 3 their memory is shared
   /// with the next step's instead of kept for the caller.
   bool return_gradients = true;
+  /// Which programs lowering gives groups of graph nodes one actor (docs/RUNTIME.md, "Lowering"):
+  /// a node that is not a product and reads the actor of the node before it (besides what that
+  /// actor reads) runs in its act, and with one micro-batch a product does too when it is that
+  /// actor's only reader. A chain of small ops then pays one message and one hand-over between
+  /// threads, not one per op. By default only programs without gradients (inference, decoding):
+  /// a training step's planned memory is counted per act, and coarser acts hold more of it.
+  OpGrouping group_ops = OpGrouping::inference;
 };
 
 /// What one step produced.

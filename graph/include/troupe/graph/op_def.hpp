@@ -97,6 +97,9 @@ struct OpDef {
   Precision precision = Precision::follows;  // what mixed precision does with an op that is not a product
   /// True when a gradient can flow into input `i`.
   bool differentiable(std::size_t i) const;
+  /// True when its cost rule counts arithmetic (products, convolutions, attention) rather than the
+  /// elements it touches: the ops whose time grows faster than the memory they read.
+  bool counts_arithmetic() const;
   /// Runs the op on tensors, its kernel, compute function or collective (waiting for the wire), and
   /// checks the outputs against the context's shapes and dtypes: the one way eager mode and the
   /// executor run an op, and op actors run all but collectives.
@@ -109,6 +112,8 @@ struct OpDef {
   std::vector<Tensor> run_in_place(const std::vector<Tensor>& inputs, const ComputeContext& ctx, std::size_t input) const;
 };
 
+/// The cost rule of an op that only moves, views or relabels values (OpDef::cost): no work counted.
+double moves_only(const CostContext& ctx);
 /// The default cost rule: the elements an op touches, the larger of its biggest input and its first output.
 double elements_touched(const CostContext& ctx);
 /// The work of `node` of `g` at `bindings`' sizes: its OpDef's cost rule, or elements_touched.

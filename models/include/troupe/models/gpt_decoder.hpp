@@ -20,6 +20,7 @@
 namespace troupe::actors {
 class Engine;
 class Program;
+enum class OpGrouping;
 }  // namespace troupe::actors
 
 namespace troupe::models {
@@ -38,6 +39,8 @@ class GptDecoder {
   /// rows split into `micro_batches` that flow through the op actors concurrently, instead of
   /// calling the traced step on this thread. At JIT level 0 the steps stay eager.
   void run_steps_on(actors::Engine& engine, int micro_batches);
+  /// The same, with `grouping` of the step's ops into actors (ProgramOptions::group_ops).
+  void run_steps_on(actors::Engine& engine, int micro_batches, actors::OpGrouping grouping);
   /// Logits [vocab] of the token after `context` (at least one token), as the only row:
   /// consecutive calls whose context grows by one token step it; any other context starts it
   /// again; past --seq tokens the window is recomputed.
