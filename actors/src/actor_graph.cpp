@@ -87,39 +87,32 @@ bool once_per_step(const graph::Graph& g, const graph::Node& n, const std::vecto
 std::vector<std::vector<graph::NodeId>> group_nodes(const graph::Graph& g, const std::vector<bool>& step_node,
                                                     const Grouping& grouping) {
   std::vector<std::vector<graph::NodeId>> groups;
-  if (!grouping.cheap_ops && !grouping.chains) {
+  if (!grouping.cheap_ops && !grouping.products) {
     for (const graph::Node& n : g.nodes())
       if (!step_node[static_cast<std::size_t>(n.id)]) groups.push_back({n.id});
     return groups;
   }
   const graph::OpRegistry& ops = graph::OpRegistry::instance();
   std::vector<int> group_of(g.values().size(), -1);  // producing group, -1: none (inputs, parameters, step values)
-  std::vector<int> readers(g.values().size(), 0);    // nodes and graph outputs reading each value
-  for (const graph::Node& n : g.nodes())
-    for (graph::ValueId v : n.inputs) ++readers[static_cast<std::size_t>(v)];
-  for (graph::ValueId v : g.outputs()) ++readers[static_cast<std::size_t>(v)];
   std::vector<std::vector<bool>> upstream;  // per group: the groups it waits for, directly or not
-  std::vector<int> reads_out;               // per group: reads of its values from outside it not yet seen
   std::vector<bool> alone;                  // per group: a collective, whose act suspends
   for (const graph::Node& n : g.nodes()) {
     if (step_node[static_cast<std::size_t>(n.id)]) continue;
     const graph::OpDef& def = ops.get(n.op);
     std::vector<int> reads;
-    int into = -1, from_into = 0;
+    int into = -1;
     for (graph::ValueId v : n.inputs)
       if (const int r = group_of[static_cast<std::size_t>(v)]; r >= 0) {
         add_unique(reads, r);
         into = std::max(into, r);
       }
-    for (graph::ValueId v : n.inputs) from_into += into >= 0 && group_of[static_cast<std::size_t>(v)] == into ? 1 : 0;
     if (into >= 0 && into + 1 == static_cast<int>(groups.size())) {
       const auto at = static_cast<std::size_t>(into);
       const bool waits_already = std::all_of(reads.begin(), reads.end(), [&](int r) {
         return r == into || upstream[at][static_cast<std::size_t>(r)];
       });
-      const bool cheap = grouping.cheap_ops && !def.counts_arithmetic();
-      const bool sole_reader = grouping.chains && reads_out[at] == from_into;
-      if (!waits_already || alone[at] || def.collective || !(cheap || sole_reader)) into = -1;
+      const bool joins = def.counts_arithmetic() ? grouping.products : grouping.cheap_ops;
+      if (!waits_already || alone[at] || def.collective || !joins) into = -1;
     } else {
       into = -1;
     }
@@ -133,17 +126,11 @@ std::vector<std::vector<graph::NodeId>> group_nodes(const graph::Graph& g, const
         for (std::size_t u = 0; u < above.size(); ++u)
           if (above[u]) upstream.back()[u] = true;
       }
-      reads_out.push_back(0);
       alone.push_back(def.collective != nullptr);
     }
     const auto at = static_cast<std::size_t>(into);
     groups[at].push_back(n.id);
-    for (graph::ValueId v : n.inputs)
-      if (const int r = group_of[static_cast<std::size_t>(v)]; r >= 0) --reads_out[static_cast<std::size_t>(r)];
-    for (graph::ValueId v : n.outputs) {
-      group_of[static_cast<std::size_t>(v)] = into;
-      reads_out[at] += readers[static_cast<std::size_t>(v)];
-    }
+    for (graph::ValueId v : n.outputs) group_of[static_cast<std::size_t>(v)] = into;
   }
   return groups;
 }

@@ -69,13 +69,14 @@ struct ActorGraph {
 /// How graph nodes become op actors.
 struct Grouping {
   /// Off: one actor per node. On: a node that is not a product (ops whose cost counts arithmetic:
-  /// products, convolutions, attention) and reads only one op actor, besides what that actor reads
-  /// itself, joins that actor's act, so a chain of cheap ops pays one message and one hand-over
-  /// between threads instead of one per op. Collectives always keep an actor of their own.
+  /// products, convolutions, attention) joins the actor of the node before it when that actor is
+  /// the last one it reads and everything else it reads is upstream of it, so a chain of cheap
+  /// ops pays one message and one hand-over between threads instead of one per op. Collectives
+  /// always keep an actor of their own.
   bool cheap_ops = true;
-  /// With one micro-batch in flight, nothing pipelines along a chain: a product whose one reader
-  /// the actor it reads is joins it too.
-  bool chains = false;
+  /// Products join too: for one micro-batch in flight, where nothing pipelines along a chain, and
+  /// a product running alone takes every core (docs/KERNELS.md), so two side by side gain little.
+  bool products = false;
 };
 
 /// Lowers `fn`'s graph. Inference-only graphs work too (no gradient sinks).

@@ -111,9 +111,8 @@ struct ProgramOptions {
   bool return_gradients = true;
   /// Which programs lowering gives groups of graph nodes one actor (docs/RUNTIME.md, "Lowering"):
   /// a node that is not a product and reads the actor of the node before it (besides what that
-  /// actor reads) runs in its act, and with one micro-batch a product does too when it is that
-  /// actor's only reader. A chain of small ops then pays one message and one hand-over between
-  /// threads, not one per op. By default only programs without gradients (inference, decoding):
+  /// actor reads) runs in its act, and with one micro-batch a product does too. A chain of small
+  /// ops then pays one message and one hand-over between threads, not one per op. By default only programs without gradients (inference, decoding):
   /// a training step's planned memory is counted per act, and coarser acts hold more of it.
   OpGrouping group_ops = OpGrouping::inference;
 };
