@@ -74,8 +74,9 @@ struct Grouping {
   /// ops pays one message and one hand-over between threads instead of one per op. Collectives
   /// always keep an actor of their own.
   bool cheap_ops = true;
-  /// Products join too: for one micro-batch in flight, where nothing pipelines along a chain, and
-  /// a product running alone takes every core (docs/KERNELS.md), so two side by side gain little.
+  /// Products join too: for inference with one micro-batch in flight, where nothing pipelines
+  /// along a chain and the products mostly follow each other. (A training step's backward has
+  /// products side by side, each weight's gradient beside its input's, which are faster apart.)
   bool products = false;
 };
 

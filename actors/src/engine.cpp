@@ -110,7 +110,7 @@ namespace {
 Grouping grouping(const graph::TracedFunction& fn, const ProgramOptions& options) {
   const bool inference = fn.output_count() == fn.graph().outputs().size();
   const bool grouped = options.group_ops == OpGrouping::all || (options.group_ops == OpGrouping::inference && inference);
-  return Grouping{grouped, grouped && options.micro_batches == 1};
+  return Grouping{grouped, grouped && inference && options.micro_batches == 1};
 }
 
 }  // namespace

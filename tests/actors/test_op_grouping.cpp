@@ -150,6 +150,32 @@ TEST(OpGrouping, GroupedProgramsGiveTheUngroupedBits) {
   }
 }
 
+TEST(OpGrouping, GroupedInferenceGivesTheUngroupedBits) {
+  for (int micro_batches : {1, 2}) {
+    SCOPED_TRACE("micro-batches " + std::to_string(micro_batches));
+    Generator gen(5);
+    GPTBlock block(16, 2, gen, 32);
+    const TracedFunction fn =
+        trace([&](const std::vector<Var>& in) { return std::vector<Var>{block(in[0])}; }, {{"x", {kBatch, 8, 16}}})
+            .for_inference()
+            .optimized(3);
+    const Tensor x = test::random_tensor({4, 8, 16}, 7);
+    std::map<OpGrouping, Tensor> y;
+    std::map<OpGrouping, int> actors;
+    for (OpGrouping grouping : {OpGrouping::none, OpGrouping::inference}) {
+      Engine engine(EngineOptions{2});
+      ProgramOptions options;
+      options.micro_batches = micro_batches;
+      options.group_ops = grouping;
+      auto program = engine.compile(fn, options);
+      for (int step = 0; step < 2; ++step) y[grouping] = wait(program->run_async({x})).outputs[0];
+      actors[grouping] = program->actor_counts().at("op");
+    }
+    EXPECT_TRUE(same(y[OpGrouping::none], y[OpGrouping::inference]));
+    EXPECT_LT(actors[OpGrouping::inference], actors[OpGrouping::none]);
+  }
+}
+
 TEST(OpGrouping, AGroupedActLetsGoOfAnInputOnceItIsDoneWithIt) {
   // A product's output read by the next actor, a second product and a chain of layer norms: once
   // the product has read it, the norms may take its bytes.

@@ -70,10 +70,11 @@ enum class ClipMode {
   naive,
 };
 
-/// How a graph is lowered and run.
-/// Which programs group graph nodes into shared actors (ProgramOptions::group_ops).
+/// Which programs group graph nodes into shared actors (ProgramOptions::group_ops): programs
+/// without gradients, every program (a training step's cheap ops only), or none.
 enum class OpGrouping { inference, all, none };
 
+/// How a graph is lowered and run.
 struct ProgramOptions {
   /// Registers per actor output (the register protocol): 1 = lock-step, 2 = double buffering.
   int registers = 2;
@@ -111,8 +112,8 @@ struct ProgramOptions {
   bool return_gradients = true;
   /// Which programs lowering gives groups of graph nodes one actor (docs/RUNTIME.md, "Lowering"):
   /// a node that is not a product and reads the actor of the node before it (besides what that
-  /// actor reads) runs in its act, and with one micro-batch a product does too. A chain of small
-  /// ops then pays one message and one hand-over between threads, not one per op. By default only programs without gradients (inference, decoding):
+  /// actor reads) runs in its act, and in an inference program with one micro-batch a product does
+  /// too. A chain of small ops then pays one message and one hand-over between threads, not one per op. By default only programs without gradients (inference, decoding):
   /// a training step's planned memory is counted per act, and coarser acts hold more of it.
   OpGrouping group_ops = OpGrouping::inference;
 };
