@@ -25,8 +25,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
   check_float("conv2d", "input", x, true);
   check_float_like("conv2d", "weight", w, "input", x, true);
   const DType y_dtype = product_dtype("conv2d", x.dtype(), out_dtype);
-  TROUPE_CHECK(!(p.blocked_input || p.blocked_output) || x.dtype() == DType::f32, unsupported,
-               "conv2d: channel-blocked layouts are f32 only, got ", x.str());
+  TROUPE_CHECK(!(p.blocked_input || p.blocked_output) || x.dtype() == DType::f32 || x.dtype() == DType::bf16,
+               unsupported, "conv2d: channel-blocked layouts are f32 and bf16 only, got ", x.str());
   const Shape x_shape = p.blocked_input ? channel_unblocked_shape(x.shape()) : x.shape();
   const ConvGeometry g = conv_geometry("conv2d", x_shape, w.shape(), p);
   if (bias.defined()) {

@@ -66,6 +66,22 @@ TEST(ChannelBlocks, BlockedConvolutionsEqualNchwOnes) {
   EXPECT_THROW(kernels::conv2d(xb.to(DType::f64), w.to(DType::f64), b.to(DType::f64), p), Error);
 }
 
+TEST(ChannelBlocks, BlockedBf16ConvolutionsEqualNchwOnes) {
+  const Tensor x = test::random_tensor({2, 16, 6, 5}, 1).to(DType::bf16), w = test::random_tensor({32, 16, 3, 3}, 2).to(DType::bf16);
+  for (DType out : {DType::bf16, DType::f32}) {
+    const Tensor b = test::random_tensor({32}, 3).to(out);
+    const kernels::Conv2dParams nchw{1, 1, 1, 1};
+    const Tensor expected = kernels::conv2d(x, w, b, nchw, out);
+    const Tensor xb = x.reshape({2, 1, 16, 6, 5}).permute({0, 1, 3, 4, 2}).contiguous();
+    kernels::Conv2dParams p = nchw;
+    p.blocked_input = p.blocked_output = true;
+    const Tensor yb = kernels::conv2d(xb, w, b, p, out);
+    ASSERT_EQ(yb.shape(), (Shape{2, 2, 6, 5, 16}));
+    ASSERT_EQ(yb.dtype(), out);
+    EXPECT_TRUE(test::same_bits(yb.permute({0, 1, 4, 2, 3}).reshape({2, 32, 6, 5}).contiguous(), expected));
+  }
+}
+
 TEST(LayoutChoice, BlocksTheConvBodyOfAnInferenceGraph) {
   for (bool custom : {false, true}) {
     test::SrLike net(custom);
@@ -99,6 +115,31 @@ TEST(LayoutChoice, BlocksTheConvBodyOfAnInferenceGraph) {
   for (const Tensor& x : {test::random_tensor({1, 3, 9, 7}, 5)}) {
     test::expect_same_results(fn.graph(), blocked_only, {x}, test::parameter_tensors(fn));
   }
+}
+
+TEST(LayoutChoice, BlocksBf16ActivationsAtO2) {
+  Convs m({{3, 16}, {16, 16}, {16, 16}, {16, 12}});
+  auto forward = [&](const std::vector<Var>& in) {
+    const Var h = relu((*m.c[0])(in[0]));
+    const Var r = h + (*m.c[2])(relu((*m.c[1])(h)));
+    return std::vector<Var>{pixel_shuffle((*m.c[3])(r), 2)};
+  };
+  const TracedFunction fn = trace(forward, {{"x", {kBatch, 3, -1, -1}}}).with_amp({AmpLevel::O2, DType::bf16});
+  const Graph plain = fn.for_inference().optimized(2).graph();
+  const Graph blocked = choose_layouts(plain);
+  int bf16_blocks = 0;
+  for (const Node& n : blocked.nodes()) {
+    const ValueInfo& info = blocked.value(n.outputs[0]).info;
+    bf16_blocks += info.shape.size() == 5 && info.dtype == DType::bf16;
+  }
+  EXPECT_GE(bf16_blocks, 3) << blocked.dump();
+  const Tensor x = test::random_tensor({1, 3, 9, 7}, 5);
+  test::expect_same_results(plain, blocked, {x}, test::parameter_tensors(fn));
+  // Level 3 folds the skip add into the blocked bf16 convolution (a sum post-op: one rounding
+  // where the unfused pair rounds twice).
+  const TracedFunction level3 = fn.for_inference().optimized(3);
+  EXPECT_EQ(test::count_ops(level3.graph(), "conv2d_residual"), 1);
+  EXPECT_LE(test::scaled_max_error(level3({x})[0].to(DType::f32), fn.for_inference()({x})[0].to(DType::f32)), 1e-2);
 }
 
 TEST(ConvAlgorithmChoice, WinogradIsWithinRoundingOfTheDirectConvolution) {

@@ -1,11 +1,11 @@
-// Layout choice (level 3, inference graphs): activations that flow only between convolutions and
-// elementwise ops stay channel-blocked ([N, C/16, H, W, 16], oneDNN's nChw16c), so oneDNN's direct
-// convolutions read and write them without the reorders an NCHW tensor costs at each call (as
-// PyTorch's frozen graphs keep MKL-DNN tensors between convolutions). A value is blocked when it
-// is made by a conv2d or by an elementwise op of blocked values of its own shape, and every reader
-// takes it blocked: a conv2d (as its input) or such an elementwise op. Graph outputs and every
-// other reader (pixel_shuffle, reshape, ...) keep NCHW, so the signature never changes. Inference
-// only: a blocked conv has no gradient.
+// Layout choice (level 3, inference graphs): f32 and bf16 activations that flow only between
+// convolutions and elementwise ops stay channel-blocked ([N, C/16, H, W, 16], oneDNN's nChw16c),
+// so oneDNN's direct convolutions read and write them without the reorders an NCHW tensor costs
+// at each call (as PyTorch's frozen graphs keep MKL-DNN tensors between convolutions). A value is
+// blocked when it is made by a conv2d or by an elementwise op of blocked values of its own shape,
+// and every reader takes it blocked: a conv2d (as its input) or such an elementwise op. Graph
+// outputs and every other reader (pixel_shuffle, reshape, ...) keep NCHW, so the signature never
+// changes. Inference only: a blocked conv has no gradient.
 #include <algorithm>
 
 #include "passes/rewriter.hpp"
@@ -28,9 +28,12 @@ bool is_layout_free(const Graph& g, const Node& n) {
   return std::all_of(n.inputs.begin(), n.inputs.end(), [&](ValueId v) { return g.value(v).info.shape == shape; });
 }
 
-// NCHW f32 with a fixed channel count divisible by the block.
+// The dtypes oneDNN's convolutions take channel-blocked.
+bool blockable_dtype(DType d) { return d == DType::f32 || d == DType::bf16; }
+
+// NCHW f32 or bf16 with a fixed channel count divisible by the block.
 bool blockable(const ValueInfo& info) {
-  return info.dtype == DType::f32 && info.shape.size() == 4 && info.shape[1].is_static() &&
+  return blockable_dtype(info.dtype) && info.shape.size() == 4 && info.shape[1].is_static() &&
          info.shape[1].size() % kernels::kChannelBlock == 0;
 }
 
@@ -41,7 +44,7 @@ std::vector<bool> blocked_values(const Graph& g) {
   for (const Node& n : g.nodes()) {
     const ValueId out = n.outputs.empty() ? -1 : n.outputs[0];
     if (out < 0 || !blockable(g.value(out).info)) continue;
-    if (is_conv(n) && g.value(n.inputs[1]).info.dtype == DType::f32) blocked[static_cast<std::size_t>(out)] = true;
+    if (is_conv(n) && blockable_dtype(g.value(n.inputs[1]).info.dtype)) blocked[static_cast<std::size_t>(out)] = true;
     if (is_layout_free(g, n) && std::all_of(n.inputs.begin(), n.inputs.end(), [&](ValueId v) {
           return blocked[static_cast<std::size_t>(v)];
         }))

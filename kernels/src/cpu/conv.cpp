@@ -106,8 +106,8 @@ void residual_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, co
   const auto flag = [&](const char* name) { return a.has(name) && a.get_int(name) != 0; };
   const std::int64_t s = a.get_int("stride"), pad = a.get_int("padding");
   const Conv2dParams p{s, s, pad, pad, false, flag("blocked_input"), flag("blocked_output"), flag("winograd")};
-  TROUPE_CHECK((std::is_same_v<T, float>) || !(p.blocked_input || p.blocked_output), unsupported,
-               "conv2d_residual: channel-blocked layouts are f32 only");
+  TROUPE_CHECK(kOnDnnl<T> || !(p.blocked_input || p.blocked_output), unsupported,
+               "conv2d_residual: channel-blocked layouts are f32 and bf16 only");
   const Tensor r = in[0].contiguous(), x = in[1].contiguous(), w = in[2].contiguous();
   const Tensor b = in.size() > 3 ? in[3].contiguous() : Tensor();
   ConvGeometry g = conv_geometry("conv2d_residual", p.blocked_input ? channel_unblocked_shape(x.shape()) : x.shape(),
