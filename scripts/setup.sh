@@ -12,7 +12,7 @@ packages=(
   libcaf-dev libucx-dev libboost-dev
   libopenblas-dev libdnnl-dev ocl-icd-opencl-dev
   libgtest-dev libgmock-dev
-  nlohmann-json3-dev libpng-dev zlib1g-dev libcli11-dev
+  nlohmann-json3-dev libpng-dev zlib1g-dev libcli11-dev libicu-dev
   libjs-chart.js
   python3
 )

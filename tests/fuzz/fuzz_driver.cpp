@@ -96,7 +96,7 @@ FuzzStats run_fuzz(const FuzzTarget& target, std::uint64_t runs, std::uint64_t s
 
 std::vector<FuzzTarget> all_targets(const std::string& scratch) {
   return {safetensors_target(scratch), checkpoint_target(scratch), png_target(scratch), corpus_target(scratch),
-          rendezvous_target(scratch), strategy_target(scratch), report_target(scratch)};
+          rendezvous_target(scratch), strategy_target(scratch), report_target(scratch), tokenizer_target(scratch)};
 }
 
 }  // namespace troupe::fuzz

@@ -23,6 +23,8 @@ FuzzTarget strategy_target(const std::string& scratch);
 /// troupe-report's inputs: a metrics file (read_metrics) or, when the first byte is odd, a trace
 /// (summarize_trace) beside good metrics, made into a page (report_page).
 FuzzTarget report_target(const std::string& scratch);
+/// GPT-2's tokenizer: arbitrary text round trips, or arbitrary vocab.json and merges.txt loaded.
+FuzzTarget tokenizer_target(const std::string& scratch);
 /// Rank 0's side of the rendezvous: a stranger's bytes (or a rank with the right token followed by
 /// arbitrary blob bytes, when the first byte is odd) on a socket pair.
 FuzzTarget rendezvous_target(const std::string& scratch);

@@ -1,5 +1,6 @@
 // A short fixed-seed fuzz run of every parser of outside bytes (safetensors, checkpoints, PNG
-// images, corpora, the rendezvous handshake, strategy files, metrics files and traces): no input may escape as anything but a one-line
+// images, corpora, the rendezvous handshake, strategy files, metrics files and traces, GPT-2
+// tokenizer files and text): no input may escape as anything but a one-line
 // troupe::Error, and each run must get past the formats' first checks (several distinct outcomes,
 // some inputs accepted). The long runs are scripts/fuzz.sh.
 #include <gtest/gtest.h>
@@ -37,7 +38,8 @@ TEST_P(Fuzz, HostileInputsAreRefusedWithOneLineErrors) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, Fuzz,
-                         ::testing::Values("safetensors", "checkpoint", "png", "corpus", "rendezvous", "strategy", "report"),
+                         ::testing::Values("safetensors", "checkpoint", "png", "corpus", "rendezvous", "strategy", "report",
+                                           "tokenizer"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
     bool known = false;
     for (const FuzzTarget& t : targets) known = known || t.name == w;
     if (!known) {
-      std::fprintf(stderr, "troupe_fuzz: no target '%s' (safetensors, checkpoint, png, corpus, rendezvous, strategy, report)\n", w.c_str());
+      std::fprintf(stderr, "troupe_fuzz: no target '%s' (safetensors, checkpoint, png, corpus, rendezvous, strategy, report, tokenizer)\n", w.c_str());
       return 2;
     }
   }
