@@ -58,7 +58,7 @@ set(troupe_public_headers
   actors/include/troupe/actors/trace_summary.hpp actors/include/troupe/actors/tracer.hpp
   models/include/troupe/models/checkpoint.hpp models/include/troupe/models/gpt.hpp
   models/include/troupe/models/gpt_decoder.hpp models/include/troupe/models/gpt_placement.hpp
-  models/include/troupe/models/gpt2_tokenizer.hpp
+  models/include/troupe/models/gpt2.hpp models/include/troupe/models/gpt2_tokenizer.hpp
   models/include/troupe/models/saved.hpp
   models/include/troupe/models/sr_lite.hpp)
 foreach(header IN LISTS troupe_public_headers)

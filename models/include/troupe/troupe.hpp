@@ -20,8 +20,9 @@
 //   Models         models::Gpt (with GptDecoder: key/value-cached decoding, rows batched
 //                  continuously) and models::SrLite, built from a config or loaded as the
 //                  applications save them (load_gpt, load_sr_lite); training checkpoints; the GPT's
-//                  placement policy for tensor parallelism (megatron_gpt_policy); GPT-2's BPE
-//                  tokenizer (Gpt2Tokenizer) (models/)
+//                  placement policy for tensor parallelism (megatron_gpt_policy); GPT-2-family
+//                  checkpoints in Hugging Face's layout (load_gpt2) and GPT-2's BPE tokenizer
+//                  (Gpt2Tokenizer) (models/)
 //
 // Thread safety: a Jit, a TracedFunction and a Program may be called from many threads at once (a
 // Program runs its steps one after another); a Module, an Optimizer, a GptDecoder, a
@@ -67,6 +68,7 @@
 #include "troupe/models/gpt.hpp"
 #include "troupe/models/gpt_decoder.hpp"
 #include "troupe/models/gpt_placement.hpp"
+#include "troupe/models/gpt2.hpp"
 #include "troupe/models/gpt2_tokenizer.hpp"
 #include "troupe/models/saved.hpp"
 #include "troupe/models/sr_lite.hpp"
