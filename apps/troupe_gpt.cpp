@@ -2,6 +2,7 @@
 // text from its checkpoints.
 //   troupe-gpt [training flags]                       train (see --help)
 //   troupe-gpt generate --checkpoint DIR --prompt "..." sample from a checkpoint
+//   troupe-gpt generate --model DIR --prompt "..."      sample from a GPT-2-family checkpoint (Hugging Face's layout)
 // JIT_LEVEL=0 runs the same steps eagerly; GRAD_MODE=standard takes the naive clip path.
 #include <algorithm>
 #include <cmath>
@@ -24,6 +25,8 @@
 #include "troupe/kernels/error.hpp"
 #include "troupe/kernels/threading.hpp"
 #include "troupe/models/checkpoint.hpp"
+#include "troupe/models/gpt2.hpp"
+#include "troupe/models/gpt2_tokenizer.hpp"
 #include "troupe/models/gpt.hpp"
 #include "troupe/models/gpt_decoder.hpp"
 #include "troupe/models/gpt_placement.hpp"
@@ -52,7 +55,7 @@ constexpr const char* kWeightsAdvice = "give the model flags it was saved with (
 
 struct GenerateFlags {
   apps::AmpFlags amp;
-  std::string checkpoint, weights, prompt = "\n";
+  std::string checkpoint, weights, gpt2, prompt = "\n";
   models::GptConfig model;
   std::int64_t tokens = 200, top_k = 40;
   double temperature = 0.8;
@@ -219,9 +222,19 @@ int train(TrainFlags f, CLI::App& app) {
   return run.train(setup(f), parts(f, data, model));
 }
 
-int generate(GenerateFlags f, CLI::App& app) {
-  TROUPE_CHECK(f.checkpoint.empty() != f.weights.empty(), invalid_argument,
-               "generate needs exactly one of --checkpoint DIR or --weights FILE.safetensors");
+// The model generate samples from: troupe-gpt's own (a checkpoint, or weights shaped by the flags),
+// or a GPT-2-family checkpoint folder with its tokenizer.
+std::unique_ptr<models::Gpt> generation_model(GenerateFlags& f, CLI::App& app, std::optional<models::Gpt2Tokenizer>& tokenizer) {
+  TROUPE_CHECK(!f.checkpoint.empty() + !f.weights.empty() + !f.gpt2.empty() == 1, invalid_argument,
+               "generate needs exactly one of --checkpoint DIR, --weights FILE.safetensors or --model DIR (a GPT-2 checkpoint)");
+  if (!f.gpt2.empty()) {
+    auto model = models::load_gpt2(f.gpt2);
+    tokenizer = models::Gpt2Tokenizer::load(f.gpt2);
+    TROUPE_CHECK(tokenizer->vocab_size() <= model->config.vocab, invalid_argument, "--model ", f.gpt2, ": the tokenizer has ",
+                 tokenizer->vocab_size(), " tokens but the model only ", model->config.vocab,
+                 " (vocab_size); vocab.json belongs to another model");
+    return model;
+  }
   std::map<std::string, Tensor> weights;
   std::string file, advice;
   if (!f.checkpoint.empty()) {
@@ -237,23 +250,43 @@ int generate(GenerateFlags f, CLI::App& app) {
     file = f.weights;
     advice = kWeightsAdvice;
   }
-  const graph::AmpOptions amp = apps::resolve_amp(f.amp, graph::jit_level(), "troupe-gpt");
   Generator gen(0);
-  models::Gpt model(f.model, gen);
-  models::load_weights_into(model, weights, file, advice);
+  auto model = std::make_unique<models::Gpt>(f.model, gen);
+  models::load_weights_into(*model, weights, file, advice);
+  return model;
+}
+
+int generate(GenerateFlags f, CLI::App& app) {
+  std::optional<models::Gpt2Tokenizer> tokenizer;
+  const std::unique_ptr<models::Gpt> model = generation_model(f, app, tokenizer);
+  const graph::AmpOptions amp = apps::resolve_amp(f.amp, graph::jit_level(), "troupe-gpt");
   set_kernel_threads(1);
-  std::vector<std::int64_t> context(f.prompt.begin(), f.prompt.end());
-  for (auto& c : context) c = static_cast<unsigned char>(c);
-  if (context.empty()) context.push_back('\n');
+  // A GPT-2 model reads BPE tokens and stops at <|endoftext|>; troupe-gpt's own reads bytes.
+  std::vector<std::int64_t> context;
+  std::optional<std::int64_t> end;
+  if (tokenizer) {
+    context = tokenizer->encode(f.prompt);
+    end = tokenizer->end_of_text();
+    if (context.empty()) {
+      TROUPE_CHECK(end.has_value(), invalid_argument, "--prompt is empty and ", f.gpt2,
+                   "/vocab.json has no <|endoftext|> to start from; give a prompt");
+      context.push_back(*end);
+    }
+  } else {
+    for (char c : f.prompt) context.push_back(static_cast<unsigned char>(c));
+    if (context.empty()) context.push_back('\n');
+  }
   std::printf("%s", f.prompt.c_str());
   std::uint64_t rng = f.seed;
   graph::NoGradGuard no_grad;
-  models::GptDecoder decoder(model, amp, !f.recompute);
+  models::GptDecoder decoder(*model, amp, !f.recompute);
   for (std::int64_t k = 0; k < f.tokens; ++k) {
     const std::vector<float> row = decoder.next(context);
     const std::int64_t next = models::sample_token(row, f.temperature, f.top_k, rng);
+    if (end && next == *end) break;
     context.push_back(next);
-    std::putchar(static_cast<int>(next));
+    const std::string bytes = tokenizer ? tokenizer->token_bytes(next) : std::string(1, static_cast<char>(next));
+    std::fwrite(bytes.data(), 1, bytes.size(), stdout);
     std::fflush(stdout);
   }
   std::printf("\n");
@@ -287,13 +320,15 @@ int main(int argc, char** argv) {
   CLI::App* gen = app.add_subcommand("generate", "sample text from a checkpoint or a weights file");
   gen->add_option("--checkpoint", gf.checkpoint, "a folder written by --save");
   gen->add_option("--weights", gf.weights, "a .safetensors file (give the model flags to match it)");
+  gen->add_option("--model", gf.gpt2, "a GPT-2-family checkpoint folder in Hugging Face's layout (config.json, "
+                  "model.safetensors, and its tokenizer's vocab.json and merges.txt)");
   add_model_flags(*gen, gf.model);
   gen->add_option("--prompt", gf.prompt, "text to continue");
-  gen->add_option("--tokens", gf.tokens, "bytes to generate")->capture_default_str()->check(apps::in_range(0, 1e9));
+  gen->add_option("--tokens", gf.tokens, "tokens to generate (bytes for troupe-gpt's byte-level model)")->capture_default_str()->check(apps::in_range(0, 1e9));
   gen->add_option("--temperature", gf.temperature, "sampling temperature (0 = greedy)")
       ->capture_default_str()->check(apps::in_range(0, 100, "0 = greedy"));
-  gen->add_option("--top-k", gf.top_k, "sample among the k most likely bytes (0 = all)")
-      ->capture_default_str()->check(apps::in_range(0, 256, "0 = all"));
+  gen->add_option("--top-k", gf.top_k, "sample among the k most likely tokens (0 = all)")
+      ->capture_default_str()->check(apps::in_range(0, 1 << 24, "0 = all"));
   gen->add_option("--seed", gf.seed, "sampling seed")->capture_default_str();
   gen->add_flag("--recompute", gf.recompute,
                 "recompute the whole context for every token instead of keeping the attention's keys and values (slower; "

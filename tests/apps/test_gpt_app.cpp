@@ -14,6 +14,9 @@
 #include "troupe/graph/safetensors.hpp"
 #include "troupe/kernels/cpu_features.hpp"
 #include "troupe/models/gpt.hpp"
+#include "troupe/models/gpt2.hpp"
+#include "troupe/models/gpt2_tokenizer.hpp"
+#include "troupe/models/gpt_decoder.hpp"
 
 using namespace troupe;
 using test::run_app;
@@ -174,6 +177,33 @@ TEST(GptApp, GeneratesFromACheckpoint) {
   }
   test::expect_clear_failures({{"JIT_LEVEL=0 " + kGpt + " generate --amp O1 --checkpoint " + dir + "/ck --tokens 3",
                                 "--amp O1 rewrites the traced graph"}});
+}
+
+// A GPT-2-family checkpoint folder (tests/data/gpt2_tiny: Hugging Face's layout with its
+// tokenizer) samples through --model: the prompt encoded by BPE, greedy tokens equal to the
+// library's, their bytes printed as they come; bad folders and flags are one clear line.
+TEST(GptApp, GeneratesFromAGpt2Checkpoint) {
+  const std::string dir = std::string(TROUPE_TEST_DATA_DIR) + "/gpt2_tiny";
+  const auto r = run_app(kGpt + " generate --model " + dir + " --prompt 'Hello, world' --tokens 12 --temperature 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto model = models::load_gpt2(dir);
+  const models::Gpt2Tokenizer tokenizer = models::Gpt2Tokenizer::load(dir);
+  models::GptDecoder decoder(*model, graph::AmpOptions{}, true);
+  graph::NoGradGuard no_grad;
+  std::vector<std::int64_t> context = tokenizer.encode("Hello, world");
+  std::string expected = "Hello, world";
+  std::uint64_t rng = 1;
+  for (int k = 0; k < 12; ++k) {
+    const std::int64_t next = models::sample_token(decoder.next(context), 0, 0, rng);
+    if (next == *tokenizer.end_of_text()) break;
+    context.push_back(next);
+    expected += tokenizer.token_bytes(next);
+  }
+  EXPECT_EQ(r.output, expected + "\n");
+  test::expect_clear_failures(
+      {{kGpt + " generate --model /nonexistent --tokens 3", "cannot read '/nonexistent/config.json'"},
+       {kGpt + " generate --model " + dir + " --weights x.safetensors --tokens 3", "exactly one of"},
+       {kGpt + " generate --model " + std::string(TROUPE_TEST_DATA_DIR) + "/gpt2_tokenizer --tokens 3", "config.json"}});
 }
 
 // A state dict in nanoGPT's names (transformer.h.0.attn.c_attn.weight, ...) loads into the model

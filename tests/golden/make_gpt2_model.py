@@ -7,17 +7,21 @@ Hugging Face's layout (config.json; model.safetensors with "transformer."-prefix
 weights [in, out], the causal-mask buffers older checkpoints carry, no lm_head: it is tied to wte),
 and GPT-2's forward pass, written here from its definition (pre-LayerNorm blocks, tanh GELU,
 learned positions, the tied head), gives the logits of two id sequences (expected.safetensors:
-"ids" i64 [2, 12], "logits" f32 [2, 12, vocab]).
+"ids" i64 [2, 12], "logits" f32 [2, 12, vocab]). Its vocabulary is the tokenizer fixture's
+(tests/golden/make_gpt2_tokenizer.py, run first), whose vocab.json and merges.txt are copied beside
+the weights, as a checkpoint folder from the hub holds them.
 """
 import json
 import math
 import os
+import shutil
 import struct
 
 import torch
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "gpt2_tiny")
-CONFIG = {"model_type": "gpt2", "vocab_size": 96, "n_positions": 16, "n_embd": 32, "n_layer": 2, "n_head": 4,
+TOKENIZER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "gpt2_tokenizer")
+CONFIG = {"model_type": "gpt2", "vocab_size": 657, "n_positions": 16, "n_embd": 32, "n_layer": 2, "n_head": 4,
           "n_inner": None, "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new"}
 
 
@@ -79,6 +83,10 @@ def main():
     gen = torch.Generator().manual_seed(2)
     w = weights(gen)
     os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(TOKENIZER, "vocab.json"), encoding="utf-8") as f:
+        assert len(json.load(f)) == CONFIG["vocab_size"], "the tokenizer fixture's vocabulary changed size"
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copyfile(os.path.join(TOKENIZER, name), os.path.join(OUT, name))
     with open(os.path.join(OUT, "config.json"), "w") as f:
         json.dump(CONFIG, f, indent=2)
     saved = dict(w)
