@@ -1,6 +1,7 @@
 // troupe-serve: an HTTP inference service over the engine: sr-lite upscaling and gpt text
 // generation (docs/SERVING.md). SIGTERM or SIGINT stop it after answering what is in flight.
 //   troupe-serve --sr runs/sr --gpt runs/gpt [--port 8080] [--token T]
+//   troupe-serve --model DIR                      (a GPT-2-family checkpoint, Hugging Face's layout)
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -26,8 +27,8 @@ struct Flags {
 };
 
 int serve(Flags& f) {
-  TROUPE_CHECK(!f.service.sr_path.empty() || !f.service.gpt_path.empty(), invalid_argument,
-               "nothing to serve; give --sr (an sr-lite checkpoint) and/or --gpt (a gpt checkpoint)");
+  TROUPE_CHECK(!f.service.sr_path.empty() || !f.service.gpt_path.empty() || !f.service.gpt2_path.empty(), invalid_argument,
+               "nothing to serve; give --sr (an sr-lite checkpoint) and/or --gpt (a gpt checkpoint) or --model (a GPT-2 checkpoint)");
   // Every thread started from here on inherits the mask: the signals wait for sigwait below.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -45,11 +46,12 @@ int serve(Flags& f) {
   apps::serve::HttpServer server(
       f.server, [&service](const apps::serve::Request& r, apps::serve::Reply reply) { service.handle(r, std::move(reply)); },
       [&service](const apps::serve::Request& r, int status, double s) { service.observe(r, status, s); });
+  const char* language = !f.service.gpt2_path.empty() ? "gpt2" : !f.service.gpt_path.empty() ? "gpt" : "";
   std::printf("troupe-serve: listening on http://%s:%u (%s%s%s), JIT_LEVEL=%d, mixed precision %s, queue %zu, "
               "batches of up to %d within %d ms%s\n",
               f.server.host.c_str(), static_cast<unsigned>(server.port()), f.service.sr_path.empty() ? "" : "sr-lite",
-              !f.service.sr_path.empty() && !f.service.gpt_path.empty() ? ", " : "",
-              f.service.gpt_path.empty() ? "" : "gpt", f.service.jit_level, graph::to_string(f.service.amp.level),
+              !f.service.sr_path.empty() && *language ? ", " : "", language, f.service.jit_level,
+              graph::to_string(f.service.amp.level),
               f.service.queue_capacity, f.service.max_batch, f.max_wait_ms,
               f.server.token.empty() ? "" : ", bearer token required");
   std::fflush(stdout);
@@ -81,6 +83,8 @@ int main(int argc, char** argv) {
   app.add_option("--sr-blocks", s.sr.blocks, "sr-lite residual blocks, for a .safetensors file")
       ->capture_default_str()->check(apps::in_range(0, 1024));
   app.add_option("--gpt", s.gpt_path, "gpt to serve: a troupe-gpt checkpoint folder or a .safetensors file");
+  app.add_option("--model", s.gpt2_path, "or a GPT-2-family checkpoint folder in Hugging Face's layout (config.json, "
+                 "model.safetensors, and its tokenizer's vocab.json and merges.txt)");
   app.add_option("--gpt-d-model", s.gpt.d_model, "gpt width, for a .safetensors file")->capture_default_str()->check(apps::in_range(1, 65536));
   app.add_option("--gpt-layers", s.gpt.layers, "gpt blocks, for a .safetensors file")->capture_default_str()->check(apps::in_range(1, 4096));
   app.add_option("--gpt-heads", s.gpt.heads, "gpt heads, for a .safetensors file")->capture_default_str()->check(apps::in_range(1, 65536));

@@ -201,6 +201,64 @@ TEST(Serve, GeneratesTheDecodersTextAtTemperatureZero) {
   }
 }
 
+// A GPT-2 checkpoint (--model: tests/data/gpt2_tiny, Hugging Face's layout with its tokenizer):
+// prompts are BPE-encoded, "tokens" counts BPE tokens, the text is their bytes, and concurrent
+// requests decode together into each one's own greedy text, as actor programs and as direct calls.
+TEST(Serve, GeneratesFromAGpt2Checkpoint) {
+  const std::string dir = std::string(TROUPE_TEST_DATA_DIR) + "/gpt2_tiny";
+  const auto model = models::load_gpt2(dir);
+  const models::Gpt2Tokenizer tokenizer = models::Gpt2Tokenizer::load(dir);
+  const auto greedy = [&](const std::string& prompt, int tokens, std::string& finish) {
+    graph::NoGradGuard no_grad;
+    models::GptDecoder decoder(*model, {}, true);
+    std::vector<std::int64_t> context = tokenizer.encode(prompt);
+    std::string text;
+    std::uint64_t rng = 1;
+    finish = "length";
+    for (int k = 0; k < tokens; ++k) {
+      const std::int64_t next = models::sample_token(decoder.next(context), 0, 0, rng);
+      if (next == *tokenizer.end_of_text()) {
+        finish = "stop";
+        break;
+      }
+      context.push_back(next);
+      text += tokenizer.token_bytes(next);
+    }
+    return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  for (int actor_threads : {2, 0}) {
+    ServiceOptions o;
+    o.gpt2_path = dir;
+    o.max_tokens = 12;
+    o.actor_threads = actor_threads;
+    Running s(o);
+    const auto health = HttpClient(s.server.port()).send(http::verb::get, "/healthz", "");
+    EXPECT_NE(health.body().find("\"gpt2\""), std::string::npos) << health.body();
+    std::vector<std::future<http::response<http::string_body>>> answers;
+    const std::vector<std::string> prompts{"Hello, world", "naïve café", "it's 2026", "中文"};
+    for (const std::string& p : prompts)
+      answers.push_back(std::async(std::launch::async, [&, p] {
+        return HttpClient(s.server.port())
+            .send(http::verb::post, "/v1/generate", nlohmann::json{{"prompt", p}, {"max_tokens", 10}, {"temperature", 0}}.dump());
+      }));
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      const auto r = answers[i].get();
+      ASSERT_EQ(r.result_int(), 200) << r.body();
+      std::string finish;
+      EXPECT_EQ(text_of(r), greedy(prompts[i], 10, finish)) << prompts[i] << ", --actor-threads " << actor_threads;
+      const nlohmann::json answer = nlohmann::json::parse(r.body());
+      EXPECT_EQ(answer.at("finish"), finish);
+      if (finish == "length") EXPECT_EQ(answer.at("tokens"), 10);
+    }
+    const auto bad = HttpClient(s.server.port()).send(http::verb::post, "/v1/generate", R"({"prompt": "x", "top_k": -1})");
+    EXPECT_EQ(bad.result_int(), 400);
+  }
+  ServiceOptions both;
+  both.gpt2_path = dir;
+  both.gpt_path = saved().gpt;
+  EXPECT_THROW(Service{both}, Error);
+}
+
 // Requests that arrive together start one batch; those that come while it decodes join it between
 // steps; rows leave as they finish, or go on beside the batch once past the 16 positions. Whatever
 // joined when, each text is the one decoded alone.

@@ -47,8 +47,9 @@ Response busy(const char* model, std::size_t waiting) {
   return r;
 }
 
-// The generate request's fields, checked: one clear 400 for the first thing wrong.
-GenerateJob parse_generate(const std::string& body, const ServiceOptions& o) {
+// The generate request's fields, checked: one clear 400 for the first thing wrong. The prompt is
+// bytes, or a GPT-2 tokenizer's tokens when one is given.
+GenerateJob parse_generate(const std::string& body, const ServiceOptions& o, const models::Gpt2Tokenizer* tokenizer) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(body);
@@ -65,8 +66,14 @@ GenerateJob parse_generate(const std::string& body, const ServiceOptions& o) {
   TROUPE_CHECK(static_cast<std::int64_t>(prompt.size()) <= o.max_prompt_bytes, invalid_argument, "the prompt has ",
                prompt.size(), " bytes, more than the limit of ", o.max_prompt_bytes);
   GenerateJob job;
-  for (unsigned char c : prompt) job.prompt.push_back(c);
-  if (job.prompt.empty()) job.prompt.push_back('\n');
+  if (tokenizer) {
+    job.prompt = tokenizer->encode(prompt);
+    if (job.prompt.empty() && tokenizer->end_of_text()) job.prompt.push_back(*tokenizer->end_of_text());
+    TROUPE_CHECK(!job.prompt.empty(), invalid_argument, "the prompt is empty and the model has no <|endoftext|> to start from");
+  } else {
+    for (unsigned char c : prompt) job.prompt.push_back(c);
+    if (job.prompt.empty()) job.prompt.push_back('\n');
+  }
   const auto integer = [&](const char* key, std::int64_t lo, std::int64_t hi, std::int64_t& out) {
     if (!j.contains(key)) return;
     TROUPE_CHECK(j[key].is_number_integer() && j[key].get<std::int64_t>() >= lo && j[key].get<std::int64_t>() <= hi,
@@ -75,7 +82,7 @@ GenerateJob parse_generate(const std::string& body, const ServiceOptions& o) {
   };
   integer("max_tokens", 1, o.max_tokens, job.max_tokens);
   job.max_tokens = std::min(job.max_tokens, o.max_tokens);
-  integer("top_k", 0, 256, job.top_k);
+  integer("top_k", 0, 1 << 24, job.top_k);
   std::int64_t seed = 1;
   integer("seed", 0, std::numeric_limits<std::int64_t>::max(), seed);
   job.seed = static_cast<std::uint64_t>(seed);
@@ -123,6 +130,7 @@ struct Service::Impl {
       GenerateJob job;
       std::vector<std::int64_t> context;
       std::string text;
+      std::int64_t tokens = 0;  // generated so far
       std::uint64_t rng;
       std::vector<float> logits;  // of the next token, once the row's prompt or step has run
       bool answered = false;
@@ -131,24 +139,30 @@ struct Service::Impl {
     std::vector<Row*> active;     // the decoder's rows, in its order
     std::vector<Row*> windowed;   // past the model's positions
     const std::int64_t seq = gpt->config.seq;
-    const auto finish = [&](Row& r) {
-      const nlohmann::json answer{{"text", r.text}, {"tokens", r.text.size()}, {"finish", "length"}};
+    // The token that ends a text (GPT-2's <|endoftext|>), or -1: no sampled token is negative.
+    const std::int64_t end = tokenizer ? tokenizer->end_of_text().value_or(-1) : -1;
+    const auto finish = [&](Row& r, const char* why) {
+      const nlohmann::json answer{{"text", r.text}, {"tokens", r.tokens}, {"finish", why}};
       r.job.reply(Response{200, "application/json", answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", {}});
       r.answered = true;
     };
-    // Samples the row's next token; false once it has all it asked for (and is answered).
+    // Samples the row's next token; false once it has all it asked for or ended (and is answered).
     const auto advance = [&](Row& r) {
       const std::int64_t token = models::sample_token(r.logits, r.job.temperature, r.job.top_k, r.rng);
+      if (token == end) {
+        finish(r, "stop");
+        return false;
+      }
       r.context.push_back(token);
-      r.text.push_back(static_cast<char>(token));
-      if (static_cast<std::int64_t>(r.text.size()) < r.job.max_tokens) return true;
-      finish(r);
+      r.text += tokenizer ? tokenizer->token_bytes(token) : std::string(1, static_cast<char>(token));
+      if (++r.tokens < r.job.max_tokens) return true;
+      finish(r, "length");
       return false;
     };
     const auto admit = [&](std::vector<GenerateJob>& jobs) {
       std::vector<Row*> joining;
       for (GenerateJob& job : jobs) {
-        Row& r = rows.emplace_back(Row{std::move(job), {}, "", 0, {}});
+        Row& r = rows.emplace_back(Row{std::move(job), {}, "", 0, 0, {}});
         r.context = r.job.prompt;
         r.rng = r.job.seed;
         (static_cast<std::int64_t>(r.context.size()) <= seq ? joining : windowed).push_back(&r);
@@ -216,6 +230,7 @@ struct Service::Impl {
   std::unique_ptr<actors::Program> upscale_program;
   std::unique_ptr<graph::Jit> upscale;
   std::unique_ptr<models::Gpt> gpt;
+  std::optional<models::Gpt2Tokenizer> tokenizer;      // a GPT-2 checkpoint's; none: gpt reads and writes bytes
   std::unique_ptr<models::GptDecoder> decoder;         // the generate worker's batch, with the key/value cache
   std::unique_ptr<models::GptDecoder> window_decoder;  // its rows past the model's positions
   // Declared last, destroyed first: their workers finish what is queued while the models exist.
@@ -225,7 +240,9 @@ struct Service::Impl {
 
 Service::Service(const ServiceOptions& o) : impl_(std::make_unique<Impl>(o)) {
   Impl& s = *impl_;
-  if (o.jit_level > 0 && o.actor_threads > 0 && (!o.sr_path.empty() || !o.gpt_path.empty()))
+  TROUPE_CHECK(o.gpt_path.empty() || o.gpt2_path.empty(), invalid_argument,
+               "serve one language model: --gpt (a troupe-gpt model) or --model (a GPT-2 checkpoint), not both");
+  if (o.jit_level > 0 && o.actor_threads > 0 && (!o.sr_path.empty() || !o.gpt_path.empty() || !o.gpt2_path.empty()))
     s.engine = std::make_unique<actors::Engine>(actors::EngineOptions{static_cast<std::size_t>(o.actor_threads)});
   if (!o.sr_path.empty()) {
     s.sr = models::load_sr_lite(o.sr_path, o.sr);
@@ -244,10 +261,18 @@ Service::Service(const ServiceOptions& o) : impl_(std::make_unique<Impl>(o)) {
         o.queue_capacity, o.max_batch, o.max_wait, 1,
         [&s](std::vector<UpscaleJob>& batch, BatchQueue<UpscaleJob>&) { s.upscale_batch(batch); });
   }
-  if (!o.gpt_path.empty()) {
+  if (!o.gpt2_path.empty()) {
+    s.gpt = models::load_gpt2(o.gpt2_path);
+    s.tokenizer = models::Gpt2Tokenizer::load(o.gpt2_path);
+    TROUPE_CHECK(s.tokenizer->vocab_size() <= s.gpt->config.vocab, invalid_argument, "'", o.gpt2_path, "': the tokenizer has ",
+                 s.tokenizer->vocab_size(), " tokens but the model only ", s.gpt->config.vocab,
+                 " (vocab_size); vocab.json belongs to another model");
+  } else if (!o.gpt_path.empty()) {
     s.gpt = models::load_gpt(o.gpt_path, o.gpt);
     TROUPE_CHECK(s.gpt->config.vocab == 256, invalid_argument, "'", o.gpt_path, "' is a model of ", s.gpt->config.vocab,
-                 " tokens; troupe-serve generates bytes (256)");
+                 " tokens; troupe-serve generates bytes (256); a GPT-2 checkpoint goes to --model");
+  }
+  if (s.gpt) {
     s.decoder = std::make_unique<models::GptDecoder>(*s.gpt, o.amp, true);
     // A decoding step is a chain of small ops: its rows stay one micro-batch.
     if (s.engine) s.decoder->run_steps_on(*s.engine, 1);
@@ -280,7 +305,7 @@ void Service::handle(const Request& r, Reply reply) {
     if (!only("GET")) return;
     nlohmann::json models = nlohmann::json::array();
     if (s.sr) models.push_back("sr-lite");
-    if (s.gpt) models.push_back("gpt");
+    if (s.gpt) models.push_back(s.tokenizer ? "gpt2" : "gpt");
     reply(Response{200, "application/json", nlohmann::json{{"status", "ok"}, {"models", models}}.dump() + "\n", {}});
   } else if (r.target == "/metrics") {
     if (only("GET")) reply(Response{200, "text/plain; version=0.0.4", s.metrics.prometheus(), {}});
@@ -298,10 +323,10 @@ void Service::handle(const Request& r, Reply reply) {
     s.metrics.set_queue_depth(static_cast<std::int64_t>(s.depth()));
   } else if (r.target == "/v1/generate") {
     if (!only("POST")) return;
-    if (!s.generate_queue) return reply(json_error(404, "this server has no gpt model; start it with --gpt"));
+    if (!s.generate_queue) return reply(json_error(404, "this server has no language model; start it with --gpt or --model"));
     GenerateJob job;
     try {
-      job = parse_generate(r.body, s.options);
+      job = parse_generate(r.body, s.options, s.tokenizer ? &*s.tokenizer : nullptr);
     } catch (const Error& e) {
       return reply(json_error(400, e.what()));
     }

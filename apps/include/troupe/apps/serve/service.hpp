@@ -6,7 +6,8 @@
 //   GET  /metrics      Prometheus text
 //   POST /v1/upscale   a PNG in, the x2 PNG out (sr-lite)
 //   POST /v1/generate  {"prompt","max_tokens","temperature","top_k","seed"} in,
-//                      {"text","tokens","finish"} out (gpt, decoded with the key/value cache)
+//                      {"text","tokens","finish"} out (gpt, decoded with the key/value cache; a
+//                      GPT-2 checkpoint reads and writes BPE tokens and finishes at <|endoftext|>)
 // Bad input gets 400 with {"error": ...}; a route whose model is not loaded 404; a full queue 503
 // with Retry-After.
 
@@ -27,6 +28,7 @@ struct ServiceOptions {
   models::SrConfig sr;
   std::string gpt_path;  // gpt: a checkpoint folder or a .safetensors file (shaped by `gpt`); empty: none
   models::GptConfig gpt;
+  std::string gpt2_path;  // or a GPT-2-family checkpoint folder with its tokenizer (models/gpt2.hpp); empty: none
   int jit_level = 3;
   graph::AmpOptions amp;
   int actor_threads = 2;                // scheduler threads of the programs, micro-batches of an upscale batch; 0: none
