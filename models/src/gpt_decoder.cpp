@@ -199,8 +199,10 @@ graph::Jit& GptDecoder::traced(std::map<std::int64_t, graph::Jit>& jits, std::in
   return it->second;
 }
 
-std::int64_t sample_token(const std::vector<float>& logits, double temperature, std::int64_t top_k, std::uint64_t& rng) {
+std::int64_t sample_token(const std::vector<float>& logits, double temperature, std::int64_t top_k, std::uint64_t& rng,
+                          double top_p) {
   TROUPE_CHECK(!logits.empty(), invalid_argument, "sample_token: no logits");
+  TROUPE_CHECK(top_p > 0 && top_p <= 1, invalid_argument, "sample_token: top_p must be in (0, 1], got ", top_p);
   if (temperature == 0) return std::max_element(logits.begin(), logits.end()) - logits.begin();
   // Keep the top-k logits, then sample from softmax(logits / temperature).
   std::vector<float> sorted = logits;
@@ -211,11 +213,31 @@ std::int64_t sample_token(const std::vector<float>& logits, double temperature, 
   double z = 0;
   for (std::size_t i = 0; i < logits.size(); ++i)
     z += p[i] = logits[i] >= cutoff ? std::exp((logits[i] - top) / temperature) : 0.0;
+  if (top_p < 1) {
+    // The nucleus: the most likely tokens until their mass reaches top_p (at least one).
+    std::vector<std::size_t> order(p.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return p[a] > p[b]; });
+    double mass = 0;
+    std::size_t kept = 0;
+    while (kept < order.size() && (kept == 0 || mass < top_p * z)) mass += p[order[kept++]];
+    for (std::size_t k = kept; k < order.size(); ++k) p[order[k]] = 0;
+    z = mass;
+  }
   double u = uniform01(rng) * z;
   std::int64_t next = 0;
   for (; next + 1 < static_cast<std::int64_t>(p.size()) && u >= p[static_cast<std::size_t>(next)]; ++next)
     u -= p[static_cast<std::size_t>(next)];
   return next;
+}
+
+double token_logprob(const std::vector<float>& logits, std::int64_t token) {
+  TROUPE_CHECK(token >= 0 && token < static_cast<std::int64_t>(logits.size()), out_of_range, "token_logprob: token ", token,
+               " is outside the ", logits.size(), " logits");
+  const float top = *std::max_element(logits.begin(), logits.end());
+  double z = 0;
+  for (float l : logits) z += std::exp(static_cast<double>(l) - top);
+  return static_cast<double>(logits[static_cast<std::size_t>(token)]) - top - std::log(z);
 }
 
 }  // namespace troupe::models

@@ -248,7 +248,9 @@ TEST(Serve, GeneratesFromAGpt2Checkpoint) {
       EXPECT_EQ(text_of(r), greedy(prompts[i], 10, finish)) << prompts[i] << ", --actor-threads " << actor_threads;
       const nlohmann::json answer = nlohmann::json::parse(r.body());
       EXPECT_EQ(answer.at("finish"), finish);
-      if (finish == "length") EXPECT_EQ(answer.at("tokens"), 10);
+      if (finish == "length") {
+        EXPECT_EQ(answer.at("tokens"), 10);
+      }
     }
     const auto bad = HttpClient(s.server.port()).send(http::verb::post, "/v1/generate", R"({"prompt": "x", "top_k": -1})");
     EXPECT_EQ(bad.result_int(), 400);
@@ -257,6 +259,77 @@ TEST(Serve, GeneratesFromAGpt2Checkpoint) {
   both.gpt2_path = dir;
   both.gpt_path = saved().gpt;
   EXPECT_THROW(Service{both}, Error);
+}
+
+// OpenAI's completions API over a GPT-2 checkpoint: GET /v1/models names it; POST
+// /v1/completions answers a completion object (the greedy text, echo, usage, top-1 logprobs,
+// stop sequences, also one that spans two tokens), and errors come in OpenAI's shape.
+TEST(Serve, AnswersOpenAiCompletions) {
+  const std::string dir = std::string(TROUPE_TEST_DATA_DIR) + "/gpt2_tiny";
+  const models::Gpt2Tokenizer tokenizer = models::Gpt2Tokenizer::load(dir);
+  ServiceOptions o;
+  o.gpt2_path = dir;
+  o.max_tokens = 16;
+  Running s(o);
+  HttpClient client(s.server.port());
+  const nlohmann::json listed = nlohmann::json::parse(client.send(http::verb::get, "/v1/models", "").body());
+  ASSERT_EQ(listed.at("data").size(), 1u);
+  EXPECT_EQ(listed["data"][0]["id"], "gpt2_tiny");
+  const auto complete = [&](nlohmann::json body) {
+    body["prompt"] = "Hello, world";
+    body["temperature"] = 0;
+    const auto r = client.send(http::verb::post, "/v1/completions", body.dump());
+    EXPECT_EQ(r.result_int(), 200) << r.body();
+    return nlohmann::json::parse(r.body());
+  };
+  const nlohmann::json full = complete({{"model", "gpt2_tiny"}, {"max_tokens", 10}, {"logprobs", 1}, {"echo", true}});
+  EXPECT_EQ(full.at("object"), "text_completion");
+  EXPECT_EQ(full.at("model"), "gpt2_tiny");
+  const nlohmann::json& choice = full.at("choices").at(0);
+  EXPECT_EQ(choice.at("finish_reason"), "length");
+  const std::string text = choice.at("text");
+  ASSERT_EQ(text.rfind("Hello, world", 0), 0u) << "echo puts the prompt first";
+  const auto prompt_tokens = static_cast<std::int64_t>(tokenizer.encode("Hello, world").size());
+  EXPECT_EQ(full["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(full["usage"]["completion_tokens"], 10);
+  EXPECT_EQ(full["usage"]["total_tokens"], prompt_tokens + 10);
+  const nlohmann::json& lp = choice.at("logprobs");
+  ASSERT_EQ(lp.at("tokens").size(), 10u);
+  EXPECT_EQ(lp["text_offset"][0], 12) << "offsets count the echoed prompt";
+  for (std::size_t i = 0; i < 10; ++i) {
+    EXPECT_LT(lp["token_logprobs"][i].get<double>(), 0.0);
+    // Greedy: the chosen token is the most likely one.
+    EXPECT_EQ(lp["top_logprobs"][i].begin().value().get<double>(), lp["token_logprobs"][i].get<double>());
+  }
+  // Without echo the same continuation; a stop sequence ends it before the stop, also when the
+  // stop begins in one token and ends in the next.
+  const std::string continuation = complete({{"max_tokens", 10}}).at("choices").at(0).at("text");
+  EXPECT_EQ("Hello, world" + continuation, text);
+  ASSERT_GE(continuation.size(), 8u);
+  const std::string second_token = lp["tokens"][1];
+  for (const std::string& stop :
+       std::vector<std::string>{second_token, continuation.substr(lp["tokens"][0].get<std::string>().size() - 1, 3)}) {
+    const nlohmann::json stopped = complete({{"max_tokens", 10}, {"stop", {"zzz-never", stop}}});
+    EXPECT_EQ(stopped["choices"][0]["finish_reason"], "stop") << stop;
+    EXPECT_EQ(stopped["choices"][0]["text"], continuation.substr(0, continuation.find(stop))) << stop;
+  }
+  // Errors in OpenAI's shape.
+  for (const auto& [body, says] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"prompt": "x", "stream": true})", "stream"},
+           {R"({"prompt": "x", "model": "gpt-4"})", "'model' must be \"gpt2_tiny\""},
+           {R"({"prompt": "x", "n": 2})", "'n' must be 1"},
+           {R"({"prompt": "x", "logprobs": 5})", "'logprobs' must be 0 or 1"},
+           {R"({"prompt": "x", "top_p": 0})", "'top_p'"},
+           {R"({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]})", "at most 4"},
+           {R"({"prompt": "x", "best_of": 2})", "unknown field 'best_of'"},
+           {R"({"prompt": ["a", "b"]})", "one string"}}) {
+    const auto r = client.send(http::verb::post, "/v1/completions", body);
+    EXPECT_EQ(r.result_int(), 400) << body;
+    const nlohmann::json e = nlohmann::json::parse(r.body());
+    EXPECT_EQ(e["error"]["type"], "invalid_request_error") << r.body();
+    EXPECT_NE(e["error"]["message"].get<std::string>().find(says), std::string::npos) << r.body();
+  }
+  EXPECT_EQ(client.send(http::verb::get, "/v1/completions", "").result_int(), 405);
 }
 
 // Requests that arrive together start one batch; those that come while it decodes join it between

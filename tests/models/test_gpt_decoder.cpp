@@ -3,6 +3,9 @@
 // program equal the direct ones, and misuse is refused.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
+
 #include "kernels/reference.hpp"
 #include "troupe/actors/engine.hpp"
 #include "troupe/graph/trace.hpp"
@@ -95,4 +98,22 @@ TEST(GptDecoder, StepsRunByAnActorProgramEqualTheDirectOnes) {
       b = on_actors.step(tokens);
     }
   }
+}
+
+// Nucleus sampling keeps the most likely tokens until their mass reaches top_p; top_p = 1 is
+// top-k sampling unchanged; log-probabilities are the model's own.
+TEST(Sampling, TopPKeepsTheNucleusAndLogprobsAreTheModels) {
+  const std::vector<float> logits{std::log(0.4f), std::log(0.3f), std::log(0.2f), std::log(0.1f)};
+  std::uint64_t rng = 3;
+  std::map<std::int64_t, int> seen;
+  for (int k = 0; k < 2000; ++k) ++seen[models::sample_token(logits, 1.0, 0, rng, 0.5)];
+  EXPECT_EQ(seen.size(), 2u) << "0.4 + 0.3 reach 0.5: only the two most likely";
+  EXPECT_NEAR(static_cast<double>(seen[0]) / seen[1], 4.0 / 3.0, 0.2);
+  for (int k = 0; k < 100; ++k) EXPECT_EQ(models::sample_token(logits, 1.0, 0, rng, 0.01), 0);
+  std::uint64_t a = 9, b = 9;
+  for (int k = 0; k < 100; ++k) EXPECT_EQ(models::sample_token(logits, 0.7, 3, a), models::sample_token(logits, 0.7, 3, b, 1.0));
+  EXPECT_THROW(models::sample_token(logits, 1.0, 0, rng, 0.0), Error);
+  EXPECT_NEAR(models::token_logprob(logits, 1), std::log(0.3), 1e-6);
+  EXPECT_NEAR(models::token_logprob({0.f, std::log(3.f)}, 0), std::log(0.25), 1e-6);
+  EXPECT_THROW(models::token_logprob(logits, 4), Error);
 }

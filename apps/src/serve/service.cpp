@@ -2,6 +2,8 @@
 // inference, and the answers.
 #include "troupe/apps/serve/service.hpp"
 
+#include <atomic>
+#include <filesystem>
 #include <limits>
 #include <list>
 #include <map>
@@ -19,7 +21,7 @@ namespace {
 using graph::Var;
 using Clock = std::chrono::steady_clock;
 
-const char* const kRoutes = "GET /, /healthz, /metrics; POST /v1/upscale, /v1/generate";
+const char* const kRoutes = "GET /, /healthz, /metrics, /v1/models; POST /v1/upscale, /v1/generate, /v1/completions";
 
 struct UpscaleJob {
   Tensor image;  // [3, H, W]
@@ -29,8 +31,13 @@ struct UpscaleJob {
 struct GenerateJob {
   std::vector<std::int64_t> prompt;
   std::int64_t max_tokens = 64, top_k = 40;
-  double temperature = 0.8;
+  double temperature = 0.8, top_p = 1.0;
   std::uint64_t seed = 1;
+  std::vector<std::string> stop;  // the text ends before the first of these it comes to ("finish": "stop")
+  bool echo = false;              // the answer's text starts with the prompt
+  bool logprobs = false;          // each token's log-probability, and the most likely token's
+  bool openai = false;            // answered as an OpenAI completion object (/v1/completions)
+  std::string prompt_text, model;
   Reply reply;
 };
 
@@ -47,9 +54,8 @@ Response busy(const char* model, std::size_t waiting) {
   return r;
 }
 
-// The generate request's fields, checked: one clear 400 for the first thing wrong. The prompt is
-// bytes, or a GPT-2 tokenizer's tokens when one is given.
-GenerateJob parse_generate(const std::string& body, const ServiceOptions& o, const models::Gpt2Tokenizer* tokenizer) {
+// A request body as a JSON object with only `known` fields; one clear error for the first thing wrong.
+nlohmann::json request_object(const std::string& body, const std::set<std::string>& known) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(body);
@@ -57,15 +63,20 @@ GenerateJob parse_generate(const std::string& body, const ServiceOptions& o, con
     fail(ErrorKind::invalid_argument, "the body is not JSON (", e.what(), "); send {\"prompt\": \"...\"}");
   }
   TROUPE_CHECK(j.is_object(), invalid_argument, "the body must be a JSON object, as {\"prompt\": \"...\"}");
-  static const std::set<std::string> known{"prompt", "max_tokens", "temperature", "top_k", "seed"};
+  std::string names;
+  for (const std::string& k : known) names += (names.empty() ? "" : ", ") + k;
   for (const auto& [key, value] : j.items())
-    TROUPE_CHECK(known.count(key), invalid_argument, "unknown field '", key,
-                 "'; the fields are prompt, max_tokens, temperature, top_k, seed");
+    TROUPE_CHECK(known.count(key), invalid_argument, "unknown field '", key, "'; the fields are ", names);
+  return j;
+}
+
+// The job's prompt: its bytes, or a GPT-2 tokenizer's tokens when one is given.
+void take_prompt(const nlohmann::json& j, const ServiceOptions& o, const models::Gpt2Tokenizer* tokenizer, GenerateJob& job) {
   TROUPE_CHECK(j.contains("prompt") && j["prompt"].is_string(), invalid_argument, "'prompt' must be a string");
   const std::string prompt = j["prompt"];
   TROUPE_CHECK(static_cast<std::int64_t>(prompt.size()) <= o.max_prompt_bytes, invalid_argument, "the prompt has ",
                prompt.size(), " bytes, more than the limit of ", o.max_prompt_bytes);
-  GenerateJob job;
+  job.prompt_text = prompt;
   if (tokenizer) {
     job.prompt = tokenizer->encode(prompt);
     if (job.prompt.empty() && tokenizer->end_of_text()) job.prompt.push_back(*tokenizer->end_of_text());
@@ -74,6 +85,10 @@ GenerateJob parse_generate(const std::string& body, const ServiceOptions& o, con
     for (unsigned char c : prompt) job.prompt.push_back(c);
     if (job.prompt.empty()) job.prompt.push_back('\n');
   }
+}
+
+// The sampling fields both routes take: max_tokens, temperature, top_k, top_p, seed.
+void take_sampling(const nlohmann::json& j, const ServiceOptions& o, GenerateJob& job) {
   const auto integer = [&](const char* key, std::int64_t lo, std::int64_t hi, std::int64_t& out) {
     if (!j.contains(key)) return;
     TROUPE_CHECK(j[key].is_number_integer() && j[key].get<std::int64_t>() >= lo && j[key].get<std::int64_t>() <= hi,
@@ -91,7 +106,92 @@ GenerateJob parse_generate(const std::string& body, const ServiceOptions& o, con
                  invalid_argument, "'temperature' must be a number from 0 (greedy) to 100");
     job.temperature = j["temperature"];
   }
+  if (j.contains("top_p")) {
+    TROUPE_CHECK(j["top_p"].is_number() && j["top_p"].get<double>() > 0 && j["top_p"].get<double>() <= 1, invalid_argument,
+                 "'top_p' must be a number above 0 and at most 1");
+    job.top_p = j["top_p"];
+  }
+}
+
+// POST /v1/generate: {"prompt","max_tokens","temperature","top_k","top_p","seed"}.
+GenerateJob parse_generate(const std::string& body, const ServiceOptions& o, const models::Gpt2Tokenizer* tokenizer) {
+  const nlohmann::json j = request_object(body, {"prompt", "max_tokens", "temperature", "top_k", "top_p", "seed"});
+  GenerateJob job;
+  take_prompt(j, o, tokenizer, job);
+  take_sampling(j, o, job);
   return job;
+}
+
+// POST /v1/completions, OpenAI's body: prompt (one string), max_tokens (16), temperature (1),
+// top_p, top_k, stop (a string or up to 4), seed, echo, logprobs (0 or 1), n (1), stream (false:
+// streaming is not built yet), model (the one served), user; penalties only at 0.
+GenerateJob parse_completion(const std::string& body, const ServiceOptions& o, const models::Gpt2Tokenizer* tokenizer,
+                             const std::string& model) {
+  const nlohmann::json j = request_object(body, {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "stop",
+                                                 "seed", "echo", "logprobs", "n", "stream", "user", "presence_penalty",
+                                                 "frequency_penalty"});
+  TROUPE_CHECK(!j.contains("model") || (j["model"].is_string() && j["model"] == model), invalid_argument,
+               "'model' must be \"", model, "\", the model this server serves (GET /v1/models)");
+  TROUPE_CHECK(!j.contains("prompt") || j["prompt"].is_string(), invalid_argument,
+               "'prompt' must be one string (lists of prompts are not taken: send one request each)");
+  TROUPE_CHECK(!j.contains("n") || j["n"] == 1, invalid_argument, "'n' must be 1: one completion per request");
+  TROUPE_CHECK(!j.contains("stream") || j["stream"].is_boolean(), invalid_argument, "'stream' must be true or false");
+  TROUPE_CHECK(!j.value("stream", false), invalid_argument,
+               "streaming (\"stream\": true) is not served yet; send \"stream\": false for the whole completion");
+  for (const char* penalty : {"presence_penalty", "frequency_penalty"})
+    TROUPE_CHECK(!j.contains(penalty) || (j[penalty].is_number() && j[penalty].get<double>() == 0), invalid_argument, "'",
+                 penalty, "' must be 0: penalties are not applied");
+  GenerateJob job;
+  job.openai = true;
+  job.model = model;
+  job.max_tokens = 16;
+  job.temperature = 1.0;
+  job.top_k = 0;
+  nlohmann::json with_prompt = j;
+  if (!with_prompt.contains("prompt")) with_prompt["prompt"] = "";
+  take_prompt(with_prompt, o, tokenizer, job);
+  take_sampling(j, o, job);
+  if (j.contains("stop") && !j["stop"].is_null()) {
+    const nlohmann::json stops = j["stop"].is_array() ? j["stop"] : nlohmann::json::array({j["stop"]});
+    TROUPE_CHECK(stops.size() <= 4, invalid_argument, "'stop' takes at most 4 sequences");
+    for (const auto& s : stops) {
+      TROUPE_CHECK(s.is_string() && !s.get<std::string>().empty(), invalid_argument, "'stop' must be a non-empty string or a list of them");
+      job.stop.push_back(s.get<std::string>());
+    }
+  }
+  TROUPE_CHECK(!j.contains("echo") || j["echo"].is_boolean(), invalid_argument, "'echo' must be true or false");
+  job.echo = j.value("echo", false);
+  if (j.contains("logprobs") && !j["logprobs"].is_null()) {
+    TROUPE_CHECK(j["logprobs"].is_number_integer() && j["logprobs"].get<std::int64_t>() >= 0 && j["logprobs"].get<std::int64_t>() <= 1,
+                 invalid_argument, "'logprobs' must be 0 or 1: the chosen token's and the most likely one's");
+    job.logprobs = true;
+  }
+  return job;
+}
+
+// An error in OpenAI's shape, {"error": {"message", "type", "param", "code"}}, for its routes.
+Response openai_error(int status, const std::string& message) {
+  const char* type = status == 503 ? "server_error" : status == 404 ? "not_found_error" : "invalid_request_error";
+  const nlohmann::json body{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}}}};
+  return Response{status, "application/json", body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", {}};
+}
+
+// OpenAI's completion object for a finished /v1/completions request.
+nlohmann::json completion_object(const GenerateJob& job, const std::string& text, std::int64_t tokens, const char* why,
+                                 const nlohmann::json& logprobs) {
+  static std::atomic<std::uint64_t> next_id{1};
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  nlohmann::json choice{{"text", (job.echo ? job.prompt_text : "") + text},
+                        {"index", 0},
+                        {"logprobs", job.logprobs ? logprobs : nlohmann::json(nullptr)},
+                        {"finish_reason", why}};
+  const auto prompt_tokens = static_cast<std::int64_t>(job.prompt.size());
+  return {{"id", "cmpl-" + std::to_string(next_id++)},
+          {"object", "text_completion"},
+          {"created", std::chrono::duration_cast<std::chrono::seconds>(now).count()},
+          {"model", job.model},
+          {"choices", nlohmann::json::array({choice})},
+          {"usage", {{"prompt_tokens", prompt_tokens}, {"completion_tokens", tokens}, {"total_tokens", prompt_tokens + tokens}}}};
 }
 
 }  // namespace
@@ -132,6 +232,7 @@ struct Service::Impl {
       std::string text;
       std::int64_t tokens = 0;  // generated so far
       std::uint64_t rng;
+      nlohmann::json logprobs;    // with job.logprobs: OpenAI's tokens, token_logprobs, top_logprobs, text_offset
       std::vector<float> logits;  // of the next token, once the row's prompt or step has run
       bool answered = false;
     };
@@ -141,28 +242,51 @@ struct Service::Impl {
     const std::int64_t seq = gpt->config.seq;
     // The token that ends a text (GPT-2's <|endoftext|>), or -1: no sampled token is negative.
     const std::int64_t end = tokenizer ? tokenizer->end_of_text().value_or(-1) : -1;
+    const auto token_text = [&](std::int64_t token) {
+      return tokenizer ? tokenizer->token_bytes(token) : std::string(1, static_cast<char>(token));
+    };
     const auto finish = [&](Row& r, const char* why) {
-      const nlohmann::json answer{{"text", r.text}, {"tokens", r.tokens}, {"finish", why}};
+      const nlohmann::json answer = r.job.openai ? completion_object(r.job, r.text, r.tokens, why, r.logprobs)
+                                                 : nlohmann::json{{"text", r.text}, {"tokens", r.tokens}, {"finish", why}};
       r.job.reply(Response{200, "application/json", answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", {}});
       r.answered = true;
     };
     // Samples the row's next token; false once it has all it asked for or ended (and is answered).
     const auto advance = [&](Row& r) {
-      const std::int64_t token = models::sample_token(r.logits, r.job.temperature, r.job.top_k, r.rng);
+      const std::int64_t token = models::sample_token(r.logits, r.job.temperature, r.job.top_k, r.rng, r.job.top_p);
       if (token == end) {
         finish(r, "stop");
         return false;
       }
       r.context.push_back(token);
-      r.text += tokenizer ? tokenizer->token_bytes(token) : std::string(1, static_cast<char>(token));
-      if (++r.tokens < r.job.max_tokens) return true;
+      const std::size_t before = r.text.size();
+      const std::string piece = token_text(token);
+      r.text += piece;
+      ++r.tokens;
+      if (r.job.logprobs) {
+        const auto best = std::max_element(r.logits.begin(), r.logits.end()) - r.logits.begin();
+        r.logprobs["tokens"].push_back(piece);
+        r.logprobs["token_logprobs"].push_back(models::token_logprob(r.logits, token));
+        r.logprobs["top_logprobs"].push_back({{token_text(best), models::token_logprob(r.logits, best)}});
+        r.logprobs["text_offset"].push_back(before + (r.job.echo ? r.job.prompt_text.size() : 0));
+      }
+      // A stop sequence ends the text before it; it may have begun in an earlier token.
+      for (const std::string& stop : r.job.stop) {
+        const std::size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
+        const std::size_t at = r.text.find(stop, from);
+        if (at == std::string::npos) continue;
+        r.text.resize(at);
+        finish(r, "stop");
+        return false;
+      }
+      if (r.tokens < r.job.max_tokens) return true;
       finish(r, "length");
       return false;
     };
     const auto admit = [&](std::vector<GenerateJob>& jobs) {
       std::vector<Row*> joining;
       for (GenerateJob& job : jobs) {
-        Row& r = rows.emplace_back(Row{std::move(job), {}, "", 0, 0, {}});
+        Row& r = rows.emplace_back(Row{std::move(job), {}, "", 0, 0, nlohmann::json::object(), {}});
         r.context = r.job.prompt;
         r.rng = r.job.seed;
         (static_cast<std::int64_t>(r.context.size()) <= seq ? joining : windowed).push_back(&r);
@@ -231,6 +355,7 @@ struct Service::Impl {
   std::unique_ptr<graph::Jit> upscale;
   std::unique_ptr<models::Gpt> gpt;
   std::optional<models::Gpt2Tokenizer> tokenizer;      // a GPT-2 checkpoint's; none: gpt reads and writes bytes
+  std::string model_name;                             // the language model's, in /v1/models and completions
   std::unique_ptr<models::GptDecoder> decoder;         // the generate worker's batch, with the key/value cache
   std::unique_ptr<models::GptDecoder> window_decoder;  // its rows past the model's positions
   // Declared last, destroyed first: their workers finish what is queued while the models exist.
@@ -273,6 +398,10 @@ Service::Service(const ServiceOptions& o) : impl_(std::make_unique<Impl>(o)) {
                  " tokens; troupe-serve generates bytes (256); a GPT-2 checkpoint goes to --model");
   }
   if (s.gpt) {
+    // A GPT-2 checkpoint goes by its folder's name ("gpt2", "gpt2-medium"), as clients name hub models.
+    const std::filesystem::path folder = std::filesystem::path(o.gpt2_path).lexically_normal();
+    const std::string last = (folder.has_filename() ? folder : folder.parent_path()).filename().string();
+    s.model_name = s.tokenizer ? (last.empty() ? "gpt2" : last) : "gpt";
     s.decoder = std::make_unique<models::GptDecoder>(*s.gpt, o.amp, true);
     // A decoding step is a chain of small ops: its rows stay one micro-batch.
     if (s.engine) s.decoder->run_steps_on(*s.engine, 1);
@@ -288,7 +417,8 @@ Service::~Service() = default;
 const Metrics& Service::metrics() const { return impl_->metrics; }
 
 void Service::observe(const Request& request, int status, double seconds) {
-  static const std::set<std::string> routes{"/", "/healthz", "/metrics", "/v1/upscale", "/v1/generate"};
+  static const std::set<std::string> routes{"/", "/healthz", "/metrics", "/v1/upscale", "/v1/generate", "/v1/completions",
+                                            "/v1/models"};
   impl_->metrics.observe_request(routes.count(request.target) ? request.target : "other", status, seconds);
 }
 
@@ -332,6 +462,32 @@ void Service::handle(const Request& r, Reply reply) {
     }
     job.reply = reply;
     if (!s.generate_queue->try_push(job)) return reply(busy("generate", s.generate_queue->depth()));
+    s.metrics.set_queue_depth(static_cast<std::int64_t>(s.depth()));
+  } else if (r.target == "/v1/models") {
+    if (!only("GET")) return;
+    nlohmann::json data = nlohmann::json::array();
+    if (s.gpt) data.push_back({{"id", s.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "troupe"}});
+    reply(Response{200, "application/json", nlohmann::json{{"object", "list"}, {"data", data}}.dump() + "\n", {}});
+  } else if (r.target == "/v1/completions") {
+    if (r.method != "POST") {
+      Response e = openai_error(405, "use POST here");
+      e.headers.emplace_back("Allow", "POST");
+      return reply(e);
+    }
+    if (!s.generate_queue) return reply(openai_error(404, "this server has no language model; start it with --gpt or --model"));
+    GenerateJob job;
+    try {
+      job = parse_completion(r.body, s.options, s.tokenizer ? &*s.tokenizer : nullptr, s.model_name);
+    } catch (const Error& e) {
+      return reply(openai_error(400, e.message()));
+    }
+    job.reply = reply;
+    if (!s.generate_queue->try_push(job)) {
+      Response e = openai_error(503, "the generate queue is full (" + std::to_string(s.generate_queue->depth()) +
+                                         " requests waiting); retry in a moment");
+      e.headers.emplace_back("Retry-After", "1");
+      return reply(e);
+    }
     s.metrics.set_queue_depth(static_cast<std::int64_t>(s.depth()));
   } else {
     reply(json_error(404, "no route " + r.target + "; the routes are " + kRoutes));

@@ -80,7 +80,13 @@ class GptDecoder {
 };
 
 /// The next token from `logits`: the largest at temperature 0; otherwise drawn from
-/// softmax(logits / temperature) over the `top_k` largest (0: all), with `rng` (splitmix64 state).
-std::int64_t sample_token(const std::vector<float>& logits, double temperature, std::int64_t top_k, std::uint64_t& rng);
+/// softmax(logits / temperature) over the `top_k` largest (0: all) and, below `top_p` = 1, over the
+/// most likely of those whose probabilities first add up to `top_p` (nucleus sampling), with `rng`
+/// (splitmix64 state).
+std::int64_t sample_token(const std::vector<float>& logits, double temperature, std::int64_t top_k, std::uint64_t& rng,
+                          double top_p = 1.0);
+
+/// The log-probability of `token` under softmax(logits) (the model's own, before any sampling setting).
+double token_logprob(const std::vector<float>& logits, std::int64_t token);
 
 }  // namespace troupe::models

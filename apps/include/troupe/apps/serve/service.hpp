@@ -8,8 +8,10 @@
 //   POST /v1/generate  {"prompt","max_tokens","temperature","top_k","seed"} in,
 //                      {"text","tokens","finish"} out (gpt, decoded with the key/value cache; a
 //                      GPT-2 checkpoint reads and writes BPE tokens and finishes at <|endoftext|>)
-// Bad input gets 400 with {"error": ...}; a route whose model is not loaded 404; a full queue 503
-// with Retry-After.
+//   GET  /v1/models      OpenAI's model list
+//   POST /v1/completions OpenAI's completion body in, its completion object out (not streamed)
+// Bad input gets 400 with {"error": ...} (OpenAI's error object on its routes); a route whose model
+// is not loaded 404; a full queue 503 with Retry-After.
 
 #include <chrono>
 #include <cstdint>
