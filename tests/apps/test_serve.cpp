@@ -315,7 +315,7 @@ TEST(Serve, AnswersOpenAiCompletions) {
   }
   // Errors in OpenAI's shape.
   for (const auto& [body, says] : std::vector<std::pair<std::string, std::string>>{
-           {R"({"prompt": "x", "stream": true})", "stream"},
+           {R"({"prompt": "x", "stream": true, "logprobs": 1})", "not streamed"},
            {R"({"prompt": "x", "model": "gpt-4"})", "'model' must be \"gpt2_tiny\""},
            {R"({"prompt": "x", "n": 2})", "'n' must be 1"},
            {R"({"prompt": "x", "logprobs": 5})", "'logprobs' must be 0 or 1"},
@@ -330,6 +330,74 @@ TEST(Serve, AnswersOpenAiCompletions) {
     EXPECT_NE(e["error"]["message"].get<std::string>().find(says), std::string::npos) << r.body();
   }
   EXPECT_EQ(client.send(http::verb::get, "/v1/completions", "").result_int(), 405);
+}
+
+// The events of a streamed answer's body: the JSON of each "data: " line but "[DONE]", which must
+// come last.
+std::vector<nlohmann::json> events_of(const std::string& body) {
+  std::vector<nlohmann::json> out;
+  std::size_t at = 0;
+  bool done = false;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const std::size_t end = body.find("\n\n", at);
+    EXPECT_NE(end, std::string::npos) << "an event without its blank line";
+    const std::string data = body.substr(at + 6, end - at - 6);
+    EXPECT_FALSE(done) << "an event after [DONE]";
+    if (data == "[DONE]") done = true;
+    else out.push_back(nlohmann::json::parse(data));
+    at = end;
+  }
+  EXPECT_TRUE(done) << "no data: [DONE]";
+  return out;
+}
+
+// "stream": true answers Server-Sent Events whose texts add up to the whole completion, a stop
+// sequence held back until it is known, characters never split, the last event with the finish
+// reason and the usage; a client that goes away mid-stream frees its row at the next step.
+TEST(Serve, StreamsCompletionsAndCancelsWhenTheClientGoes) {
+  const std::string dir = std::string(TROUPE_TEST_DATA_DIR) + "/gpt2_tiny";
+  ServiceOptions o;
+  o.gpt2_path = dir;
+  o.max_tokens = 1 << 20;
+  Running s(o);
+  for (const nlohmann::json& extra : {nlohmann::json::object(), nlohmann::json{{"stop", "9dou"}}, nlohmann::json{{"echo", true}}}) {
+    HttpClient client(s.server.port());  // a stream closes its connection when it ends
+    nlohmann::json body{{"prompt", "Hello, world"}, {"max_tokens", 10}, {"temperature", 0}};
+    body.update(extra);
+    const std::string whole = nlohmann::json::parse(client.send(http::verb::post, "/v1/completions", body.dump()).body())
+                                  .at("choices").at(0).at("text");
+    body["stream"] = true;
+    const auto r = client.send(http::verb::post, "/v1/completions", body.dump());
+    ASSERT_EQ(r.result_int(), 200) << r.body();
+    EXPECT_EQ(r[http::field::content_type], "text/event-stream");
+    const std::vector<nlohmann::json> events = events_of(r.body());
+    ASSERT_GE(events.size(), 2u) << r.body();
+    std::string text;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      const nlohmann::json& choice = events[i].at("choices").at(0);
+      text += choice.at("text").get<std::string>();
+      EXPECT_EQ(choice.at("finish_reason").is_null(), i + 1 < events.size()) << "event " << i;
+      EXPECT_EQ(events[i].at("id"), events[0].at("id"));
+    }
+    EXPECT_EQ(text, whole) << extra.dump();
+    EXPECT_TRUE(events.back().contains("usage"));
+  }
+  // A client that reads the first events of a long stream and hangs up.
+  {
+    HttpClient gone(s.server.port());
+    const std::string body = R"({"prompt": "Hello", "max_tokens": 100000, "temperature": 0.8, "stream": true})";
+    const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                                "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    boost::asio::write(gone.socket, boost::asio::buffer(request));
+    std::string seen;
+    char chunk[1024];
+    while (seen.find("data: ") == std::string::npos) seen.append(chunk, gone.socket.read_some(boost::asio::buffer(chunk)));
+    gone.socket.close();
+  }
+  const std::string cancelled = metrics_with(s.server.port(), "troupe_requests_cancelled_total 1");
+  EXPECT_EQ(sample_value(cancelled, "\ntroupe_requests_cancelled_total"), 1) << cancelled;
+  const std::string idle = metrics_with(s.server.port(), "troupe_requests_running 0");
+  EXPECT_EQ(sample_value(idle, "\ntroupe_requests_running"), 0) << idle;
 }
 
 // Requests that arrive together start one batch; those that come while it decodes join it between

@@ -1,6 +1,6 @@
 // troupe-serve's HTTP/1.1 server: Beast's asynchronous reads and writes on a few io threads, one
 // strand per connection; handlers answer through a Reply that posts the write back to the
-// connection's strand.
+// connection's strand, whole or as chunks of a stream.
 #include "troupe/apps/serve/http_server.hpp"
 
 #include <atomic>
@@ -12,10 +12,12 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "troupe/kernels/error.hpp"
 #include "troupe/version.hpp"
@@ -70,31 +72,117 @@ struct HttpServer::Impl {
     --in_flight;
     answered.notify_all();
   }
-  // Posts `f` to the io threads from a handler's thread: stop() waits until the post has returned
-  // too, not only for the answer it carries (which may be written before the post returns).
-  template <class F>
-  void post_from_handler(F&& f) {
+  // Posts `f` to `executor` (a connection's strand: posts from one thread run in order) from a
+  // handler's thread: stop() waits until the post has returned too, not only for the answer it
+  // carries (which may be written before the post returns).
+  template <class Executor, class F>
+  void post_from_handler(const Executor& executor, F&& f) {
     {
       std::lock_guard<std::mutex> lock(mutex);
       ++posting;
     }
-    asio::post(io, std::forward<F>(f));
+    asio::post(executor, std::forward<F>(f));
     std::lock_guard<std::mutex> lock(mutex);
     --posting;
     answered.notify_all();
   }
 };
 
+struct Reply::Once {
+  std::mutex mutex;
+  std::shared_ptr<Sink> sink;
+};
+
+Reply::Reply(std::shared_ptr<Sink> sink) : once_(std::make_shared<Once>()) { once_->sink = std::move(sink); }
+
+std::shared_ptr<Reply::Sink> Reply::take() const {
+  if (!once_) return nullptr;
+  std::lock_guard<std::mutex> lock(once_->mutex);
+  return std::move(once_->sink);
+}
+
+void Reply::operator()(Response r) const {
+  if (std::shared_ptr<Sink> sink = take()) sink->whole(std::move(r));
+}
+
+std::shared_ptr<ResponseStream> Reply::stream(int status, const std::string& content_type,
+                                              std::vector<std::pair<std::string, std::string>> headers) const {
+  std::shared_ptr<Sink> sink = take();
+  return sink ? sink->parts(status, content_type, std::move(headers)) : nullptr;
+}
+
 namespace {
 
-// One connection: read a request, hand it on, write the answer, and again while keep-alive.
+// One connection: read a request, hand it on, write the answer (whole, or chunk by chunk), and
+// again while keep-alive.
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, HttpServer::Impl* server) : stream_(std::move(socket)), server_(server) {}
 
   void start() { asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); }); }
 
+  // Runs `f` on this connection's strand, from a handler's thread, after what it posted before.
+  template <class F>
+  void on_strand(F&& f) {
+    server_->post_from_handler(stream_.get_executor(), std::forward<F>(f));
+  }
+  void whole(Response r) {
+    on_strand([self = shared_from_this(), r = std::move(r)]() mutable { self->answer(std::move(r), self->keep_alive_); });
+  }
+  // A stream's parts, on the strand: the head first, then each part as a chunk, then the last chunk.
+  void open_stream(int status, std::string content_type, std::vector<std::pair<std::string, std::string>> headers) {
+    stream_status_ = status;
+    head_.emplace(static_cast<http::status>(status), 11);
+    head_->set(http::field::server, server_->options.server_name + "/" + TROUPE_VERSION);
+    head_->set(http::field::content_type, content_type);
+    for (const auto& [name, value] : headers) head_->set(name, value);
+    head_->keep_alive(false);
+    head_->chunked(true);
+    serializer_.emplace(*head_);
+    writing_ = true;
+    stream_.expires_after(server_->options.read_timeout);
+    http::async_write_header(stream_, *serializer_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->writing_ = false;
+      if (ec) self->gone_->store(true);
+      self->pump();
+    });
+  }
+  void push_part(std::string part) {
+    if (!gone_->load()) parts_.push_back(std::move(part));
+    pump();
+  }
+  void end_stream() {
+    ending_ = true;
+    pump();
+  }
+  std::shared_ptr<std::atomic<bool>> gone() const { return gone_; }
+
  private:
+  void pump() {
+    if (writing_ || finished_) return;
+    if (gone_->load()) parts_.clear();
+    if (!parts_.empty()) {
+      auto part = std::make_shared<std::string>(std::move(parts_.front()));
+      parts_.pop_front();
+      writing_ = true;
+      stream_.expires_after(server_->options.read_timeout);
+      asio::async_write(stream_, http::make_chunk(asio::buffer(*part)),
+                        [self = shared_from_this(), part](beast::error_code ec, std::size_t) {
+                          self->writing_ = false;
+                          if (ec) self->gone_->store(true);
+                          self->pump();
+                        });
+      return;
+    }
+    if (!ending_) return;
+    finished_ = true;
+    if (gone_->load()) return written(asio::error::connection_reset, stream_status_, false);
+    stream_.expires_after(server_->options.read_timeout);
+    asio::async_write(stream_, http::make_chunk_last(), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->written(ec, self->stream_status_, false);
+    });
+  }
+
   void read() {
     if (server_->stopping) return close();
     parser_.emplace();
@@ -138,20 +226,10 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     // The reply keeps the session alive until it answers, then lets go: a handler may keep copies of
     // it (on threads of its own) after the server is gone, and their end must not touch the session.
-    auto once = std::make_shared<std::atomic<bool>>(false);
-    auto session = std::make_shared<std::shared_ptr<Session>>(shared_from_this());
-    Reply reply = [session, once](Response r) {
-      if (once->exchange(true)) return;  // answered already
-      std::shared_ptr<Session> self = std::move(*session);  // only the first caller gets here
-      // Posted to the io_context, and from there onto the connection's strand: this (handler's)
-      // thread holds no strand handle, and the server's stop() waits for the post to return
-      // (ASan and TSan caught both outliving the server).
-      HttpServer::Impl* server = self->server_;
-      server->post_from_handler([self = std::move(self), r = std::move(r)]() mutable {
-        asio::dispatch(self->stream_.get_executor(),
-                       [self, r = std::move(r)]() mutable { self->answer(std::move(r), self->keep_alive_); });
-      });
-    };
+    // Answers are posted to the io_context, and from there onto the connection's strand: a handler's
+    // thread holds no strand handle, and the server's stop() waits for the post to return (ASan and
+    // TSan caught both outliving the server).
+    const Reply reply(std::make_shared<SessionSink>(shared_from_this()));
     try {
       server_->handler(request_, reply);
     } catch (const std::exception& e) {
@@ -191,6 +269,18 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.close();
   }
 
+  // The answer a handler gives a request of this session: whole, or opened as a stream.
+  class SessionSink : public Reply::Sink {
+   public:
+    explicit SessionSink(std::shared_ptr<Session> session) : session_(std::move(session)) {}
+    void whole(Response r) override { std::exchange(session_, nullptr)->whole(std::move(r)); }
+    std::shared_ptr<ResponseStream> parts(int status, const std::string& content_type,
+                                          std::vector<std::pair<std::string, std::string>> headers) override;
+
+   private:
+    std::shared_ptr<Session> session_;
+  };
+
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -199,7 +289,46 @@ class Session : public std::enable_shared_from_this<Session> {
   Request request_;
   bool keep_alive_ = false;
   std::chrono::steady_clock::time_point started_;
+  // A streamed answer (strand only, but `gone_`, which the producer's thread reads).
+  std::optional<http::response<http::empty_body>> head_;
+  std::optional<http::response_serializer<http::empty_body>> serializer_;
+  std::deque<std::string> parts_;
+  bool writing_ = false, ending_ = false, finished_ = false;
+  int stream_status_ = 200;
+  std::shared_ptr<std::atomic<bool>> gone_ = std::make_shared<std::atomic<bool>>(false);
 };
+
+// A stream's producer side: parts and the end go to the session's strand; an unended stream ends
+// when its last holder lets go, so the request never stays in flight.
+class SessionStream : public ResponseStream {
+ public:
+  explicit SessionStream(std::shared_ptr<Session> session) : session_(std::move(session)), gone_(session_->gone()) {}
+  ~SessionStream() override { end(); }
+  bool send(std::string part) override {
+    if (ended_.load() || gone_->load()) return false;
+    session_->on_strand([s = session_, part = std::move(part)]() mutable { s->push_part(std::move(part)); });
+    return !gone_->load();
+  }
+  void end() override {
+    if (ended_.exchange(true)) return;
+    session_->on_strand([s = session_] { s->end_stream(); });
+  }
+  bool cancelled() const override { return gone_->load(); }
+
+ private:
+  std::shared_ptr<Session> session_;
+  std::shared_ptr<std::atomic<bool>> gone_;
+  std::atomic<bool> ended_{false};
+};
+
+std::shared_ptr<ResponseStream> Session::SessionSink::parts(int status, const std::string& content_type,
+                                                            std::vector<std::pair<std::string, std::string>> headers) {
+  std::shared_ptr<Session> session = std::exchange(session_, nullptr);
+  session->on_strand([session, status, content_type, headers = std::move(headers)]() mutable {
+    session->open_stream(status, content_type, std::move(headers));
+  });
+  return std::make_shared<SessionStream>(std::move(session));
+}
 
 }  // namespace
 

@@ -44,6 +44,16 @@ void Metrics::set_queue_depth(std::int64_t depth) {
   queue_depth_ = depth;
 }
 
+void Metrics::set_running(std::int64_t running) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  running_ = running;
+}
+
+void Metrics::observe_cancelled() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++cancelled_;
+}
+
 std::uint64_t Metrics::requests_with_status(int status) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::uint64_t n = 0;
@@ -81,6 +91,12 @@ std::string Metrics::prometheus() const {
   out += "# HELP troupe_queue_depth Requests waiting for inference.\n";
   out += "# TYPE troupe_queue_depth gauge\n";
   out += "troupe_queue_depth " + std::to_string(queue_depth_) + "\n";
+  out += "# HELP troupe_requests_running Requests being decoded.\n";
+  out += "# TYPE troupe_requests_running gauge\n";
+  out += "troupe_requests_running " + std::to_string(running_) + "\n";
+  out += "# HELP troupe_requests_cancelled_total Requests given up because their client went away.\n";
+  out += "# TYPE troupe_requests_cancelled_total counter\n";
+  out += "troupe_requests_cancelled_total " + std::to_string(cancelled_) + "\n";
   return out;
 }
 

@@ -37,7 +37,9 @@ struct GenerateJob {
   bool echo = false;              // the answer's text starts with the prompt
   bool logprobs = false;          // each token's log-probability, and the most likely token's
   bool openai = false;            // answered as an OpenAI completion object (/v1/completions)
-  std::string prompt_text, model;
+  bool stream = false;            // answered as Server-Sent Events, a chunk per token
+  std::string prompt_text, model, id;
+  std::int64_t created = 0;       // unix seconds
   Reply reply;
 };
 
@@ -136,14 +138,16 @@ GenerateJob parse_completion(const std::string& body, const ServiceOptions& o, c
                "'prompt' must be one string (lists of prompts are not taken: send one request each)");
   TROUPE_CHECK(!j.contains("n") || j["n"] == 1, invalid_argument, "'n' must be 1: one completion per request");
   TROUPE_CHECK(!j.contains("stream") || j["stream"].is_boolean(), invalid_argument, "'stream' must be true or false");
-  TROUPE_CHECK(!j.value("stream", false), invalid_argument,
-               "streaming (\"stream\": true) is not served yet; send \"stream\": false for the whole completion");
   for (const char* penalty : {"presence_penalty", "frequency_penalty"})
     TROUPE_CHECK(!j.contains(penalty) || (j[penalty].is_number() && j[penalty].get<double>() == 0), invalid_argument, "'",
                  penalty, "' must be 0: penalties are not applied");
+  static std::atomic<std::uint64_t> next_id{1};
   GenerateJob job;
   job.openai = true;
   job.model = model;
+  job.id = "cmpl-" + std::to_string(next_id++);
+  job.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  job.stream = j.value("stream", false);
   job.max_tokens = 16;
   job.temperature = 1.0;
   job.top_k = 0;
@@ -166,32 +170,51 @@ GenerateJob parse_completion(const std::string& body, const ServiceOptions& o, c
                  invalid_argument, "'logprobs' must be 0 or 1: the chosen token's and the most likely one's");
     job.logprobs = true;
   }
+  TROUPE_CHECK(!(job.stream && job.logprobs), invalid_argument,
+               "'logprobs' are not streamed; ask for them with \"stream\": false");
   return job;
 }
 
 // An error in OpenAI's shape, {"error": {"message", "type", "param", "code"}}, for its routes.
 Response openai_error(int status, const std::string& message) {
-  const char* type = status == 503 ? "server_error" : status == 404 ? "not_found_error" : "invalid_request_error";
+  const char* type = status >= 500 ? "server_error" : status == 404 ? "not_found_error" : "invalid_request_error";
   const nlohmann::json body{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}}}};
   return Response{status, "application/json", body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", {}};
 }
 
-// OpenAI's completion object for a finished /v1/completions request.
-nlohmann::json completion_object(const GenerateJob& job, const std::string& text, std::int64_t tokens, const char* why,
+// OpenAI's completion object for /v1/completions: the whole answer, or (stream) one event's chunk
+// of text; `why` null while the text goes on.
+nlohmann::json completion_object(const GenerateJob& job, const std::string& text, const char* why,
                                  const nlohmann::json& logprobs) {
-  static std::atomic<std::uint64_t> next_id{1};
-  const auto now = std::chrono::system_clock::now().time_since_epoch();
-  nlohmann::json choice{{"text", (job.echo ? job.prompt_text : "") + text},
-                        {"index", 0},
-                        {"logprobs", job.logprobs ? logprobs : nlohmann::json(nullptr)},
-                        {"finish_reason", why}};
+  const nlohmann::json choice{{"text", text},
+                              {"index", 0},
+                              {"logprobs", job.logprobs ? logprobs : nlohmann::json(nullptr)},
+                              {"finish_reason", why ? nlohmann::json(why) : nlohmann::json(nullptr)}};
+  return {{"id", job.id}, {"object", "text_completion"}, {"created", job.created}, {"model", job.model},
+          {"choices", nlohmann::json::array({choice})}};
+}
+
+// The usage object: tokens read and written.
+nlohmann::json usage_object(const GenerateJob& job, std::int64_t tokens) {
   const auto prompt_tokens = static_cast<std::int64_t>(job.prompt.size());
-  return {{"id", "cmpl-" + std::to_string(next_id++)},
-          {"object", "text_completion"},
-          {"created", std::chrono::duration_cast<std::chrono::seconds>(now).count()},
-          {"model", job.model},
-          {"choices", nlohmann::json::array({choice})},
-          {"usage", {{"prompt_tokens", prompt_tokens}, {"completion_tokens", tokens}, {"total_tokens", prompt_tokens + tokens}}}};
+  return {{"prompt_tokens", prompt_tokens}, {"completion_tokens", tokens}, {"total_tokens", prompt_tokens + tokens}};
+}
+
+// One Server-Sent Event carrying `data`.
+std::string event(const nlohmann::json& data) {
+  return "data: " + data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
+}
+
+// The end of `text`'s longest prefix, up to `end`, that does not stop inside a UTF-8 character: a
+// streamed chunk never splits one (a token may hold part of a character).
+std::size_t whole_characters(const std::string& text, std::size_t end) {
+  for (std::size_t back = 1; back <= 3 && back <= end; ++back) {
+    const auto b = static_cast<unsigned char>(text[end - back]);
+    if ((b & 0xC0) == 0x80) continue;  // a continuation byte: look further back for its lead
+    const std::size_t length = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
+    return length > back && b >= 0xC0 ? end - back : end;
+  }
+  return end;
 }
 
 }  // namespace
@@ -233,6 +256,8 @@ struct Service::Impl {
       std::int64_t tokens = 0;  // generated so far
       std::uint64_t rng;
       nlohmann::json logprobs;    // with job.logprobs: OpenAI's tokens, token_logprobs, top_logprobs, text_offset
+      std::shared_ptr<ResponseStream> out;  // with job.stream: the events so far went here
+      std::size_t sent = 0;       // of the text, streamed
       std::vector<float> logits;  // of the next token, once the row's prompt or step has run
       bool answered = false;
     };
@@ -245,14 +270,41 @@ struct Service::Impl {
     const auto token_text = [&](std::int64_t token) {
       return tokenizer ? tokenizer->token_bytes(token) : std::string(1, static_cast<char>(token));
     };
+    // A stream's text so far as events, holding back what a stop sequence could still claim and a
+    // character's first bytes (all of it once `last`).
+    const auto flush = [&](Row& r, bool last) {
+      std::size_t hold = 0;
+      for (const std::string& stop : r.job.stop) hold = std::max(hold, stop.size() - 1);
+      const std::size_t end = last ? r.text.size() : whole_characters(r.text, r.text.size() - std::min(hold, r.text.size()));
+      if (end <= r.sent) return;
+      r.out->send(event(completion_object(r.job, r.text.substr(r.sent, end - r.sent), nullptr, nullptr)));
+      r.sent = end;
+    };
     const auto finish = [&](Row& r, const char* why) {
-      const nlohmann::json answer = r.job.openai ? completion_object(r.job, r.text, r.tokens, why, r.logprobs)
-                                                 : nlohmann::json{{"text", r.text}, {"tokens", r.tokens}, {"finish", why}};
-      r.job.reply(Response{200, "application/json", answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", {}});
       r.answered = true;
+      if (r.out) {
+        flush(r, true);
+        nlohmann::json last = completion_object(r.job, "", why, nullptr);
+        last["usage"] = usage_object(r.job, r.tokens);
+        r.out->send(event(last));
+        r.out->send("data: [DONE]\n\n");
+        r.out->end();
+        return;
+      }
+      nlohmann::json answer{{"text", r.text}, {"tokens", r.tokens}, {"finish", why}};
+      if (r.job.openai) {
+        answer = completion_object(r.job, (r.job.echo ? r.job.prompt_text : "") + r.text, why, r.logprobs);
+        answer["usage"] = usage_object(r.job, r.tokens);
+      }
+      r.job.reply(Response{200, "application/json", answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", {}});
     };
     // Samples the row's next token; false once it has all it asked for or ended (and is answered).
     const auto advance = [&](Row& r) {
+      if (r.out && r.out->cancelled()) {  // the client went away: the row leaves, its slot is free
+        r.answered = true;
+        metrics.observe_cancelled();
+        return false;
+      }
       const std::int64_t token = models::sample_token(r.logits, r.job.temperature, r.job.top_k, r.rng, r.job.top_p);
       if (token == end) {
         finish(r, "stop");
@@ -279,16 +331,23 @@ struct Service::Impl {
         finish(r, "stop");
         return false;
       }
-      if (r.tokens < r.job.max_tokens) return true;
-      finish(r, "length");
-      return false;
+      if (r.tokens >= r.job.max_tokens) {
+        finish(r, "length");
+        return false;
+      }
+      if (r.out) flush(r, false);
+      return true;
     };
     const auto admit = [&](std::vector<GenerateJob>& jobs) {
       std::vector<Row*> joining;
       for (GenerateJob& job : jobs) {
-        Row& r = rows.emplace_back(Row{std::move(job), {}, "", 0, 0, nlohmann::json::object(), {}});
+        Row& r = rows.emplace_back(Row{std::move(job), {}, "", 0, 0, nlohmann::json::object(), nullptr, 0, {}});
         r.context = r.job.prompt;
         r.rng = r.job.seed;
+        if (r.job.stream) {
+          r.out = r.job.reply.stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+          if (r.job.echo) r.out->send(event(completion_object(r.job, r.job.prompt_text, nullptr, nullptr)));
+        }
         (static_cast<std::int64_t>(r.context.size()) <= seq ? joining : windowed).push_back(&r);
       }
       if (joining.empty()) return;
@@ -329,13 +388,20 @@ struct Service::Impl {
         }
         windowed = going;
         rows.remove_if([](const Row& r) { return r.answered; });
+        metrics.set_running(static_cast<std::int64_t>(active.size() + windowed.size()));
         const std::size_t held = active.size() + windowed.size();
         std::vector<GenerateJob> joining = queue.take_waiting(queue.max_batch() - std::min(held, queue.max_batch()));
         if (!joining.empty()) admit(joining);
       }
     } catch (const std::exception& e) {
-      for (Row& r : rows)
-        if (!r.answered) r.job.reply(json_error(500, std::string("generation failed: ") + e.what()));
+      for (Row& r : rows) {
+        if (r.answered) continue;
+        const std::string why = std::string("generation failed: ") + e.what();
+        if (!r.out) r.job.reply(r.job.openai ? openai_error(500, why) : json_error(500, why));
+        else r.out->send(event(nlohmann::json::parse(openai_error(500, why).body)));
+        if (r.out) r.out->end();
+      }
+      metrics.set_running(0);
       decoder->keep_rows(std::vector<bool>(decoder->positions().size(), false));
     }
   }

@@ -1,8 +1,9 @@
 #pragma once
 // The HTTP/1.1 server of troupe-serve, on Boost.Beast: it reads each request under a body limit and
 // a timeout, checks the bearer token, hands the request to a handler that answers when it likes
-// (from any thread: inference runs elsewhere), and writes the answer; connections stay open
-// between requests (keep-alive). Malformed requests get 400, oversized bodies 413, a wrong or
+// (from any thread: inference runs elsewhere), whole or in parts (a chunked stream, which tells the
+// handler when the client has gone), and writes the answer; connections stay open between
+// requests (keep-alive), but for a stream's. Malformed requests get 400, oversized bodies 413, a wrong or
 // missing token 401, and a client too slow to send its request is disconnected. stop() stops
 // accepting and returns once every request already read has been answered.
 
@@ -36,8 +37,43 @@ struct Response {
 /// A JSON error answer: {"error": message} with `status`.
 Response json_error(int status, const std::string& message);
 
-/// Answers one request; call it exactly once, from any thread.
-using Reply = std::function<void(Response)>;
+/// An answer sent in parts as they come (chunked transfer encoding: Server-Sent Events), from any
+/// thread. The connection closes after it ends.
+class ResponseStream {
+ public:
+  virtual ~ResponseStream() = default;
+  /// Queues one part for the client; false once the client has gone, so the producer can stop.
+  virtual bool send(std::string part) = 0;
+  /// Ends the answer; parts sent afterwards are dropped. Idempotent.
+  virtual void end() = 0;
+  /// True once the client has gone (a write to it failed).
+  virtual bool cancelled() const = 0;
+};
+
+/// Answers one request, once, from any thread: whole, or in parts (stream()). Copies share the once.
+class Reply {
+ public:
+  /// The server's side: what answering does.
+  struct Sink {
+    virtual ~Sink() = default;
+    virtual void whole(Response r) = 0;
+    virtual std::shared_ptr<ResponseStream> parts(int status, const std::string& content_type,
+                                                  std::vector<std::pair<std::string, std::string>> headers) = 0;
+  };
+  Reply() = default;
+  explicit Reply(std::shared_ptr<Sink> sink);
+  /// Answers with `r`; does nothing once the request is answered (or streaming).
+  void operator()(Response r) const;
+  /// Starts answering in parts: the status line and headers go out now; null once answered.
+  std::shared_ptr<ResponseStream> stream(int status, const std::string& content_type,
+                                         std::vector<std::pair<std::string, std::string>> headers = {}) const;
+
+ private:
+  // Takes the sink, once: the first call of either kind gets it.
+  std::shared_ptr<Sink> take() const;
+  struct Once;
+  std::shared_ptr<Once> once_;
+};
 /// Handles one request (after the token check); may answer at once or later.
 using Handler = std::function<void(const Request&, Reply)>;
 /// Called once per answered request with its route, status and seconds from read to written.

@@ -21,6 +21,10 @@ class Metrics {
   void observe_batch(const std::string& route, int size);
   /// Sets the number of requests waiting for inference.
   void set_queue_depth(std::int64_t depth);
+  /// Sets the number of requests being decoded.
+  void set_running(std::int64_t running);
+  /// Counts one request given up because its client went away.
+  void observe_cancelled();
   /// Requests answered so far with `status` (all routes).
   std::uint64_t requests_with_status(int status) const;
   /// Everything, in the Prometheus text exposition format (version 0.0.4).
@@ -40,7 +44,8 @@ class Metrics {
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, std::uint64_t> requests_;
   std::map<std::string, Histogram> latency_, batches_;
-  std::int64_t queue_depth_ = 0;
+  std::int64_t queue_depth_ = 0, running_ = 0;
+  std::uint64_t cancelled_ = 0;
 };
 
 }  // namespace troupe::apps::serve

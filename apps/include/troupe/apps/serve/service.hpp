@@ -9,7 +9,8 @@
 //                      {"text","tokens","finish"} out (gpt, decoded with the key/value cache; a
 //                      GPT-2 checkpoint reads and writes BPE tokens and finishes at <|endoftext|>)
 //   GET  /v1/models      OpenAI's model list
-//   POST /v1/completions OpenAI's completion body in, its completion object out (not streamed)
+//   POST /v1/completions OpenAI's completion body in, its completion object out, or with
+//                        "stream": true Server-Sent Events ending in data: [DONE]
 // Bad input gets 400 with {"error": ...} (OpenAI's error object on its routes); a route whose model
 // is not loaded 404; a full queue 503 with Retry-After.
 
