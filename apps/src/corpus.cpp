@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "troupe/apps/text_file.hpp"
+#include "troupe/models/weights.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/models/splitmix.hpp"
 
@@ -38,7 +38,7 @@ std::string generated_corpus(std::size_t bytes) {
 
 Corpus load_corpus(const std::string& path) {
   if (!path.empty()) {
-    Corpus c{read_text_file(path, "--data takes a text file"), "file " + path};
+    Corpus c{models::read_text_file(path, "--data takes a text file"), "file " + path};
     TROUPE_CHECK(!c.bytes.empty(), invalid_argument, "corpus '", path, "' is empty; pass a file with text in it");
     return c;
   }
@@ -49,7 +49,7 @@ Corpus load_corpus(const std::string& path) {
       if (e.is_regular_file(ec) && !e.is_symlink(ec)) files.push_back(e.path());  // links repeat other files
   std::sort(files.begin(), files.end());
   Corpus c;
-  for (const auto& f : files) c.bytes += read_text_file(f.string(), "--data takes a text file");
+  for (const auto& f : files) c.bytes += models::read_text_file(f.string(), "--data takes a text file");
   if (c.bytes.empty()) {
     c.bytes = generated_corpus(1 << 20);
     c.source = std::string("generated text (") + kDefaultCorpusDir + " is absent or empty; pass --data FILE for real text)";

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "troupe/apps/text_file.hpp"
+#include "troupe/models/weights.hpp"
 #include "troupe/kernels/error.hpp"
 
 namespace troupe::apps {
@@ -131,7 +131,7 @@ void read_json_lines(const std::vector<std::string>& lines, const std::string& p
 }  // namespace
 
 MetricsSeries read_metrics(const std::string& path) {
-  const std::vector<std::string> lines = lines_of(read_text_file(path, kExpected));
+  const std::vector<std::string> lines = lines_of(models::read_text_file(path, kExpected));
   const auto first = std::find_if(lines.begin(), lines.end(), [](const std::string& l) { return !blank(l); });
   TROUPE_CHECK(first != lines.end(), io, "'", path, "' is empty; it fills as a run started with --metrics trains");
   MetricsSeries out;

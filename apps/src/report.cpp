@@ -11,7 +11,7 @@
 #include "report_page.hpp"
 #include "troupe/actors/trace_summary.hpp"
 #include "troupe/apps/metrics_reader.hpp"
-#include "troupe/apps/text_file.hpp"
+#include "troupe/models/weights.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/version.hpp"
 
@@ -129,7 +129,7 @@ std::string report_page(const ReportSources& sources) {
                          {"trace", nullptr}};
   if (!sources.trace.empty())
     data["trace"] = trace_data(actors::summarize_trace(
-        read_text_file(sources.trace, "--trace takes a Chrome trace written by a run's --trace"), sources.trace));
+        models::read_text_file(sources.trace, "--trace takes a Chrome trace written by a run's --trace"), sources.trace));
   // Names come from files and folders: bytes that are not UTF-8 are replaced rather than refused.
   return report_html(sources.name, data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }

@@ -2,11 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <map>
 #include <optional>
 #include <regex>
-#include <sstream>
 #include <tuple>
 
 #include "troupe/graph/safetensors.hpp"
@@ -51,15 +49,6 @@ bool is_mask_buffer(const std::string& hf) {
   return std::regex_match(hf, mask);
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TROUPE_CHECK(in.good(), io, "gpt2: cannot read '", path,
-               "'; a GPT-2 checkpoint folder holds config.json and model.safetensors (as Hugging Face saves them)");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 GptConfig gpt2_config(const std::string& config_json, const std::string& source, double& eps) {
@@ -102,7 +91,7 @@ GptConfig gpt2_config(const std::string& config_json, const std::string& source,
 
 std::unique_ptr<Gpt> load_gpt2(const std::string& dir) {
   double eps = 1e-5;
-  const GptConfig config = gpt2_config(read_text(dir + "/config.json"), dir + "/config.json", eps);
+  const GptConfig config = gpt2_config(read_text_file(dir + "/config.json", "a GPT-2 checkpoint folder holds config.json and model.safetensors (as Hugging Face saves them)"), dir + "/config.json", eps);
   const std::string file = dir + "/model.safetensors";
   const graph::SafetensorsFile saved = graph::load_safetensors(file);
   std::map<std::string, Tensor> weights;

@@ -3,13 +3,13 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
-#include <fstream>
 #include <limits>
 #include <mutex>
 #include <sstream>
 
 #include "gpt2_pretokenizer.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/models/weights.hpp"
 
 namespace troupe::models {
 
@@ -73,14 +73,8 @@ std::string bytes_of_spelling(const std::string& spelling) {
   return out;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TROUPE_CHECK(in.good(), io, "tokenizer: cannot read '", path,
-               "'; a GPT-2 tokenizer folder holds vocab.json and merges.txt (as Hugging Face saves them)");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+// What a tokenizer folder holds, for errors.
+const char* const kFolder = "a GPT-2 tokenizer folder holds vocab.json and merges.txt (as Hugging Face saves them)";
 
 }  // namespace
 
@@ -90,7 +84,7 @@ struct Gpt2Tokenizer::Cache {
 };
 
 Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& dir) {
-  return Gpt2Tokenizer(read_file(dir + "/vocab.json"), read_file(dir + "/merges.txt"), dir);
+  return Gpt2Tokenizer(read_text_file(dir + "/vocab.json", kFolder), read_text_file(dir + "/merges.txt", kFolder), dir);
 }
 
 Gpt2Tokenizer::Gpt2Tokenizer(const std::string& vocab_json, const std::string& merges_txt, const std::string& source)

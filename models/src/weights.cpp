@@ -1,5 +1,8 @@
 #include "troupe/models/weights.hpp"
 
+#include <fstream>
+#include <sstream>
+
 #include <filesystem>
 
 #include "troupe/graph/safetensors.hpp"
@@ -12,6 +15,16 @@ void require_file(const std::string& path, const std::string& expected) {
   const auto status = std::filesystem::status(path, ec);
   TROUPE_CHECK(std::filesystem::exists(status), io, "'", path, "' does not exist; ", expected);
   TROUPE_CHECK(!std::filesystem::is_directory(status), io, "'", path, "' is a folder; ", expected);
+}
+
+std::string read_text_file(const std::string& path, const std::string& expected) {
+  require_file(path, expected);
+  std::ifstream in(path, std::ios::binary);
+  TROUPE_CHECK(in.good(), io, "cannot open '", path, "'; check its permissions (", expected, ")");
+  std::ostringstream s;
+  s << in.rdbuf();
+  TROUPE_CHECK(!in.bad(), io, "cannot read '", path, "'");
+  return s.str();
 }
 
 void naming_file(const std::string& file, const std::string& context, const std::string& advice,

@@ -15,6 +15,10 @@ namespace troupe::models {
 /// (e.g. "--data takes a text file").
 void require_file(const std::string& path, const std::string& expected);
 
+/// The bytes of `path`; throws troupe::Error(io) naming it when it is missing, a folder or
+/// unreadable, ending with `expected` (what to pass instead, e.g. "--data takes a text file").
+std::string read_text_file(const std::string& path, const std::string& expected);
+
 /// Runs `fn`; a troupe::Error it throws comes back as "'<file>' <context>: <its message>; <advice>"
 /// (same kind), so the user learns which file was wrong and what to do.
 void naming_file(const std::string& file, const std::string& context, const std::string& advice,
