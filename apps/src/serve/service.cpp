@@ -275,10 +275,10 @@ struct Service::Impl {
     const auto flush = [&](Row& r, bool last) {
       std::size_t hold = 0;
       for (const std::string& stop : r.job.stop) hold = std::max(hold, stop.size() - 1);
-      const std::size_t end = last ? r.text.size() : whole_characters(r.text, r.text.size() - std::min(hold, r.text.size()));
-      if (end <= r.sent) return;
-      r.out->send(event(completion_object(r.job, r.text.substr(r.sent, end - r.sent), nullptr, nullptr)));
-      r.sent = end;
+      const std::size_t upto = last ? r.text.size() : whole_characters(r.text, r.text.size() - std::min(hold, r.text.size()));
+      if (upto <= r.sent) return;
+      r.out->send(event(completion_object(r.job, r.text.substr(r.sent, upto - r.sent), nullptr, nullptr)));
+      r.sent = upto;
     };
     const auto finish = [&](Row& r, const char* why) {
       r.answered = true;
