@@ -330,6 +330,12 @@ TEST(Serve, AnswersOpenAiCompletions) {
     EXPECT_NE(e["error"]["message"].get<std::string>().find(says), std::string::npos) << r.body();
   }
   EXPECT_EQ(client.send(http::verb::get, "/v1/completions", "").result_int(), 405);
+  // Latencies of the four completions that decoded: 10, 10, 2 and 2 tokens.
+  const std::string metrics = client.send(http::verb::get, "/metrics", "").body();
+  EXPECT_EQ(sample_value(metrics, "troupe_time_to_first_token_seconds_count"), 4) << metrics;
+  EXPECT_EQ(sample_value(metrics, "troupe_inter_token_latency_seconds_count"), 9 + 9 + 1 + 1) << metrics;
+  EXPECT_EQ(sample_value(metrics, "troupe_time_per_output_token_seconds_count"), 4) << metrics;
+  EXPECT_NE(metrics.find("troupe_time_to_first_token_seconds_bucket{le=\"+Inf\"} 4"), std::string::npos) << metrics;
 }
 
 // The events of a streamed answer's body: the JSON of each "data: " line but "[DONE]", which must

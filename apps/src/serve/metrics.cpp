@@ -54,6 +54,16 @@ void Metrics::observe_cancelled() {
   ++cancelled_;
 }
 
+void Metrics::observe_token(bool first, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  add(first ? first_token_ : inter_token_, kSeconds, seconds);
+}
+
+void Metrics::observe_time_per_token(double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  add(per_token_, kSeconds, seconds);
+}
+
 std::uint64_t Metrics::requests_with_status(int status) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::uint64_t n = 0;
@@ -68,10 +78,11 @@ void Metrics::render(std::string& out, const std::string& name, const std::strin
   for (std::size_t i = 0; i <= bounds.size(); ++i) {
     cumulative += h.counts[i];
     const std::string le = i < bounds.size() ? number(bounds[i]) : "+Inf";
-    out += name + "_bucket{" + labels + ",le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
+    out += name + "_bucket{" + labels + (labels.empty() ? "" : ",") + "le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
   }
-  out += name + "_sum{" + labels + "} " + number(h.sum) + "\n";
-  out += name + "_count{" + labels + "} " + std::to_string(h.count) + "\n";
+  const std::string braced = labels.empty() ? "" : "{" + labels + "}";
+  out += name + "_sum" + braced + " " + number(h.sum) + "\n";
+  out += name + "_count" + braced + " " + std::to_string(h.count) + "\n";
 }
 
 std::string Metrics::prometheus() const {
@@ -91,6 +102,18 @@ std::string Metrics::prometheus() const {
   out += "# HELP troupe_queue_depth Requests waiting for inference.\n";
   out += "# TYPE troupe_queue_depth gauge\n";
   out += "troupe_queue_depth " + std::to_string(queue_depth_) + "\n";
+  const struct {
+    const char* name;
+    const char* help;
+    const Histogram& h;
+  } tokens[] = {{"troupe_time_to_first_token_seconds", "From a generate request's arrival to its first token.", first_token_},
+                {"troupe_inter_token_latency_seconds", "Between two tokens of one request.", inter_token_},
+                {"troupe_time_per_output_token_seconds", "A finished request's time per token after its first.", per_token_}};
+  for (const auto& t : tokens) {
+    out += std::string("# HELP ") + t.name + " " + t.help + "\n";
+    out += std::string("# TYPE ") + t.name + " histogram\n";
+    if (t.h.count > 0) render(out, t.name, "", kSeconds, t.h);
+  }
   out += "# HELP troupe_requests_running Requests being decoded.\n";
   out += "# TYPE troupe_requests_running gauge\n";
   out += "troupe_requests_running " + std::to_string(running_) + "\n";

@@ -40,6 +40,7 @@ struct GenerateJob {
   bool stream = false;            // answered as Server-Sent Events, a chunk per token
   std::string prompt_text, model, id;
   std::int64_t created = 0;       // unix seconds
+  Clock::time_point arrived = Clock::now();
   Reply reply;
 };
 
@@ -258,6 +259,7 @@ struct Service::Impl {
       nlohmann::json logprobs;    // with job.logprobs: OpenAI's tokens, token_logprobs, top_logprobs, text_offset
       std::shared_ptr<ResponseStream> out;  // with job.stream: the events so far went here
       std::size_t sent = 0;       // of the text, streamed
+      Clock::time_point first, last;  // when its first and latest tokens came
       std::vector<float> logits;  // of the next token, once the row's prompt or step has run
       bool answered = false;
     };
@@ -282,6 +284,7 @@ struct Service::Impl {
     };
     const auto finish = [&](Row& r, const char* why) {
       r.answered = true;
+      if (r.tokens > 1) metrics.observe_time_per_token(std::chrono::duration<double>(r.last - r.first).count() / static_cast<double>(r.tokens - 1));
       if (r.out) {
         flush(r, true);
         nlohmann::json last = completion_object(r.job, "", why, nullptr);
@@ -310,6 +313,10 @@ struct Service::Impl {
         finish(r, "stop");
         return false;
       }
+      const Clock::time_point now = Clock::now();
+      metrics.observe_token(r.tokens == 0, std::chrono::duration<double>(now - (r.tokens == 0 ? r.job.arrived : r.last)).count());
+      if (r.tokens == 0) r.first = now;
+      r.last = now;
       r.context.push_back(token);
       const std::size_t before = r.text.size();
       const std::string piece = token_text(token);
@@ -341,7 +348,7 @@ struct Service::Impl {
     const auto admit = [&](std::vector<GenerateJob>& jobs) {
       std::vector<Row*> joining;
       for (GenerateJob& job : jobs) {
-        Row& r = rows.emplace_back(Row{std::move(job), {}, "", 0, 0, nlohmann::json::object(), nullptr, 0, {}});
+        Row& r = rows.emplace_back(Row{std::move(job), {}, "", 0, 0, nlohmann::json::object(), nullptr, 0, {}, {}, {}});
         r.context = r.job.prompt;
         r.rng = r.job.seed;
         if (r.job.stream) {

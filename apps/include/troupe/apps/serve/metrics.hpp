@@ -25,6 +25,11 @@ class Metrics {
   void set_running(std::int64_t running);
   /// Counts one request given up because its client went away.
   void observe_cancelled();
+  /// A generated token's latency: from the request's arrival for its first (time to first token),
+  /// from the token before for the others (inter-token latency).
+  void observe_token(bool first, double seconds);
+  /// A finished request's time per output token: from its first token to its last, over the tokens after the first.
+  void observe_time_per_token(double seconds);
   /// Requests answered so far with `status` (all routes).
   std::uint64_t requests_with_status(int status) const;
   /// Everything, in the Prometheus text exposition format (version 0.0.4).
@@ -44,6 +49,7 @@ class Metrics {
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, std::uint64_t> requests_;
   std::map<std::string, Histogram> latency_, batches_;
+  Histogram first_token_, inter_token_, per_token_;
   std::int64_t queue_depth_ = 0, running_ = 0;
   std::uint64_t cancelled_ = 0;
 };
