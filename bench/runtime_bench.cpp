@@ -6,7 +6,9 @@
 //    graph; kernel_ms is the sum of the step's kernel runs (from a traced step), so
 //    overhead = (step_ms - kernel_ms) / step_ms is what the runtime adds. Measured on one scheduler
 //    thread with one BLAS thread and a pool of one core (no overlap can hide overhead), then on all
-//    cores for reference.
+//    cores for reference;
+//  - gpt-block-streams: that step with kernels run in the actors against stream-ordered on 1 and 2
+//    host streams (ProgramOptions::streams), alternating.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,10 +16,13 @@
 #include <thread>
 #include <vector>
 
+#include <cblas.h>
+
 #include "troupe/actors/engine.hpp"
 #include "troupe/actors/tracer.hpp"
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/ops.hpp"
+#include "troupe/kernels/cpu_features.hpp"
 #include "troupe/kernels/rng.hpp"
 #include "troupe/kernels/threading.hpp"
 
@@ -99,20 +104,31 @@ void bench_fan_out(Engine& engine, int threads) {
               width, ops, micro_batches, ops * micro_batches / s, threads);
 }
 
+// A GPT block's training step (d_model 256, seq 128, batch 8, 8 heads, MSE loss) and its inputs.
+struct GptBlockStep {
+  static constexpr std::int64_t d = 256, seq = 128, batch = 8, heads = 8;
+  Generator gen{0};
+  GPTBlock block{d, heads, gen};
+  std::vector<Tensor> inputs{Tensor::empty({batch, seq, d}), Tensor::empty({batch, seq, d})};
+  TracedFunction traced = trace_step();
+  GptBlockStep() {
+    for (Tensor& t : inputs) gen.normal_(t);
+  }
+  TracedFunction trace_step() {
+    auto loss = [this](const std::vector<Var>& in) { return std::vector<Var>{mse_loss(block(in[0]), in[1])}; };
+    const SymDim b = SymDim::symbol("batch");
+    return trace(loss, {{"x", {b, seq, d}}, {"target", {b, seq, d}}}).with_gradients();
+  }
+};
+
 void bench_gpt_block(Engine& engine, int threads, int micro_batches) {
-  const std::int64_t d = 256, seq = 128, batch = 8, heads = 8;
-  Generator gen(0);
-  GPTBlock block(d, heads, gen);
-  Tensor x = Tensor::empty({batch, seq, d}), target = Tensor::empty({batch, seq, d});
-  gen.normal_(x);
-  gen.normal_(target);
-  auto loss = [&](const std::vector<Var>& in) { return std::vector<Var>{mse_loss(block(in[0]), in[1])}; };
-  const SymDim b = SymDim::symbol("batch");
+  GptBlockStep gpt;
+  const std::int64_t d = gpt.d, seq = gpt.seq, batch = gpt.batch, heads = gpt.heads;
   ProgramOptions options;
   options.micro_batches = micro_batches;
-  const TracedFunction traced = trace(loss, {{"x", {b, seq, d}}, {"target", {b, seq, d}}}).with_gradients();
+  const TracedFunction& traced = gpt.traced;
   auto program = engine.compile(traced, options);
-  const std::vector<Tensor> inputs{x, target};
+  const std::vector<Tensor>& inputs = gpt.inputs;
   // Rounds of: an actor step, a traced actor step (its kernel time), the same graph on the
   // sequential executor (no actors). Interleaving makes machine noise hit all three alike.
   std::vector<double> actor_s, kernel_s, executor_s;
@@ -137,6 +153,34 @@ void bench_gpt_block(Engine& engine, int threads, int micro_batches) {
               static_cast<long long>(heads), micro_batches, threads, kernel_threads(), program->actor_counts().at("op"),
               step * 1e3, kernels * 1e3, (step - kernels) / step, executor * 1e3);
 }
+// The same step kernel by kernel in the actors and stream-ordered on 1 and 2 host streams
+// (ProgramOptions::streams), alternating rounds in one process: what the streams' hand-overs cost
+// on the CPU, where they buy nothing (their path is a GPU's).
+void bench_gpt_block_streams(Engine& engine, int threads) {
+  GptBlockStep gpt;
+  const std::vector<int> counts{0, 1, 2};
+  std::vector<std::unique_ptr<Program>> programs;
+  for (int streams : counts) {
+    ProgramOptions options;
+    options.streams = streams;
+    programs.push_back(engine.compile(gpt.traced, options));
+  }
+  const std::vector<Tensor>& inputs = gpt.inputs;
+  std::vector<std::vector<double>> seconds(counts.size());
+  for (auto& p : programs) p->run(inputs);
+  for (int round = 0; round < 9; ++round)
+    for (std::size_t k = 0; k < programs.size(); ++k) {
+      const auto t0 = Clock::now();
+      programs[k]->run(inputs);
+      seconds[k].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+  for (auto& v : seconds) std::sort(v.begin(), v.end());
+  for (std::size_t k = 0; k < counts.size(); ++k)
+    std::printf("{\"bench\":\"gpt-block-streams\",\"isa\":\"%s\",\"openblas_core\":\"%s\",\"threads\":%d,"
+                "\"streams\":%d,\"step_ms\":%.2f,\"vs_inline\":%.3f}\n",
+                kernels::cpu_isa(), openblas_get_corename(), threads, counts[k], seconds[k][4] * 1e3,
+                seconds[k][4] / seconds[0][4]);
+}
 }  // namespace
 
 int main() {
@@ -157,6 +201,7 @@ int main() {
     bench_fan_out(all, cores);
     bench_gpt_block(all, cores, 1);
     bench_gpt_block(all, cores, 2);
+    bench_gpt_block_streams(all, cores);
   }
   return 0;
 }

@@ -217,4 +217,17 @@ ActorGraph lower_to_actors(const graph::TracedFunction& fn, const Grouping& grou
   return plan;
 }
 
+void assign_streams(ActorGraph& plan, const graph::Graph& g, int streams) {
+  if (streams <= 0) return;
+  int next = 0;
+  for (ActorSpec& spec : plan.actors) {
+    if (spec.kind != ActorSpec::Kind::op) continue;
+    const bool on_host = std::any_of(spec.members.begin(), spec.members.end(), [&](const Member& m) {
+      const graph::OpDef& def = graph::OpRegistry::instance().get(g.node(m.node).op);
+      return def.collective != nullptr || def.host_reads;
+    });
+    if (!on_host) spec.stream = next++ % streams;
+  }
+}
+
 }  // namespace troupe::actors

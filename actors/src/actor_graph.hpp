@@ -45,6 +45,8 @@ struct ActorSpec {
   int sink = -1;                // for sinks: index among the sinks, in graph output order
   bool average = false;         // sinks: row-weighted average over micro-batches (gradients, 0-d outputs) or concat
   bool gradient = false;        // sinks: a parameter's gradient (the clip path takes its norm)
+  int stream = -1;              // op actors of a stream-ordered program: the stream their kernels are
+                                // queued on (assign_streams); -1: they run on the actor's thread
 };
 
 /// A node the program computes once per step, before the micro-batches flow, instead of once per
@@ -82,5 +84,10 @@ struct Grouping {
 
 /// Lowers `fn`'s graph. Inference-only graphs work too (no gradient sinks).
 ActorGraph lower_to_actors(const graph::TracedFunction& fn, const Grouping& grouping = {});
+
+/// Stream-ordered execution on `streams` streams (ProgramOptions::streams): the op actors take
+/// them in turn, in node order, except collectives and actors running an op that reads values
+/// on the host (OpDef::host_reads), which act on their own thread once their inputs are complete.
+void assign_streams(ActorGraph& plan, const graph::Graph& g, int streams);
 
 }  // namespace troupe::actors

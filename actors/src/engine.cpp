@@ -107,6 +107,9 @@ std::size_t Engine::threads() const { return impl_->threads; }
 
 namespace {
 
+// A thread each: more streams than that is a mistake, not a plan.
+constexpr int kMaxStreams = 64;
+
 Grouping grouping(const graph::TracedFunction& fn, const ProgramOptions& options) {
   const bool inference = fn.output_count() == fn.graph().outputs().size();
   const bool grouped = options.group_ops == OpGrouping::all || (options.group_ops == OpGrouping::inference && inference);
@@ -132,7 +135,12 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
   TROUPE_CHECK(options.loss_scaler || scale_at < 0, invalid_argument, "compile: the function's gradients are ",
                "multiplied by a loss scale; pass its GradScaler as ProgramOptions::loss_scaler so it is divided out");
   auto traced = std::make_shared<const graph::TracedFunction>(fn);
-  auto plan = std::make_shared<const ActorGraph>(lower_to_actors(*traced, grouping(*traced, options)));
+  TROUPE_CHECK(options.streams >= 0 && options.streams <= kMaxStreams, invalid_argument,
+               "compile: streams must be between 0 (kernels run in the op actors) and ", kMaxStreams, ", got ",
+               options.streams);
+  ActorGraph lowered = lower_to_actors(*traced, grouping(*traced, options));
+  assign_streams(lowered, traced->graph(), options.streams);
+  auto plan = std::make_shared<const ActorGraph>(std::move(lowered));
   auto graph = std::shared_ptr<const graph::Graph>(traced, &traced->graph());
   Tracer& tracer = Tracer::instance();
   caf::actor_system& sys = *impl_->system;
@@ -140,6 +148,7 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
   // The gradient path first: it checks the optimizers and data parallelism before anything is spawned.
   auto peers = std::make_shared<Peers>();
   GradientActors gradient_actors = spawn_gradient_path(sys, *traced, *plan, options, peers);
+  for (int k = 0; k < options.streams; ++k) peers->streams.push_back(make_cpu_stream("cpu stream " + std::to_string(k)));
   for (const ActorSpec& spec : plan->actors) peers->nodes.push_back({NodeActor(), tracer.register_actor(spec.name)});
   peers->program.track = tracer.register_actor("program");
   for (std::size_t a = 0; a < plan->actors.size(); ++a)
@@ -154,7 +163,7 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
   setup->loss_scaler = options.loss_scaler;
   setup->peers = peers;
   setup->comm = options.data_parallel.communicator;
-  if (traced->plans_memory()) setup->memory = std::make_shared<StepMemory>(plan, options.registers);
+  if (traced->plans_memory() && options.streams == 0) setup->memory = std::make_shared<StepMemory>(plan, options.registers);
   peers->program.actor = spawn_program_actor(sys, setup);
 
   std::map<std::string, int> counts = gradient_actors.counts;

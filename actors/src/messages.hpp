@@ -17,6 +17,7 @@
 #include "registers.hpp"
 #include "zero_shard.hpp"
 #include "troupe/actors/program.hpp"
+#include "troupe/kernels/stream.hpp"
 #include "troupe/kernels/tensor.hpp"
 
 namespace troupe::actors {
@@ -54,15 +55,19 @@ using go_atom = caf::atom_constant<caf::atom("go")>;
 using acted_atom = caf::atom_constant<caf::atom("acted")>;
 using gathered_atom = caf::atom_constant<caf::atom("gathered")>;
 using summed_atom = caf::atom_constant<caf::atom("summed")>;
+using synced_atom = caf::atom_constant<caf::atom("synced")>;
+using drained_atom = caf::atom_constant<caf::atom("drained")>;
 
 /// A node (node.hpp): the register protocol's messages, the completion of a suspended act's
-/// outside part (a collective), and ZeRO-1's all-gather of a parameter it reads.
+/// outside part (a collective), of the stream work its inputs wait for, and ZeRO-1's all-gather
+/// of a parameter it reads.
 using NodeActor = caf::typed_actor<
     caf::reacts_to<start_atom, StepContextPtr, std::uint64_t>,
     caf::reacts_to<ready_atom, ReadyPtr, std::uint64_t>,
     caf::reacts_to<release_atom, std::uint64_t /*step*/, int /*register*/, std::uint64_t>,
     caf::reacts_to<go_atom, StepContextPtr, int /*micro-batch*/, std::uint64_t>,
     caf::reacts_to<acted_atom, std::uint64_t /*step*/, int /*micro-batch*/, std::exception_ptr /*or null*/, std::uint64_t>,
+    caf::reacts_to<synced_atom, std::uint64_t /*step*/, int /*micro-batch*/, std::exception_ptr /*or null*/, std::uint64_t>,
     caf::reacts_to<gathered_atom, std::uint64_t /*step*/, std::exception_ptr /*or null*/, std::uint64_t>>;
 
 /// The program actor: steers steps (program_actor.cpp). It is spawned untyped because its phases
@@ -77,6 +82,7 @@ using ProgramActor = caf::typed_actor<
     caf::reacts_to<clipped_atom, std::uint64_t /*step*/, double /*global norm*/, std::uint64_t>,
     caf::reacts_to<applied_atom, std::uint64_t /*step*/, int /*optimizer*/, GradientMapPtr, std::uint64_t>,
     caf::reacts_to<gathered_atom, std::uint64_t /*step*/, std::exception_ptr /*or null*/, std::uint64_t>,
+    caf::reacts_to<drained_atom, std::uint64_t /*step*/, std::exception_ptr /*or null*/, std::uint64_t>,
     caf::reacts_to<fail_atom, std::uint64_t /*step*/, int /*ErrorKind*/, std::string, std::uint64_t>>;
 
 /// An optimizer actor: collects its parameters' final gradients, scales them by the clip
@@ -125,6 +131,7 @@ struct GradientPath {
 /// The addresses of all actors of a program, filled before the first message flows.
 struct Peers {
   std::vector<AddressOf<NodeActor>> nodes;  // by actor index of the plan
+  std::vector<std::shared_ptr<Stream>> streams;  // a stream-ordered program's (ActorSpec::stream)
   AddressOf<ProgramActor> program;
   GradientPath gradients;
   /// Where node `index` of the plan is.

@@ -33,6 +33,7 @@ Node::Node(NodeActor::pointer self, std::shared_ptr<const ActorGraph> plan, int 
   if (at != plan_->collectives.end()) collective_ = static_cast<int>(at - plan_->collectives.begin());
   for (const InputRef& ref : spec_->inputs)
     if (ref.from == InputRef::From::parameter) parameters_.push_back(ref.parameter);
+  if (spec_->stream >= 0) stream_ = peers_->streams.at(static_cast<std::size_t>(spec_->stream)).get();
 }
 
 Suspension NodeKind::begin(Node& node, int) {
@@ -106,6 +107,14 @@ void Node::on_acted(std::uint64_t step, int mb, std::exception_ptr error) {
   pump();
 }
 
+void Node::on_synced(std::uint64_t step, int mb) {
+  if (step != step_ || failed_ || syncing_ != mb) return;
+  syncing_.reset();
+  if (!fire(mb)) return;  // (a failure among the inputs' events, which fire reports)
+  if (++next_mb_ == ctx_->micro_batches) return report_done();
+  pump();
+}
+
 void Node::on_gathered(std::uint64_t step, std::exception_ptr error) {
   if (step != step_ || failed_) return;
   if (error) {
@@ -140,6 +149,7 @@ void Node::begin_step(const StepContextPtr& ctx) {
   inputs_taken_ = false;
   gos_.assign(static_cast<std::size_t>(ctx->micro_batches), 0);
   pending_.reset();
+  syncing_.reset();
   await_parameters();
 }
 
@@ -160,7 +170,7 @@ void Node::await_parameters() {
 }
 
 void Node::pump() {
-  if (!ctx_ || failed_ || pending_ || ungathered_ > 0) return;
+  if (!ctx_ || failed_ || pending_ || syncing_ || ungathered_ > 0) return;
   const auto may_act = [this](int mb) { return gos_[static_cast<std::size_t>(mb)] >= waits(mb); };
   if (act_while_ready(next_mb_, ctx_->micro_batches, in_, out_, may_act, [this](int mb) { return fire(mb); }))
     report_done();
@@ -173,6 +183,9 @@ void Node::report_done() {
 // One firing: act, give the inputs back, pass the outputs on. What the act allocates and drops,
 // the inputs it lets go of included, belongs to the act's planned memory (step_memory.hpp).
 bool Node::fire(int mb) {
+  std::optional<StreamGuard> queued;  // the step's work, for the stream (Stream::restart)
+  if (stream_) queued.emplace(*stream_, step_);
+  if (!inputs_written(mb)) return false;
   if (kind_->suspends()) {
     suspend(mb);
     return false;  // the act is not over: on_acted goes on from here
@@ -180,6 +193,31 @@ bool Node::fire(int mb) {
   std::optional<ActMemory> memory;
   memory.emplace(ctx_->memory.get(), index_, mb);
   return complete(mb, memory, [&] { return kind_->act(*this, mb); });
+}
+
+bool Node::inputs_written(int mb) {
+  if (stream_) {  // (under the act's guard)
+    in_.for_each_oldest([this](int producer, const Event& written) {
+      if (plan_->actors[static_cast<std::size_t>(producer)].stream != spec_->stream) stream_->wait(written);
+    });
+    return true;
+  }
+  std::vector<Event> unwritten;
+  in_.for_each_oldest([&](int, const Event& written) {
+    if (!written.done() || written.error()) unwritten.push_back(written);
+  });
+  if (unwritten.empty()) return true;
+  const Event all = Event::all(unwritten);
+  if (all.done()) {  // written meanwhile, or one failed: its error names the op whose kernel failed
+    if (!all.error()) return true;
+    reporting_failure([&] { std::rethrow_exception(all.error()); });
+    return false;
+  }
+  syncing_ = mb;
+  all.then([me = peers_->at(index_), step = step_, mb](std::exception_ptr e) {
+    tell_from_outside(me.track, me, SendTag{"synced", step, mb}, synced_atom::value, step, mb, e);
+  });
+  return false;
 }
 
 // The outside part (a collective) runs in its queue's order, so the next act in the collectives'
@@ -209,7 +247,7 @@ bool Node::complete(int mb, std::optional<ActMemory>& memory, Make&& make) {
   if (spec_->consumers.empty()) values.reset();  // a dead value, dropped within the act
   if (values) memory->emitted(*values);
   memory.reset();  // the act's memory is over before anyone hears of its outputs
-  if (values) emit(mb, std::move(values));
+  if (values) emit(mb, std::move(values), stream_ ? stream_->record() : Event());
   if (!reporting_failure([&] { kind_->after_act(*this); })) return false;
   // The memory plan's edges: acts whose memory this one's must be over before they begin.
   for_each_memory_signal(ctx_->memory.get(), index_, mb, [this](int actor, int m) {
@@ -221,12 +259,12 @@ bool Node::complete(int mb, std::optional<ActMemory>& memory, Make&& make) {
 
 // The last consumer's message takes the producer's handle, so the values live only in the
 // consumers' hands (registers.hpp).
-void Node::emit(int mb, Values values) {
+void Node::emit(int mb, Values values, const Event& written) {
   const int reg = out_.write();
   const std::uint64_t bytes = bytes_of(*values);
   for (std::size_t k = 0; k < spec_->consumers.size(); ++k) {
     const bool last = k + 1 == spec_->consumers.size();
-    auto msg = std::make_shared<Ready>(Ready{ctx_, index_, mb, reg, last ? std::move(values) : values});
+    auto msg = std::make_shared<Ready>(Ready{ctx_, index_, mb, reg, last ? std::move(values) : values, written});
     tell(self_, track(), peers_->at(spec_->consumers[k]), SendTag{"ready", step_, mb, bytes}, ready_atom::value,
          ReadyPtr(std::move(msg)));
   }
@@ -295,6 +333,11 @@ NodeActor::behavior_type node_actor(NodeActor::stateful_pointer<NodeState> self,
       [=](acted_atom, std::uint64_t step, int mb, const std::exception_ptr& error, std::uint64_t flow) {
         Handling h(self, n->track(), "acted", flow, step, mb);
         n->on_acted(step, mb, error);
+      },
+      // (the failure, if any, is the inputs' events' to report)
+      [=](synced_atom, std::uint64_t step, int mb, const std::exception_ptr&, std::uint64_t flow) {
+        Handling h(self, n->track(), "synced", flow, step, mb);
+        n->on_synced(step, mb);
       },
       [=](gathered_atom, std::uint64_t step, const std::exception_ptr& error, std::uint64_t flow) {
         Handling h(self, n->track(), "gathered", flow, step, -1);

@@ -78,6 +78,8 @@ class Node {
   void on_go(const StepContextPtr& ctx, int mb);
   /// The outside part of micro-batch `mb`'s suspended act is over (`error` null) or failed.
   void on_acted(std::uint64_t step, int mb, std::exception_ptr error);
+  /// The stream work micro-batch `mb`'s inputs waited for is over (or failed: their events say).
+  void on_synced(std::uint64_t step, int mb);
   /// ZeRO-1: a parameter this node reads has been all-gathered for the step (`error` null) or its
   /// all-gather failed.
   void on_gathered(std::uint64_t step, std::exception_ptr error);
@@ -92,15 +94,18 @@ class Node {
   // Tells the program this node finished the step (unless its kind reports otherwise).
   void report_done();
   bool fire(int mb);
+  // Stream order: a node on a stream makes it wait for the inputs other streams write; any other
+  // node learns by message when they are written (false: it waits, or they failed).
+  bool inputs_written(int mb);
   // Begins a suspended act; it ends in on_acted.
   void suspend(int mb);
-  // The end of an act whose outputs `make` makes within `memory`: inputs given back, outputs passed
-  // on, the acts waiting for this one told.
+  // The end of an act whose outputs `make` makes within `memory` (queued on the node's stream, if
+  // it has one): inputs given back, outputs passed on, the acts waiting for this one told.
   template <class Make>
   bool complete(int mb, std::optional<ActMemory>& memory, Make&& make);
   // ZeRO-1: asks to be told when each parameter this node reads has been all-gathered for the step.
   void await_parameters();
-  void emit(int mb, Values values);
+  void emit(int mb, Values values, const Event& written);
   void release_inputs();
   // Runs f; a troupe::Error or other exception it throws fails the step (false).
   template <class F>
@@ -119,6 +124,7 @@ class Node {
   int collective_ = -1;  // position among the plan's collectives, or -1
   PeersPtr peers_;
   std::shared_ptr<NodeKind> kind_;
+  Stream* stream_ = nullptr;  // where its acts queue their kernels (ActorSpec::stream), or null
   // The step in progress; a newer step's first message drops it, so a failed step leaves nothing behind.
   StepContextPtr ctx_;
   std::uint64_t step_ = 0;
@@ -132,6 +138,7 @@ class Node {
     std::function<Values(std::exception_ptr)> resume;
   };
   std::optional<Pending> pending_;
+  std::optional<int> syncing_;    // the micro-batch whose inputs' stream work it waits for
   std::vector<int> parameters_;   // the program parameters this node reads (ZeRO-1 waits for their all-gather)
   int ungathered_ = 0;            // of those, how many this step's acts still wait for
   InRegisters in_;

@@ -1,8 +1,10 @@
 // An op actor: one node of the graph, or a chain of cheap ones lowering grouped (actor_graph.hpp).
 // Each firing computes its nodes for one micro-batch, with the output shapes bound to that
-// micro-batch's sizes, from the registers of its producers; a collective op's firing suspends
-// while its collective is on the wire (node.hpp's Suspension).
+// micro-batch's sizes, from the registers of its producers (in a stream-ordered program, node.cpp
+// puts the act under its stream's guard, so its kernels are queued there); a collective op's
+// firing suspends while its collective is on the wire (node.hpp's Suspension).
 #include <algorithm>
+#include <optional>
 
 #include "actor_kinds.hpp"
 #include "communicator_group.hpp"
@@ -51,6 +53,9 @@ class OpKind : public NodeKind {
     for (std::size_t m = 0; m < steps_.size(); ++m) {
       const Step& s = steps_[m];
       HandlerTrace trace(s.track ? s.track : node.track(), "compute", 0, node.step(), mb);
+      // Kernels queued on a stream fail later, there: their error is named the same way.
+      std::optional<WorkLabel> queued;
+      if (current_stream()) queued.emplace(failed(node, s, mb));
       made[m] = naming(node, s, mb, [&] {
         const std::vector<Shape> shapes = output_shapes(node, s, mb);
         return s.def->run(inputs(s, given, made), context(node, s, mb, shapes));
@@ -111,19 +116,20 @@ class OpKind : public NodeKind {
     std::vector<std::pair<int, int>> drops;  // values to let go of once it has run: (member, output), or (-1, input)
   };
 
+  // What an error of member `s` in micro-batch `mb` begins with.
+  static std::string failed(const Node& node, const Step& s, int mb) {
+    return "op '" + s.member->name + "' failed in step " + std::to_string(node.step()) + ", micro-batch " +
+           std::to_string(mb);
+  }
   // Runs f; an error it throws names the op, step and micro-batch.
   template <class F>
   auto naming(const Node& node, const Step& s, int mb, F&& f) const -> decltype(f()) {
-    const auto failed = [&](const std::string& why) {
-      return "op '" + s.member->name + "' failed in step " + std::to_string(node.step()) + ", micro-batch " +
-             std::to_string(mb) + ": " + why;
-    };
     try {
       return f();
     } catch (const Error& e) {
-      throw Error(e.kind(), failed(e.message()));
+      throw Error(e.kind(), failed(node, s, mb) + ": " + e.message());
     } catch (const std::exception& e) {
-      throw Error(ErrorKind::runtime, failed(e.what()));
+      throw Error(ErrorKind::runtime, failed(node, s, mb) + ": " + e.what());
     }
   }
   // Its inputs: among those `given` to the actor, or what earlier members `made` in this act.

@@ -1,6 +1,6 @@
 // The program actor steers: its phases are behaviors. idle waits for a request; gathering (ZeRO-1
 // with the step's casts) for the last step's all-gather of the parameters; running collects
-// the nodes' `done` and the outputs; reducing (data parallel) waits for the ranks' mean of the
+// the nodes' `done` and the outputs (and, stream-ordered, the end of the streams' work); reducing (data parallel) waits for the ranks' mean of the
 // loss; updating lets the optimizers update and collects what they applied. Failures of the step
 // in progress answer the caller from any phase.
 #include <algorithm>
@@ -42,6 +42,7 @@ struct ProgramState {
   std::uint64_t step = 0;
   // What the step in progress has collected so far.
   int done = 0, outputs_in = 0, applied = 0, buckets_in = 0, norms_in = 0;
+  enum class Drain { not_asked, asked, over } drain = Drain::not_asked;  // the streams' work of the step
   std::vector<Tensor> outputs;  // by sink index; gradient sinks stay empty
   double grad_norm = 0;
   std::vector<double> bucket_norms;
@@ -118,6 +119,7 @@ void start_next(Self* self) {
     s.queue.pop_front();
     ++s.step;
     s.done = s.outputs_in = s.applied = s.buckets_in = s.norms_in = 0;
+    s.drain = ProgramState::Drain::not_asked;
     s.outputs.assign(s.setup->plan->sinks.size(), Tensor());
     s.grad_norm = std::numeric_limits<double>::quiet_NaN();
     s.bucket_norms.assign(path(s).bucket_actors.size(), 0.0);
@@ -132,6 +134,8 @@ void start_next(Self* self) {
       continue;
     }
     s.memory = ctx->memory;
+    // A failed step's work still queued, or queued late, is skipped; this step's runs.
+    for (const auto& stream : s.setup->peers->streams) stream->restart(s.step);
     tell(self, me(s), s.setup->peers->at(0), SendTag{"start", s.step}, start_atom::value, ctx);
     self->become(running(self));
     return;
@@ -191,10 +195,28 @@ void start_update(Self* self) {
   finish_if_complete(self);
 }
 
-// Every node has finished and every output is in: on to the loss' mean over the ranks, or the update.
+// Stream order: whether the work the step queued on the streams is over (ops whose values nobody
+// reads on the host included). Else asks to be told by a message (draining).
+bool streams_drained(Self* self) {
+  ProgramState& s = self->state;
+  const auto& streams = s.setup->peers->streams;
+  if (streams.empty() || s.drain == ProgramState::Drain::over) return true;
+  if (s.drain == ProgramState::Drain::asked) return false;
+  s.drain = ProgramState::Drain::asked;
+  std::vector<Event> ends;
+  for (const auto& stream : streams) ends.push_back(stream->record());
+  Event::all(ends).then([program = s.setup->peers->program, step = s.step](std::exception_ptr e) {
+    tell_from_outside(program.track, program, SendTag{"drained", step}, drained_atom::value, step, e);
+  });
+  return false;
+}
+
+// Every node has finished, every output is in and the streams' work is over: on to the loss' mean
+// over the ranks, or the update.
 void compute_finished(Self* self) {
   ProgramState& s = self->state;
   if (s.done < s.setup->plan->op_count + 1 || s.outputs_in < output_count(*s.setup->plan)) return;
+  if (!streams_drained(self)) return;
   s.compute_done = Clock::now();
   if (!s.setup->comm) return start_update(self);
   // The ranks' mean of the 0-d outputs (the loss), so every rank reports the same value.
@@ -288,6 +310,14 @@ caf::behavior running(Self* self) {
         if (step != self->state.step) return;
         self->state.outputs.at(static_cast<std::size_t>(sink)) = value;
         ++self->state.outputs_in;
+        compute_finished(self);
+      },
+      // A kernel whose value nobody read on the host may have failed: its error names it.
+      [=](drained_atom, std::uint64_t step, const std::exception_ptr& error, std::uint64_t flow) {
+        Handling h(self, me(self->state), "drained", flow, step, -1);
+        if (step != self->state.step) return;
+        if (error) return finish(self, nullptr, error);
+        self->state.drain = ProgramState::Drain::over;
         compute_finished(self);
       },
   }.or_else(common(self, nothing));

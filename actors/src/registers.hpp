@@ -15,6 +15,7 @@
 
 #include "step_context.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/kernels/stream.hpp"
 
 namespace troupe::actors {
 
@@ -26,6 +27,7 @@ struct Ready {
   StepContextPtr ctx;
   int producer = 0, mb = 0, reg = 0;
   Values values;
+  Event written;  // a producer on a stream: complete once the values are written (else complete already)
 };
 using ReadyPtr = std::shared_ptr<const Ready>;
 
@@ -86,6 +88,11 @@ class InRegisters {
     for (std::size_t p = 0; p < producers_.size(); ++p)
       if (producers_[p] == producer) return queues_[p].front()->values->at(static_cast<std::size_t>(output));
     fail(ErrorKind::runtime, "register protocol: no input register from actor ", producer);
+  }
+  /// Calls `f(producer, written)` for the oldest register of every producer (readable() must hold).
+  template <class F>
+  void for_each_oldest(F&& f) const {
+    for (std::size_t p = 0; p < producers_.size(); ++p) f(producers_[p], queues_[p].front()->written);
   }
   /// Takes the oldest register of every producer, in producer order, dropping its values before
   /// handing it to `release` (a callback rather than a list: this runs once per firing, and a

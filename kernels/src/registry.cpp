@@ -1,4 +1,5 @@
 #include "troupe/kernels/registry.hpp"
+#include "troupe/kernels/stream.hpp"
 
 #include "cpu/parallel.hpp"
 
@@ -74,6 +75,11 @@ void dispatch(const std::string& op, const std::vector<Tensor>& inputs, std::vec
   check(inputs, "input");
   check(outputs, "output");
   const KernelFn kernel = KernelRegistry::instance().find(op, device.kind, first->dtype());
+  if (Stream* stream = current_stream()) {
+    // Queued: the handles it holds keep the tensors' memory alive until it has run.
+    stream->enqueue([kernel, inputs, outputs, attrs]() mutable { kernel(inputs, outputs, attrs); });
+    return;
+  }
   const cpu::KernelCallScope computing;  // this thread's core is busy: parallel kernels count it out
   kernel(inputs, outputs, attrs);
 }

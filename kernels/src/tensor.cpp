@@ -6,6 +6,7 @@
 #include "cpu/convert.hpp"
 #include "cpu/strided_loop.hpp"
 #include "device_backend.hpp"
+#include "troupe/kernels/stream.hpp"
 
 namespace troupe {
 
@@ -251,6 +252,18 @@ void copy_elements(const Tensor& dst, const Tensor& src, const Strides& src_stri
   });
 }
 
+// dst = src on the host, src broadcast to dst's shape and converted to its dtype.
+void copy_on_host(const Tensor& dst, const Tensor& src) {
+  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous() && src.shape() == dst.shape()) {
+    std::memmove(dst.raw_data(), src.raw_data(), dst.nbytes());
+    return;
+  }
+  const Strides src_strides = cpu::broadcast_strides(src.shape(), src.strides(), dst.shape());
+  visit_dtype(dst.dtype(), [&](auto dtag) {
+    visit_dtype(src.dtype(), [&](auto stag) { copy_elements<decltype(dtag), decltype(stag)>(dst, src, src_strides); });
+  });
+}
+
 }  // namespace
 
 void Tensor::copy_from(const Tensor& src) {
@@ -265,14 +278,11 @@ void Tensor::copy_from(const Tensor& src) {
     detail::copy_bytes_between_devices(raw_data(), device(), src.raw_data(), src.device(), nbytes());
     return;
   }
-  if (dtype_ == src.dtype_ && is_contiguous() && src.is_contiguous() && src.shape_ == shape_) {
-    std::memmove(raw_data(), src.raw_data(), nbytes());
+  if (Stream* stream = current_stream()) {
+    stream->enqueue([dst = *this, src] { copy_on_host(dst, src); });
     return;
   }
-  const Strides src_strides = cpu::broadcast_strides(src.shape_, src.strides_, shape_);
-  visit_dtype(dtype_, [&](auto dtag) {
-    visit_dtype(src.dtype_, [&](auto stag) { copy_elements<decltype(dtag), decltype(stag)>(*this, src, src_strides); });
-  });
+  copy_on_host(*this, src);
 }
 
 double Tensor::item() const {

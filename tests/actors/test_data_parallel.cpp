@@ -51,8 +51,9 @@ struct RankRun {
 };
 
 // Trains a GPT block for `steps` SGD steps with clipping; `world` ranks each take their slice of
-// the global batch (world 1 = the single-process reference).
-std::vector<RankRun> train(int world, ClipMode mode, int steps, const Tensor& x, const Tensor& y, bool overlap = true) {
+// the global batch (world 1 = the single-process reference); `streams`: ProgramOptions::streams.
+std::vector<RankRun> train(int world, ClipMode mode, int steps, const Tensor& x, const Tensor& y, bool overlap = true,
+                           int streams = 0) {
   auto transports = world > 1 ? transport::make_inprocess_world(world) : std::vector<std::unique_ptr<transport::Transport>>{};
   std::vector<RankRun> runs(static_cast<std::size_t>(world));
   Engine engine(actors::EngineOptions{2});
@@ -68,6 +69,7 @@ std::vector<RankRun> train(int world, ClipMode mode, int steps, const Tensor& x,
       po.clip_grad_norm = 0.05;
       po.clip_mode = mode;
       po.micro_batches = 2;
+      po.streams = streams;
       if (world > 1) {
         po.data_parallel.communicator = std::make_shared<transport::Communicator>(
             std::move(transports[static_cast<std::size_t>(r)]), "allreduce", 0, 256);
@@ -117,6 +119,20 @@ TEST(DataParallel, TwoRanksEqualOneProcessAtTheGlobalBatch) {
       EXPECT_LE(test::scaled_max_error(ranks[0].params.at(name), p), 1e-5) << name;
       EXPECT_EQ(test::scaled_max_error(ranks[0].params.at(name), ranks[1].params.at(name)), 0.0) << name;
     }
+  }
+}
+
+// Stream-ordered ranks (ProgramOptions::streams): the gradient stages act once their gradients are
+// written, so the buckets, their AllReduce and the clip see what kernels run in the actors give.
+TEST(DataParallel, StreamOrderedRanksGiveTheBitsOfKernelsRunInTheActors) {
+  const Tensor x = test::random_tensor({8, 6, 16}, 31), y = test::random_tensor({8, 6, 16}, 32);
+  const auto inline_ranks = train(2, ClipMode::parallel, 3, x, y);
+  const auto streamed = train(2, ClipMode::parallel, 3, x, y, true, 2);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(streamed[r].losses, inline_ranks[r].losses) << "rank " << r;
+    EXPECT_EQ(streamed[r].norms, inline_ranks[r].norms) << "rank " << r;
+    for (const auto& [name, p] : inline_ranks[r].params)
+      EXPECT_EQ(test::scaled_max_error(streamed[r].params.at(name), p), 0.0) << "rank " << r << ": " << name;
   }
 }
 

@@ -67,8 +67,8 @@ std::vector<ShardSignature> shard_embedding_backward(const ShardContext& c) {
 // compute: kernels::embedding; the ids (input 1) take no gradient.
 Var embedding(const Var& weight, const Var& ids) { return apply1("embedding", {weight, ids}); }
 TROUPE_DEFINE_OP({.name = "embedding", .infer = infer_embedding, .sharding = shard_embedding, .compute = compute_embedding, .grad = grad_embedding,
-                  .no_grad_inputs = {1}, .precision = Precision::keeps_f32});
+                  .no_grad_inputs = {1}, .host_reads = true, .precision = Precision::keeps_f32});
 TROUPE_DEFINE_OP({.name = "embedding_backward", .infer = infer_embedding_backward, .sharding = shard_embedding_backward, .compute = compute_embedding_backward,
-                  .no_grad_inputs = {1}});
+                  .no_grad_inputs = {1}, .host_reads = true});
 
 }  // namespace troupe::graph

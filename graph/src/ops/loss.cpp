@@ -68,9 +68,9 @@ std::vector<ShardSignature> shard_cross_entropy_backward(const ShardContext& c) 
 // compute: kernels::cross_entropy over the rows of the flattened logits; targets take no gradient.
 Var cross_entropy(const Var& logits, const Var& targets) { return apply1("cross_entropy", {logits, targets}); }
 TROUPE_DEFINE_OP({.name = "cross_entropy", .infer = infer_cross_entropy, .sharding = shard_cross_entropy, .compute = compute_cross_entropy,
-                  .grad = grad_cross_entropy, .no_grad_inputs = {1}, .precision = Precision::keeps_f32});
+                  .grad = grad_cross_entropy, .no_grad_inputs = {1}, .host_reads = true, .precision = Precision::keeps_f32});
 TROUPE_DEFINE_OP({.name = "cross_entropy_backward", .infer = infer_cross_entropy_backward, .sharding = shard_cross_entropy_backward,
-                  .compute = compute_cross_entropy_backward, .no_grad_inputs = {2}});
+                  .compute = compute_cross_entropy_backward, .no_grad_inputs = {2}, .host_reads = true});
 
 // Built from other ops: mean((y - target)^2).
 Var mse_loss(const Var& y, const Var& target) {

@@ -209,7 +209,7 @@ TROUPE_DEFINE_OP({.name = "max_backward", .infer = infer_max_backward, .kernel =
 Var squared_norm(const Var& x) { return apply1("squared_norm", {x}); }
 // compute: kernels::squared_norm, accumulated in double, returned as a 0-d value of x's dtype.
 TROUPE_DEFINE_OP({.name = "squared_norm", .infer = infer_squared_norm, .compute = compute_squared_norm,
-                  .grad = grad_squared_norm, .precision = Precision::f32});
+                  .grad = grad_squared_norm, .host_reads = true, .precision = Precision::f32});
 
 // sum_to and broadcast_to are each other's gradient; `like` (input 1) gives only its shape.
 Var sum_to(const Var& x, const Var& like) { return apply1("sum_to", {x, like}); }

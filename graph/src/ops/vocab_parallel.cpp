@@ -103,12 +103,12 @@ std::vector<ValueId> expand_vocab_cross_entropy_backward(LocalGraph& g, const st
 // A device's parts of the cross-entropy of its columns of the logits (kernels::cross_entropy_parts;
 // attributes "first", the device's first column, and "classes"): (logits [..., C_l], targets, the
 // rows' maximum over all devices) -> f64 [..., 2].
-TROUPE_DEFINE_OP({.name = "cross_entropy_parts", .infer = infer_parts, .compute = compute_parts, .no_grad_inputs = {0, 1, 2}});
+TROUPE_DEFINE_OP({.name = "cross_entropy_parts", .infer = infer_parts, .compute = compute_parts, .no_grad_inputs = {0, 1, 2}, .host_reads = true});
 // The loss from the parts summed over the devices: (parts, maximum) -> the mean over the rows.
 TROUPE_DEFINE_OP({.name = "cross_entropy_from_parts", .infer = infer_from_parts, .compute = compute_from_parts,
                   .no_grad_inputs = {0, 1}});
 // The gradient of a device's columns: (dloss, logits, targets, maximum, summed parts) -> dlogits.
 TROUPE_DEFINE_OP({.name = "cross_entropy_parts_backward", .infer = infer_parts_backward, .compute = compute_parts_backward,
-                  .no_grad_inputs = {0, 1, 2, 3, 4}});
+                  .no_grad_inputs = {0, 1, 2, 3, 4}, .host_reads = true});
 
 }  // namespace troupe::graph

@@ -116,6 +116,14 @@ struct ProgramOptions {
   /// too. A chain of small ops then pays one message and one hand-over between threads, not one per op. By default only programs without gradients (inference, decoding):
   /// a training step's planned memory is counted per act, and coarser acts hold more of it.
   OpGrouping group_ops = OpGrouping::inference;
+  /// Stream-ordered execution (docs/RUNTIME.md, "Streams"): 0 runs each op's kernels in its actor's
+  /// handler; N > 0 gives the program N streams of the host (troupe/kernels/stream.hpp), which the op
+  /// actors take in turn: an act queues its kernels on its stream and passes the outputs on at
+  /// once with an event, a consumer on another stream waits for that event on its stream, and the
+  /// sinks, gradient stages and collectives act once their inputs are complete, told by a message.
+  /// The same path a GPU's streams take, run on the CPU. Such a program does not plan its step's
+  /// memory (JIT level 3): its blocks are freed when the stream is done with them.
+  int streams = 0;
 };
 
 /// What one step produced.

@@ -85,6 +85,9 @@ struct OpDef {
                                      // so every device must run these ops' acts in one order; null otherwise
   GradFn grad;                       // empty: not differentiable (autodiff says so if a gradient must pass)
   std::vector<int> no_grad_inputs;   // inputs that never get a gradient (ids, targets, shape sources)
+  bool host_reads = false;           // its computation reads input values on the host (a range check of
+                                     // ids, a norm it returns as a number): a stream-ordered program runs
+                                     // it on the host once its inputs are complete (troupe/kernels/stream.hpp)
   bool side_effects = false;         // runs for an effect besides its outputs (printing): graph passes
                                      // never remove, merge or fold such a node
   bool in_place = false;             // kernel op computing output 0 elementwise: it may be written over

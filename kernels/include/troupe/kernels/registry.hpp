@@ -75,7 +75,8 @@ struct KernelRegistrar {
       op, ::troupe::DeviceKind::device, ::troupe::DType::dtype, fn)
 
 /// Runs kernel `op` for the device and dtype of `inputs[0]` (or `dtype` when given) after checking
-/// that every defined input and output lives on the same device.
+/// that every defined input and output lives on the same device; queues it on the thread's
+/// current stream instead when there is one (stream.hpp).
 void dispatch(const std::string& op, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
               const Attrs& attrs = {});
 

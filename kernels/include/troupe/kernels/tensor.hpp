@@ -85,7 +85,8 @@ class Tensor {
   Tensor to(DType dtype) const;
   /// A dense copy on `device` (this tensor itself when already there).
   Tensor to(const Device& device) const;
-  /// Copies `src` (same shape, or broadcastable to it; any dtype) into this tensor's elements.
+  /// Copies `src` (same shape, or broadcastable to it; any dtype) into this tensor's elements (queued
+  /// on the thread's current stream when it has one, stream.hpp).
   void copy_from(const Tensor& src);
 
   /// Host copy of the elements in row-major order; T must match the dtype.
