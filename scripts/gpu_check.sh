@@ -14,12 +14,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The GPU test binaries: every suite whose tests need a device.
-gpu_tests() { for t in test_cuda test_nccl; do [[ -x "$1/tests/$t" ]] && echo "$1/tests/$t"; done; }
+gpu_tests() { for t in test_cuda test_cuda_parity test_nccl; do [[ -x "$1/tests/$t" ]] && echo "$1/tests/$t"; done; }
 
 pack() {
   local build=${1:-build} pack=${2:-gpu-pack/gpu_check.tar.xz}
   cmake -S . -B "$build" -DTROUPE_CUDA=ON >/dev/null
-  cmake --build "$build" -j"$(nproc)" --target test_cuda $(grep -q troupe_transport_nccl "$build/Makefile" 2>/dev/null && echo test_nccl)
+  cmake --build "$build" -j"$(nproc)" --target test_cuda test_cuda_parity $(grep -q troupe_transport_nccl "$build/Makefile" 2>/dev/null && echo test_nccl)
   ldd "$build/kernels/libtroupe_kernels.so" | grep -q libcudart ||
     { echo "gpu_check: $build has no CUDA backend (no CUDA toolkit found); install it under /usr/local/cuda" >&2; exit 1; }
   local stage

@@ -2,6 +2,7 @@
 #include "device_backend.hpp"
 #include "troupe/kernels/cuda.hpp"
 #include "troupe/kernels/error.hpp"
+#include "troupe/kernels/stream.hpp"
 
 namespace troupe {
 
@@ -18,6 +19,11 @@ void copy_bytes_between_devices(void*, const Device& dst_device, const void*, co
 }
 
 }  // namespace detail
+
+std::shared_ptr<Stream> make_cuda_stream(int index, std::string) {
+  fail(ErrorKind::unsupported, "a stream on cuda:", index,
+       " requested, but this Troupe build has no CUDA support; reconfigure with a CUDA toolkit and -DTROUPE_CUDA=ON");
+}
 
 bool cuda_built() { return false; }
 int cuda_device_count() { return 0; }

@@ -7,17 +7,21 @@
 namespace troupe {
 
 struct Event::State {
+  std::shared_ptr<const NativeEvent> native;
   std::mutex mutex;
   bool done = false;
   std::exception_ptr error;
   std::vector<std::function<void(std::exception_ptr)>> callbacks;
 };
 
-Event Event::pending() {
+Event Event::pending(std::shared_ptr<const NativeEvent> native) {
   Event e;
   e.state_ = std::make_shared<State>();
+  e.state_->native = std::move(native);
   return e;
 }
+
+const NativeEvent* Event::native() const { return state_ ? state_->native.get() : nullptr; }
 
 Event Event::all(const std::vector<Event>& events) {
   std::vector<Event> open;

@@ -275,8 +275,11 @@ void Tensor::copy_from(const Tensor& src) {
     TROUPE_CHECK(dtype_ == src.dtype_ && src.shape_ == shape_ && is_contiguous() && src.is_contiguous(), unsupported,
                  "copy_from between ", src.device().str(), " and ", device().str(),
                  " needs dense tensors of equal shape and dtype; call contiguous() and to(dtype) on one side first");
-    detail::copy_bytes_between_devices(raw_data(), device(), src.raw_data(), src.device(), nbytes());
-    return;
+    const auto copy = [dst = *this, src] {
+      detail::copy_bytes_between_devices(dst.raw_data(), dst.device(), src.raw_data(), src.device(), dst.nbytes());
+    };
+    if (Stream* stream = current_stream()) return stream->enqueue(copy);
+    return copy();
   }
   if (Stream* stream = current_stream()) {
     stream->enqueue([dst = *this, src] { copy_on_host(dst, src); });

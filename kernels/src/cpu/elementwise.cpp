@@ -1,5 +1,6 @@
-// CPU elementwise kernels: the math of every unary and binary op in the element type, run by one
-// strided loop over broadcast operands, and the fused chain of them, run tile by tile.
+// CPU elementwise kernels: the math of every unary and binary op (elementwise_math.hpp, shared with
+// the CUDA kernels) in the element type, run by one strided loop over broadcast operands, and the
+// fused chain of them, run tile by tile.
 #include "troupe/kernels/elementwise.hpp"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "cpu/float_kernels.hpp"
 #include "cpu/low_rows.hpp"
 #include "cpu/strided_loop.hpp"
+#include "elementwise_math.hpp"
 #include "troupe/kernels/elementwise_chain.hpp"
 
 namespace troupe::kernels {
@@ -20,95 +22,35 @@ namespace {
 
 using cpu::ComputeType;
 
-constexpr double kSqrt2OverPi = 0.7978845608028654;
-constexpr double kGeluCoeff = 0.044715;
+// The CPU's math functions for the shared elementwise math (elementwise_math.hpp): gelu's exp is
+// the vectorising one for float; the rest are libm's.
+struct CpuMath {
+  template <class T>
+  static T exp(T x) { return std::exp(x); }
+  template <class T>
+  static T gelu_exp(T x) {
+    if constexpr (std::is_same_v<T, float>) return cpu::fast_exp(x);
+    else return std::exp(x);
+  }
+  template <class T>
+  static T log(T x) { return std::log(x); }
+  template <class T>
+  static T tanh(T x) { return std::tanh(x); }
+  template <class T>
+  static T sqrt(T x) { return std::sqrt(x); }
+};
 
-// e^x: the vectorising form for float, libm for double.
+using math::BinaryFn;
+using math::ReluBackwardFn;
+using math::ScalarFn;
+template <UnaryOp Op, class T>
+using ForwardFn = math::ForwardFn<Op, CpuMath, T>;
+template <UnaryOp Op, class T>
+using BackwardFn = math::BackwardFn<Op, CpuMath, T>;
 template <class T>
-inline T exp_of(T x) {
-  if constexpr (std::is_same_v<T, float>) return cpu::fast_exp(x);
-  else return std::exp(x);
-}
-
-// Math of each op in the element type T (float or double). Forward f(x) and derivative f'(x).
-// gelu uses 0.5 (1 + tanh(u)) = sigmoid(2u), so it needs one exp and no tanh.
-template <UnaryOp Op, class T>
-inline T forward(T x) {
-  if constexpr (Op == UnaryOp::relu) return x < T(0) ? T(0) : x;  // NaN passes through, as in IEEE max
-  if constexpr (Op == UnaryOp::gelu) {
-    const T c = static_cast<T>(kSqrt2OverPi), k = static_cast<T>(kGeluCoeff);
-    return x / (T(1) + exp_of(T(-2) * c * (x + k * x * x * x)));
-  }
-  if constexpr (Op == UnaryOp::silu) return x / (T(1) + std::exp(-x));
-  if constexpr (Op == UnaryOp::exp) return std::exp(x);
-  if constexpr (Op == UnaryOp::log) return std::log(x);
-  if constexpr (Op == UnaryOp::tanh) return std::tanh(x);
-  if constexpr (Op == UnaryOp::sqrt) return std::sqrt(x);
-  if constexpr (Op == UnaryOp::rsqrt) return T(1) / std::sqrt(x);
-  if constexpr (Op == UnaryOp::neg) return -x;
-}
-
-template <UnaryOp Op, class T>
-inline T derivative(T x) {
-  if constexpr (Op == UnaryOp::gelu) {
-    // With s = sigmoid(2u): d/dx = s + 2 x s (1 - s) u'(x), since 1 - tanh(u)^2 = 4 s (1 - s).
-    const T c = static_cast<T>(kSqrt2OverPi), k = static_cast<T>(kGeluCoeff);
-    const T s = T(1) / (T(1) + exp_of(T(-2) * c * (x + k * x * x * x)));
-    return s + T(2) * x * s * (T(1) - s) * c * (T(1) + T(3) * k * x * x);
-  }
-  if constexpr (Op == UnaryOp::silu) {
-    const T s = T(1) / (T(1) + std::exp(-x));
-    return s * (T(1) + x * (T(1) - s));
-  }
-  if constexpr (Op == UnaryOp::exp) return std::exp(x);
-  if constexpr (Op == UnaryOp::log) return T(1) / x;
-  if constexpr (Op == UnaryOp::tanh) {
-    const T t = std::tanh(x);
-    return T(1) - t * t;
-  }
-  if constexpr (Op == UnaryOp::sqrt) return T(0.5) / std::sqrt(x);
-  if constexpr (Op == UnaryOp::rsqrt) return T(-0.5) / (x * std::sqrt(x));
-  if constexpr (Op == UnaryOp::neg) return T(-1);
-  return T(0);
-}
-
-template <BinaryOp Op, class T>
-inline T apply(T a, T b) {
-  if constexpr (Op == BinaryOp::add) return a + b;
-  if constexpr (Op == BinaryOp::sub) return a - b;
-  if constexpr (Op == BinaryOp::mul) return a * b;
-  if constexpr (Op == BinaryOp::div) return a / b;
-}
-
-// The math of each kernel as a function object, shared by the op's own kernel and by the
-// elementwise chain, so a chain's step compiles to the very loop of the op's kernel.
-template <BinaryOp Op, class T>
-struct BinaryFn {
-  T operator()(T a, T b) const { return apply<Op>(a, b); }
-};
-template <BinaryOp Op, class T>
-struct ScalarFn {
-  T s;
-  T operator()(T a) const { return apply<Op>(a, s); }
-};
-template <UnaryOp Op, class T>
-struct ForwardFn {
-  T operator()(T x) const { return forward<Op>(x); }
-};
-template <UnaryOp Op, class T>
-struct BackwardFn {
-  T operator()(T g, T x) const { return g * derivative<Op>(x); }
-};
+using BiasGeluFn = math::BiasGeluFn<CpuMath, T>;
 template <class T>
-struct ReluBackwardFn {
-  T slope;
-  T operator()(T g, T x) const { return x > T(0) ? g : slope * g; }
-};
-// gelu(h + b) with the sum formed in T exactly as the add kernel forms it.
-template <class T>
-struct BiasGeluFn {
-  T operator()(T h, T b) const { return forward<UnaryOp::gelu>(static_cast<T>(h + b)); }
-};
+using BiasGeluBackwardFn = math::BiasGeluBackwardFn<CpuMath, T>;
 
 // The dense inner loops of map_kernel, where nearly all elementwise time goes.
 template <class T, class F>
@@ -253,7 +195,7 @@ void bias_gelu_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
 template <class T>
 void bias_gelu_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
   using C = ComputeType<T>;
-  map_elements<T, 3>(in, out[0], [](C g, C h, C b) { return g * derivative<UnaryOp::gelu>(static_cast<C>(h + b)); });
+  map_elements<T, 3>(in, out[0], BiasGeluBackwardFn<C>{});
 }
 
 template <class T>

@@ -1,6 +1,6 @@
 #pragma once
-// What the CUDA backend files share: turning a CUDA status into a Troupe error, the block size of
-// the kernels, and the operand check of kernels that do not broadcast yet.
+// What the CUDA backend files share: the launch stream, turning a CUDA status into a Troupe error,
+// the block size of the kernels, and the operand check of kernels that do not broadcast yet.
 
 #include <cuda_runtime.h>
 
@@ -13,6 +13,26 @@ namespace troupe::cuda {
 
 /// Threads per block of the CUDA kernels.
 constexpr int kThreads = 256;
+
+/// The stream this thread's CUDA kernels and copies launch on: a CUDA Stream's while it runs its
+/// work (troupe/kernels/stream.hpp), else null, the legacy default stream.
+cudaStream_t launch_stream();
+
+/// Makes `stream` the thread's launch stream while it lives (the CUDA Stream's work runs under one).
+class LaunchOn {
+ public:
+  explicit LaunchOn(cudaStream_t stream);
+  ~LaunchOn();
+  LaunchOn(const LaunchOn&) = delete;
+  LaunchOn& operator=(const LaunchOn&) = delete;
+
+ private:
+  cudaStream_t previous_;
+};
+
+/// Checks the launch of `what`; outside a stream also waits for it, since such callers read the
+/// results at once.
+void finish_launch(const char* what);
 
 /// Throws a runtime Error naming `what` when `rc` is not cudaSuccess.
 inline void check_cuda(cudaError_t rc, const char* what) {

@@ -116,7 +116,11 @@ Allocator& cuda_allocator(int index) {
   return *slot;
 }
 
+// On a CUDA Stream's launch stream the copy is queued there (the Stream keeps both tensors until it
+// has run); otherwise it finishes before returning.
 void copy_bytes_between_devices(void* dst, const Device&, const void* src, const Device&, std::size_t bytes) {
+  if (const cudaStream_t stream = cuda::launch_stream())
+    return check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
   check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
 }
 

@@ -33,13 +33,17 @@ void squared_norm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out
   const long long n = in[0].numel();
   const long long chunks = (n + kernels::kNormChunk - 1) / kernels::kNormChunk;
   std::vector<double> host(static_cast<std::size_t>(chunks));
+  // The chunk sums come back to the host, so the kernel waits for its stream (the launch stream:
+  // a non-blocking stream does not order with the legacy default stream's copies).
+  const cudaStream_t stream = cuda::launch_stream();
   if (chunks > 0) {
     double* partial = nullptr;
     check_cuda(cudaMalloc(&partial, sizeof(double) * chunks), "cudaMalloc");
-    chunk_squares_f32<<<static_cast<unsigned>(chunks), kThreads>>>(static_cast<const float*>(in[0].raw_data()), n,
-                                                                   partial);
+    chunk_squares_f32<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(static_cast<const float*>(in[0].raw_data()),
+                                                                              n, partial);
     const cudaError_t launch = cudaGetLastError();
-    const cudaError_t copy = cudaMemcpy(host.data(), partial, sizeof(double) * chunks, cudaMemcpyDeviceToHost);
+    cudaError_t copy = cudaMemcpyAsync(host.data(), partial, sizeof(double) * chunks, cudaMemcpyDeviceToHost, stream);
+    if (copy == cudaSuccess) copy = cudaStreamSynchronize(stream);
     cudaFree(partial);
     check_cuda(launch, "squared_norm kernel launch");
     check_cuda(copy, "squared_norm result copy");
@@ -48,7 +52,8 @@ void squared_norm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out
   for (double c : host) total += c;
   // Same result layout as the CPU kernel: the double split into hi + lo floats.
   const float hl[2] = {static_cast<float>(total), static_cast<float>(total - static_cast<float>(total))};
-  check_cuda(cudaMemcpy(out[0].raw_data(), hl, sizeof(hl), cudaMemcpyHostToDevice), "squared_norm output copy");
+  check_cuda(cudaMemcpyAsync(out[0].raw_data(), hl, sizeof(hl), cudaMemcpyHostToDevice, stream), "squared_norm output copy");
+  check_cuda(cudaStreamSynchronize(stream), "squared_norm output copy");  // hl lives on this frame
 }
 
 }  // namespace

@@ -19,13 +19,21 @@
 
 namespace troupe {
 
+/// A device's own handle of an event (a CUDA event), which that device's streams wait for
+/// without the host; each device's streams know their own kind.
+class NativeEvent {
+ public:
+  virtual ~NativeEvent() = default;
+};
+
 /// The completion of the work queued on a stream before the event was recorded: it happens once,
 /// with the first failure of that work or with none. A default-constructed Event is complete.
 class Event {
  public:
   Event() = default;
-  /// An event nothing has completed yet, for the stream that records it (Stream::record).
-  static Event pending();
+  /// An event nothing has completed yet, for the stream that records it (Stream::record), with
+  /// that device's own handle of it when it has one.
+  static Event pending(std::shared_ptr<const NativeEvent> native = nullptr);
   /// An event that completes when every one of `events` has, with the first failure among them.
   static Event all(const std::vector<Event>& events);
   /// Completes a pending event (once; later calls do nothing) and runs its callbacks here.
@@ -37,6 +45,8 @@ class Event {
   /// Runs `f(error)` once the event completes: at once on this thread when it has, else on the
   /// thread that completes it (a stream's), so `f` must be short and must not block.
   void then(std::function<void(std::exception_ptr)> f) const;
+  /// The device's own handle of the event, or null.
+  const NativeEvent* native() const;
 
  private:
   struct State;
@@ -68,6 +78,12 @@ class Stream {
 /// A stream of the host's cores: a thread of its own runs its queue (kernels it runs still use
 /// the parallel kernels' pool). Destroying it runs what is queued first.
 std::shared_ptr<Stream> make_cpu_stream(std::string name);
+/// A stream of CUDA device `index`: work runs at once on the caller's thread with the device's
+/// stream as the one CUDA kernels and copies launch on, so the kernels run in queue order on the
+/// GPU while the caller goes on; the handles the work holds are kept until the GPU has passed the
+/// next recorded event; waits for another CUDA stream's event stay on the GPU. Throws
+/// `unsupported` in a build without CUDA, or naming the device when it is absent.
+std::shared_ptr<Stream> make_cuda_stream(int index, std::string name);
 
 /// Makes `stream` the thread's current stream while it lives, for work of `generation` (guards nest).
 class StreamGuard {
