@@ -18,6 +18,10 @@ void copy_bytes_between_devices(void*, const Device& dst_device, const void*, co
        ": this Troupe build has no CUDA support");
 }
 
+void copy_elements_on_device(const Tensor& dst, const Tensor&) {
+  fail(ErrorKind::unsupported, "copy on ", dst.device().str(), ": this Troupe build has no CUDA support");
+}
+
 }  // namespace detail
 
 std::shared_ptr<Stream> make_cuda_stream(int index, std::string) {

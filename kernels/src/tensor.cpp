@@ -271,6 +271,11 @@ void Tensor::copy_from(const Tensor& src) {
   const Shape out = broadcast_shapes(src.shape_, shape_, "copy_from");
   TROUPE_CHECK(out == shape_, shape_mismatch, "copy_from: source ", shape_str(src.shape_),
                " does not broadcast to destination ", shape_str(shape_));
+  if (device() == src.device() && !device().is_cpu()) {  // strided, broadcast, converted: on the device
+    const auto copy = [dst = *this, src] { detail::copy_elements_on_device(dst, src); };
+    if (Stream* stream = current_stream()) return stream->enqueue(copy);
+    return copy();
+  }
   if (!device().is_cpu() || !src.device().is_cpu()) {
     TROUPE_CHECK(dtype_ == src.dtype_ && src.shape_ == shape_ && is_contiguous() && src.is_contiguous(), unsupported,
                  "copy_from between ", src.device().str(), " and ", device().str(),

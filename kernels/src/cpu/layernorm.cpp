@@ -14,6 +14,7 @@
 #include "cpu/float_kernels.hpp"
 #include "cpu/low_rows.hpp"
 #include "cpu/parallel.hpp"
+#include "layernorm_y.hpp"
 
 namespace troupe {
 namespace {
@@ -83,17 +84,6 @@ TROUPE_VECTOR_CLONES void layernorm_row(const float* __restrict p, const float* 
   for (std::int64_t i = 0; i < d; ++i) y[i] = (p[i] - mf) * rf * g[i] + b[i];
   *mean = mf;
   *rstd_out = rf;
-}
-
-// Calls body(Y{}) with the element type y is written in: T, or bf16 or f16 for f32 rows whose y is
-// rounded once on the way out (the cast before a product under mixed precision, in the same pass).
-template <class T, class Body>
-void with_y_type(DType y, Body&& body) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (y == DType::bf16) return body(BFloat16{});
-    if (y == DType::f16) return body(Half{});
-  }
-  body(T{});
 }
 
 // in: x, gamma, beta; out: y, mean, rstd (f32 for bf16 and f16 x, whose rows, gamma and beta are

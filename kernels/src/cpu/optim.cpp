@@ -9,6 +9,7 @@
 #include "cpu/fast_math.hpp"
 #include "cpu/float_kernels.hpp"
 #include "cpu/parallel.hpp"
+#include "optim_math.hpp"
 
 namespace troupe::kernels {
 
@@ -58,48 +59,28 @@ void sgd_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs
   const double damp = a.get_double("dampening");
   const bool nesterov = a.get_int("nesterov") != 0, first = a.get_int("first_step") != 0;
   const T s = static_cast<T>(a.get_double("grad_scale"));  // rounded as scale_ rounds it
-  for (std::int64_t i = 0, n = in[0].numel(); i < n; ++i) {
-    const T gi = g[i] * s;  // what scale_ would have left in the gradient
-    double d = gi + wd * p[i];
-    if (mom != 0) {
-      const double b = first ? d : mom * buf[i] + (1 - damp) * d;
-      buf[i] = static_cast<T>(b);
-      d = nesterov ? d + mom * b : b;
-    }
-    p[i] = static_cast<T>(p[i] - lr * d);
-  }
+  for (std::int64_t i = 0, n = in[0].numel(); i < n; ++i)
+    math::sgd_element(p[i], g[i], buf ? buf + i : nullptr, lr, mom, wd, damp, nesterov, first, s);
 }
 
-// The AdamW arithmetic in the parameters' own precision, as PyTorch computes it, over distinct
-// (restrict) buffers, so it vectorises: in double, f32's square root and division ran at half
-// the lanes and made the update compute-bound (0.5 of memcpy bandwidth, `bench/run kernels adamw`).
-// The coefficients come formed in double and rounded once, as PyTorch's Python scalars are: 1 - b2
-// taken in f32 (1 - 0.999f) is 1.3e-5 smaller than PyTorch's 0.001f.
+// The AdamW arithmetic (optim_math.hpp) over distinct (restrict) buffers, so it vectorises: in
+// double, f32's square root and division ran at half the lanes and made the update compute-bound
+// (0.5 of memcpy bandwidth, `bench/run kernels adamw`).
 template <class T>
 TROUPE_VECTOR_CLONES void adamw_loop(T* __restrict p, T* __restrict m, T* __restrict v, const T* __restrict g,
-                                     std::int64_t n, T b1, T b2, T c1, T c2, T eps, T step_size, T decay, T inv_bc2,
-                                     T grad_scale) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const T gi = g[i] * grad_scale;  // what scale_ would have left in the gradient
-    const T mi = b1 * m[i] + c1 * gi;
-    const T vi = b2 * v[i] + c2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi * inv_bc2) + eps);
-  }
+                                     std::int64_t n, const math::AdamWStep<T> step) {
+  for (std::int64_t i = 0; i < n; ++i) step(p[i], m[i], v[i], g[i]);
 }
 
 template <class T>
 void adamw_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& a) {
-  const double lr = a.get_double("lr"), b1 = a.get_double("beta1"), b2 = a.get_double("beta2");
-  const double eps = a.get_double("eps"), wd = a.get_double("weight_decay");
-  const auto step = static_cast<double>(a.get_int("step"));
-  const double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
+  const math::AdamWStep<T> step(a.get_double("lr"), a.get_double("beta1"), a.get_double("beta2"), a.get_double("eps"),
+                                a.get_double("weight_decay"), static_cast<double>(a.get_int("step")),
+                                a.get_double("grad_scale"));
   T *p = in[0].data<T>(), *m = in[2].data<T>(), *v = in[3].data<T>();
   const T* g = in[1].data<T>();
   cpu::parallel_ranges(in[0].numel(), cpu::kElementTile, 2.0, [&](std::int64_t begin, std::int64_t end) {
-    adamw_loop(p + begin, m + begin, v + begin, g + begin, end - begin, T(b1), T(b2), T(1 - b1), T(1 - b2), T(eps),
-               T(lr / bc1), T(1 - lr * wd), T(1 / bc2), static_cast<T>(a.get_double("grad_scale")));
+    adamw_loop(p + begin, m + begin, v + begin, g + begin, end - begin, step);
   });
 }
 

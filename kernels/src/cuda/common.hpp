@@ -39,6 +39,27 @@ inline void check_cuda(cudaError_t rc, const char* what) {
   TROUPE_CHECK(rc == cudaSuccess, runtime, what, " failed: ", cudaGetErrorString(rc));
 }
 
+/// Device memory a kernel needs for itself (partial sums, wide accumulators), taken and given back
+/// in the launch stream's order (cudaMallocAsync / cudaFreeAsync), so it stays valid for the
+/// kernels queued before its release even when the call returns first.
+class Scratch {
+ public:
+  explicit Scratch(std::size_t bytes) {
+    check_cuda(cudaMallocAsync(&data_, bytes, launch_stream()), "cudaMallocAsync");
+  }
+  ~Scratch() { cudaFreeAsync(data_, launch_stream()); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  /// The memory as T elements.
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+};
+
 /// Refuses inputs that are not dense or not all of one shape, for kernels without strided or
 /// broadcast support yet.
 inline void require_dense_equal(const char* op, const std::vector<Tensor>& in) {

@@ -5,13 +5,12 @@
 // One grid-stride loop maps N inputs of any strides, broadcast to the output, through the op's
 // math; a dense run skips the index arithmetic. They launch on the thread's launch stream and
 // return at once (cuda::finish_launch waits outside a stream).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <type_traits>
 
 #include "cuda/common.hpp"
+#include "cuda/element_types.cuh"
+#include "cuda/strided.cuh"
 #include "elementwise_math.hpp"
 #include "troupe/kernels/elementwise.hpp"
 #include "troupe/kernels/registry.hpp"
@@ -20,47 +19,18 @@ namespace troupe {
 
 namespace {
 
+using cuda::ComputeOf;
 using cuda::kThreads;
+using cuda::load;
+using cuda::store;
 using kernels::BinaryOp;
 using kernels::UnaryOp;
-
-constexpr int kMaxDims = 8;
-
-// The element types as CUDA sees them, and the type each computes in.
-template <class T>
-struct CudaType {
-  using type = T;
-  using compute = T;
-};
-template <>
-struct CudaType<BFloat16> {
-  using type = __nv_bfloat16;
-  using compute = float;
-};
-template <>
-struct CudaType<Half> {
-  using type = __half;
-  using compute = float;
-};
 
 // The input pointers of one launch (a plain struct: kernel arguments are copied by value).
 template <class T, int N>
 struct Operands {
   const T* p[N];
 };
-
-template <class C, class T>
-__device__ inline C load(const T& v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(v);
-  else if constexpr (std::is_same_v<T, __half>) return __half2float(v);
-  else return static_cast<C>(v);
-}
-template <class T, class C>
-__device__ inline T store(C v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(v);
-  else if constexpr (std::is_same_v<T, __half>) return __float2half_rn(v);
-  else return static_cast<T>(v);
-}
 
 // CUDA's math functions for the shared elementwise math (elementwise_math.hpp).
 struct CudaMath {
@@ -88,24 +58,12 @@ using BiasGeluFn = kernels::math::BiasGeluFn<CudaMath, T>;
 template <class T>
 using BiasGeluBackwardFn = kernels::math::BiasGeluBackwardFn<CudaMath, T>;
 
-// The output's shape and every operand's strides (in elements, 0 where broadcast), output first.
-template <int N>
-struct Geometry {
-  int dims = 0;
-  long long shape[kMaxDims] = {};
-  long long strides[N + 1][kMaxDims] = {};
-};
-
 template <class T, class C, int N, class F>
-__global__ void map_strided(Geometry<N> g, T* out, Operands<T, N> in, long long n, F f) {
+__global__ void map_strided(cuda::Geometry<N> g, T* out, Operands<T, N> in, long long n, F f) {
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(blockDim.x) * gridDim.x) {
-    long long rest = i, offsets[N + 1] = {};
-    for (int d = g.dims - 1; d >= 0; --d) {
-      const long long index = rest % g.shape[d];
-      rest /= g.shape[d];
-      for (int k = 0; k <= N; ++k) offsets[k] += index * g.strides[k][d];
-    }
+    long long offsets[N + 1];
+    cuda::offsets_of(g, i, offsets);
     if constexpr (N == 1) out[offsets[0]] = store<T>(f(load<C>(in.p[0][offsets[1]])));
     if constexpr (N == 2) out[offsets[0]] = store<T>(f(load<C>(in.p[0][offsets[1]]), load<C>(in.p[1][offsets[2]])));
     if constexpr (N == 3)
@@ -127,45 +85,27 @@ __global__ void map_dense(T* out, Operands<T, N> in, long long n, F f) {
 // Maps the N inputs, broadcast to `out`'s shape, through f into out.
 template <class Host, int N, class F>
 void map_elements(const char* op, const std::vector<Tensor>& in, Tensor& out, F f) {
-  using T = typename CudaType<Host>::type;
-  using C = typename CudaType<Host>::compute;
+  using T = cuda::DeviceType<Host>;
+  using C = ComputeOf<Host>;
   const long long n = out.numel();
   if (n == 0) return;
-  const int rank = static_cast<int>(out.dim());
-  TROUPE_CHECK(rank <= kMaxDims, unsupported, op, " on CUDA handles up to ", kMaxDims, " dims, got ", out.str());
   Operands<T, N> ptrs{};
+  const Tensor* operands[N];
   bool dense = out.is_contiguous();
   for (int k = 0; k < N; ++k) {
-    ptrs.p[k] = static_cast<const T*>(in[static_cast<std::size_t>(k)].raw_data());
-    dense = dense && in[static_cast<std::size_t>(k)].is_contiguous() && in[static_cast<std::size_t>(k)].shape() == out.shape();
+    const Tensor& t = in[static_cast<std::size_t>(k)];
+    operands[k] = &t;
+    ptrs.p[k] = static_cast<const T*>(t.raw_data());
+    dense = dense && t.is_contiguous() && t.shape() == out.shape();
   }
   T* dst = static_cast<T*>(out.raw_data());
-  const unsigned blocks = static_cast<unsigned>(std::min<long long>((n + kThreads - 1) / kThreads, 65535));
-  if (dense) {
-    map_dense<T, C, N><<<blocks, kThreads, 0, cuda::launch_stream()>>>(dst, ptrs, n, f);
-  } else {
-    Geometry<N> g;
-    g.dims = rank;
-    for (int d = 0; d < rank; ++d) {
-      g.shape[d] = out.shape()[static_cast<std::size_t>(d)];
-      g.strides[0][d] = out.strides()[static_cast<std::size_t>(d)];
-    }
-    for (int k = 0; k < N; ++k) {
-      // Broadcast: the input's dims align with the output's last ones; a dim of size 1 repeats.
-      const Tensor& t = in[static_cast<std::size_t>(k)];
-      const int skip = rank - static_cast<int>(t.dim());
-      for (int d = skip; d < rank; ++d) {
-        const auto src = static_cast<std::size_t>(d - skip);
-        g.strides[k + 1][d] = t.shape()[src] == 1 ? 0 : t.strides()[src];
-      }
-    }
-    map_strided<T, C, N><<<blocks, kThreads, 0, cuda::launch_stream()>>>(g, dst, ptrs, n, f);
-  }
+  if (dense)
+    map_dense<T, C, N><<<cuda::blocks_for(n), kThreads, 0, cuda::launch_stream()>>>(dst, ptrs, n, f);
+  else
+    map_strided<T, C, N><<<cuda::blocks_for(n), kThreads, 0, cuda::launch_stream()>>>(cuda::geometry_of<N>(op, out, operands),
+                                                                                     dst, ptrs, n, f);
   cuda::finish_launch(op);
 }
-
-template <class Host>
-using ComputeOf = typename CudaType<Host>::compute;
 
 template <BinaryOp Op>
 struct Binary {
@@ -208,26 +148,19 @@ void bias_gelu_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor
 
 }  // namespace
 
-// Every kernel in f32, f64, bf16 and f16, as on the CPU.
-#define TROUPE_CUDA_ELEMENT_KERNELS(op, fn)               \
-  TROUPE_REGISTER_KERNEL(op, cuda, f32, fn<float>);       \
-  TROUPE_REGISTER_KERNEL(op, cuda, f64, fn<double>);      \
-  TROUPE_REGISTER_KERNEL(op, cuda, bf16, fn<BFloat16>);   \
-  TROUPE_REGISTER_KERNEL(op, cuda, f16, fn<Half>)
-#define TROUPE_BINARY(op)                                         \
-  TROUPE_CUDA_ELEMENT_KERNELS(#op, Binary<BinaryOp::op>::kernel); \
-  TROUPE_CUDA_ELEMENT_KERNELS(#op "_scalar", Binary<BinaryOp::op>::scalar_kernel);
+#define TROUPE_BINARY(op)                                                \
+  TROUPE_REGISTER_CUDA_FLOAT_KERNELS(#op, Binary<BinaryOp::op>::kernel); \
+  TROUPE_REGISTER_CUDA_FLOAT_KERNELS(#op "_scalar", Binary<BinaryOp::op>::scalar_kernel);
 TROUPE_BINARY_OPS(TROUPE_BINARY)
 #undef TROUPE_BINARY
-#define TROUPE_UNARY(op)                                        \
-  TROUPE_CUDA_ELEMENT_KERNELS(#op, Unary<UnaryOp::op>::kernel); \
-  TROUPE_CUDA_ELEMENT_KERNELS(#op "_backward", Unary<UnaryOp::op>::backward_kernel);
+#define TROUPE_UNARY(op)                                              \
+  TROUPE_REGISTER_CUDA_FLOAT_KERNELS(#op, Unary<UnaryOp::op>::kernel); \
+  TROUPE_REGISTER_CUDA_FLOAT_KERNELS(#op "_backward", Unary<UnaryOp::op>::backward_kernel);
 TROUPE_SMOOTH_UNARY_OPS(TROUPE_UNARY)
 #undef TROUPE_UNARY
-TROUPE_CUDA_ELEMENT_KERNELS("relu", Unary<UnaryOp::relu>::kernel);
-TROUPE_CUDA_ELEMENT_KERNELS("relu_backward", relu_backward_kernel);
-TROUPE_CUDA_ELEMENT_KERNELS("bias_gelu", bias_gelu_kernel);
-TROUPE_CUDA_ELEMENT_KERNELS("bias_gelu_backward", bias_gelu_backward_kernel);
-#undef TROUPE_CUDA_ELEMENT_KERNELS
+TROUPE_REGISTER_CUDA_FLOAT_KERNELS("relu", Unary<UnaryOp::relu>::kernel);
+TROUPE_REGISTER_CUDA_FLOAT_KERNELS("relu_backward", relu_backward_kernel);
+TROUPE_REGISTER_CUDA_FLOAT_KERNELS("bias_gelu", bias_gelu_kernel);
+TROUPE_REGISTER_CUDA_FLOAT_KERNELS("bias_gelu_backward", bias_gelu_backward_kernel);
 
 }  // namespace troupe
