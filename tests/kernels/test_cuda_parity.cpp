@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <tuple>
 
@@ -88,7 +89,7 @@ TEST(CudaParity, EveryKernelOfTheCudaFamiliesHasACudaTwin) {
                                  "causal_softmax_backward", "layernorm", "add_layernorm", "layernorm_backward",
                                  "cross_entropy", "cross_entropy_backward", "embedding", "embedding_backward",
                                  "squared_norm", "scale_", "sgd_update_", "adamw_update_", "matmul", "matmul_bias",
-                                 "causal_mask"};
+                                 "causal_mask", "causal_attention", "causal_attention_backward"};
 #define TROUPE_NAMES_BINARY(op) names.push_back(#op), names.push_back(#op "_scalar");
   TROUPE_BINARY_OPS(TROUPE_NAMES_BINARY)
 #undef TROUPE_NAMES_BINARY
@@ -359,4 +360,26 @@ TEST(CudaParity, ProductsAndTheBiasEpilogue) {
           << "written as f32, with an f32 bias";
     }
   }
+}
+
+// Fused causal attention and its backward, over heads whose length spans several tiles of keys and
+// whose width is not a multiple of a warp; the backward from the CPU forward's y and lse. Sums run
+// in other orders on the two devices (products' bound).
+TEST(CudaParity, FusedCausalAttentionAndItsBackward) {
+  TROUPE_REQUIRE_GPU();
+  for (DType dtype : kDTypes)
+    for (std::int64_t d : {48, 64}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + ", D " + std::to_string(d));
+      const double b = dtype == DType::f64 ? 1e-12 : dtype == DType::f32 ? 1e-5 : bound(dtype);
+      const DType acc = dtype == DType::f64 ? DType::f64 : DType::f32;
+      const Tensor q = input({6, 70, d}, 47, dtype), k = input({6, 70, d}, 48, dtype), v = input({6, 70, d}, 49, dtype);
+      const Attrs attrs = Attrs().set("scale", 1.0 / std::sqrt(static_cast<double>(d)));
+      EXPECT_LE(parity("causal_attention", {q, k, v}, {{{6, 70, d}, dtype}, {{6, 70}, acc}}, attrs), b);
+      std::vector<Tensor> forward{Tensor::empty({6, 70, d}, dtype), Tensor::empty({6, 70}, acc)};
+      dispatch("causal_attention", {q, k, v}, forward, attrs);
+      const Tensor dy = input({6, 70, d}, 50, dtype);
+      EXPECT_LE(parity("causal_attention_backward", {dy, q, k, v, forward[0], forward[1]},
+                       {{{6, 70, d}, dtype}, {{6, 70, d}, dtype}, {{6, 70, d}, dtype}}, attrs),
+                b);
+    }
 }
