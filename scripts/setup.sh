@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Troupe needs to build and test (libjs-chart.js among them: the build
-# embeds its Chart.js in troupe-report's pages); with --bench also PyTorch (Debian's python3-torch,
-# with Pillow) and OpenMPI, which the side-by-side benchmarks and the golden-data generator run;
+# embeds its Chart.js in troupe-report's pages; openmpi-bin: a test launches a job with mpirun);
+# with --bench also PyTorch (Debian's python3-torch, with Pillow) and OpenMPI's headers, which the
+# side-by-side benchmarks and the golden-data generator use;
 # with --browser also Chromium, which the troupe-serve and troupe-report page tests drive headless
 # (they skip without it; scripts/test.sh passes --browser, so the suite runs them).
 # Idempotent and quiet: does nothing when everything is present. Runs as root, or through sudo.
@@ -14,11 +15,11 @@ packages=(
   libgtest-dev libgmock-dev
   nlohmann-json3-dev libpng-dev zlib1g-dev libcli11-dev libicu-dev
   libjs-chart.js
-  python3
+  python3 openmpi-bin
 )
 for option in "$@"; do
   case "$option" in
-    --bench) packages+=(python3-torch python3-pil openmpi-bin libopenmpi-dev) ;;
+    --bench) packages+=(python3-torch python3-pil libopenmpi-dev) ;;
     --browser) packages+=(chromium) ;;
     *) echo "setup.sh: unknown option '$option'; use --bench and/or --browser" >&2; exit 2 ;;
   esac

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -17,6 +18,7 @@
 #include "troupe/models/gpt2.hpp"
 #include "troupe/models/gpt2_tokenizer.hpp"
 #include "troupe/models/gpt_decoder.hpp"
+#include "troupe/transport/bootstrap.hpp"
 
 using namespace troupe;
 using test::run_app;
@@ -429,6 +431,26 @@ TEST(GptApp, DropoutDrawsAlikeAtAnyLayoutAndAfterResume) {
   const auto plain = run_app(kGpt + common + "0 --threads 1 --batch 8 --metrics " + dir + "/plain.csv");
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   EXPECT_GT(std::abs(test::csv_column(dir + "/plain.csv", "loss")[1] - want[1]), 1e-3);
+}
+
+// --dp 2 launched by Open MPI's mpirun instead of troupe-launch: the ranks find their places in
+// OMPI_COMM_WORLD_* and train like one process at the global batch.
+TEST(GptApp, DataParallelUnderMpirunEqualsOneProcess) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no mpirun on this machine (scripts/setup.sh installs Open MPI)";
+  const std::string dir = test::fresh_dir("gpt_mpirun"), data = corpus_file(dir);
+  const std::string common = " --d-model 32 --layers 1 --heads 2 --d-ff 64 --seq 16 --threads 1 --lr 3e-3 --eval-every 100"
+                             " --steps 5 --comm-fusion-mb 0.01 --amp O0 --data " + data;
+  ASSERT_EQ(run_app(kGpt + common + " --batch 8 --metrics " + dir + "/single.csv").exit_code, 0);
+  // Open MPI refuses root unless told; CI runs as root.
+  const auto dp = run_app("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 -x "
+                          "TROUPE_MASTER_PORT=" + std::to_string(transport::free_local_port()) + " " + kGpt + common +
+                          " --batch 4 --dp 2 --metrics " + dir + "/dp.csv");
+  ASSERT_EQ(dp.exit_code, 0) << dp.output;
+  EXPECT_NE(dp.output.find("troupe-gpt: data parallel: replica 1 of 2 (mpirun)"), std::string::npos) << dp.output;
+  const auto single = test::csv_column(dir + "/single.csv", "loss"), parallel = test::csv_column(dir + "/dp.csv", "loss");
+  ASSERT_EQ(parallel.size(), 5u);
+  for (std::size_t i = 0; i < 5; ++i) EXPECT_NEAR(parallel[i], single[i], 1e-5 * std::abs(single[i])) << "step " << i + 1;
 }
 
 // troupe-launch: every rank gets its place in the job; a failing rank stops the others at once

@@ -3,6 +3,11 @@
 // computation; disagreeing ranks fail together with one message; a silent rank times out by name.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -196,13 +201,24 @@ TEST(Collectives, ACommunicatorReleasedByItsOwnCallbackEndsItsThread) {
   EXPECT_TRUE(watch.expired()) << "the callback's reference was the last one";
 }
 
+namespace {
+
+// Every variable JobInfo::from_environment reads, cleared.
+void clear_launcher_environment() {
+  for (const char* v : {"TROUPE_RANK", "TROUPE_WORLD_SIZE", "TROUPE_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+                        "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS",
+                        "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE", "SLURM_LAUNCH_NODE_IPADDR",
+                        "SLURM_JOB_NODELIST", "PMIX_RANK", "TROUPE_MASTER_ADDR", "TROUPE_MASTER_PORT", "TROUPE_JOB_TOKEN",
+                        "TROUPE_TIMEOUT"})
+    ::unsetenv(v);
+}
+
+}  // namespace
+
 // Rank, size and the ranks on this machine come from troupe-launch, else mpirun, else Slurm; a
 // rank outside the world, more local ranks than ranks and a malformed number are refused by name.
 TEST(Collectives, JobInfoReadsLauncherMpirunAndSlurm) {
-  for (const char* v : {"TROUPE_RANK", "TROUPE_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID",
-                        "SLURM_NTASKS", "TROUPE_MASTER_ADDR", "TROUPE_MASTER_PORT", "TROUPE_JOB_TOKEN", "TROUPE_TIMEOUT",
-                        "TROUPE_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"})
-    ::unsetenv(v);
+  clear_launcher_environment();
   EXPECT_EQ(JobInfo::from_environment().source, "single process");
   ::setenv("SLURM_PROCID", "3", 1);
   ::setenv("SLURM_NTASKS", "4", 1);
@@ -245,9 +261,129 @@ TEST(Collectives, JobInfoReadsLauncherMpirunAndSlurm) {
   EXPECT_THROW(JobInfo::from_environment(), Error);
   ::setenv("TROUPE_RANK", "one", 1);
   EXPECT_THROW(JobInfo::from_environment(), Error);
-  for (const char* v : {"TROUPE_RANK", "TROUPE_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID",
-                        "SLURM_NTASKS", "TROUPE_MASTER_PORT", "TROUPE_TIMEOUT"})
-    ::unsetenv(v);
+  clear_launcher_environment();
+}
+
+// MPICH's and Intel MPI's PMI variables, a bare PMIx launcher (whose world size must be given),
+// and the master from Slurm: its launch node, else the first node of the job's node list.
+TEST(Collectives, JobInfoReadsPmiPmixAndSlurmsMaster) {
+  clear_launcher_environment();
+  ::setenv("PMI_RANK", "2", 1);
+  ::setenv("PMI_SIZE", "4", 1);
+  ::setenv("MPI_LOCALNRANKS", "2", 1);
+  JobInfo j = JobInfo::from_environment();
+  EXPECT_EQ(j.source, "pmi");
+  EXPECT_EQ(j.rank, 2);
+  EXPECT_EQ(j.size, 4);
+  EXPECT_EQ(j.local_size, 2);
+  EXPECT_EQ(j.master_addr, "127.0.0.1");
+  clear_launcher_environment();
+  ::setenv("PMIX_RANK", "1", 1);
+  try {
+    JobInfo::from_environment();
+    ADD_FAILURE() << "a PMIx rank without a world size was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("set TROUPE_WORLD_SIZE"), std::string::npos) << e.what();
+  }
+  ::setenv("TROUPE_WORLD_SIZE", "3", 1);
+  j = JobInfo::from_environment();
+  EXPECT_EQ(j.source, "pmix");
+  EXPECT_EQ(j.rank, 1);
+  EXPECT_EQ(j.size, 3);
+  clear_launcher_environment();
+  ::setenv("SLURM_PROCID", "1", 1);
+  ::setenv("SLURM_NTASKS", "2", 1);
+  ::setenv("SLURM_JOB_NODELIST", "node[07-09,12],gpu1", 1);
+  EXPECT_EQ(JobInfo::from_environment().master_addr, "node07");
+  ::setenv("SLURM_LAUNCH_NODE_IPADDR", "10.1.2.3", 1);
+  EXPECT_EQ(JobInfo::from_environment().master_addr, "10.1.2.3");
+  ::setenv("TROUPE_MASTER_ADDR", "10.9.9.9", 1);
+  EXPECT_EQ(JobInfo::from_environment().master_addr, "10.9.9.9");
+  clear_launcher_environment();
+  EXPECT_EQ(first_slurm_host("gpu3"), "gpu3");
+  EXPECT_EQ(first_slurm_host("a1,b2"), "a1");
+  EXPECT_EQ(first_slurm_host("n[001-004]-ib,x"), "n001-ib");
+  EXPECT_EQ(first_slurm_host("rack[5,7-9]"), "rack5");
+  EXPECT_THROW(first_slurm_host("node[]"), Error);
+  EXPECT_THROW(first_slurm_host("node[3-4"), Error);
+}
+
+namespace {
+
+// Two ranks of one job on this machine, rank 0 at `master`.
+std::vector<JobInfo> local_job(const std::string& master) {
+  std::vector<JobInfo> job(2);
+  const int port = free_local_port();
+  for (int r = 0; r < 2; ++r) {
+    job[static_cast<std::size_t>(r)].rank = r;
+    job[static_cast<std::size_t>(r)].size = 2;
+    job[static_cast<std::size_t>(r)].master_addr = master;
+    job[static_cast<std::size_t>(r)].master_port = port;
+    job[static_cast<std::size_t>(r)].token = "job-7";
+  }
+  return job;
+}
+
+// A connection to rank 0 of `job` from outside it, or -1 while rank 0 does not listen yet.
+int stranger(const JobInfo& job) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(job.master_port));
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return fd;
+  ::close(fd);
+  return -1;
+}
+
+}  // namespace
+
+// Strangers that connect first and send nothing, or a byte and then nothing, do not hold the job
+// up: rank 0 reads every connection's hello side by side (each may take up to 5 s), so the ranks
+// join as soon as they arrive.
+TEST(Collectives, StrangersThatSendNothingDoNotDelayTheRendezvous) {
+  auto job = local_job("127.0.0.1");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto zero = std::async(std::launch::async, [&] {
+    Bootstrap boot(job[0], std::chrono::seconds(20));
+    return boot.all_gather("zero");
+  });
+  int silent = -1, one_byte = -1;
+  for (int i = 0; i < 500 && silent < 0; ++i) {
+    silent = stranger(job[0]);
+    if (silent < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GE(silent, 0) << "rank 0 never listened";
+  one_byte = stranger(job[0]);
+  ASSERT_GE(one_byte, 0);
+  ASSERT_EQ(::send(one_byte, "T", 1, MSG_NOSIGNAL), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // both are accepted before rank 1 comes
+  Bootstrap one(job[1], std::chrono::seconds(20));
+  const auto from_one = one.all_gather("one");
+  const auto from_zero = zero.get();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3)) << "the strangers delayed the job";
+  EXPECT_EQ(from_zero, (std::vector<std::string>{"zero", "one"}));
+  EXPECT_EQ(from_one, from_zero);
+  ::close(silent);
+  ::close(one_byte);
+}
+
+// The master may be named: rank 0 listens at, and the others reach, what the name resolves to;
+// a name nothing resolves is refused saying so.
+TEST(Collectives, TheMasterMayBeAHostName) {
+  auto job = local_job("localhost");
+  auto zero = std::async(std::launch::async, [&] { return Bootstrap(job[0], std::chrono::seconds(20)).all_gather("a"); });
+  EXPECT_EQ(Bootstrap(job[1], std::chrono::seconds(20)).all_gather("b"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(zero.get(), (std::vector<std::string>{"a", "b"}));
+  auto nowhere = local_job("no-such-host.invalid");
+  try {
+    Bootstrap(nowhere[1], std::chrono::seconds(1));
+    ADD_FAILURE() << "an unresolvable master was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'no-such-host.invalid' is neither an IPv4 address nor a host name"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // The pipelined ring posts several receives under one tag before waiting; they match the sends in

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 namespace troupe::transport {
 
@@ -47,17 +48,41 @@ const char* to_string(Hello::Verdict verdict) {
   return "unknown";
 }
 
-Hello read_hello(int fd, const JobInfo& job, const std::vector<int>& joined, Deadline deadline) {
+namespace {
+
+constexpr std::size_t kHeader = sizeof(std::uint32_t) + sizeof(std::int32_t) + sizeof(std::uint64_t);
+
+template <class T>
+T read_at(const std::string& bytes, std::size_t at) {
+  T v;
+  std::memcpy(&v, bytes.data() + at, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+HelloReader::State HelloReader::feed(const char* data, std::size_t n) {
+  if (state_ != State::reading) return state_;
+  bytes_.append(data, std::min(n, wanted()));
+  if (bytes_.size() >= sizeof kMagic && read_at<std::uint32_t>(bytes_, 0) != kMagic) return state_ = State::malformed;
+  if (bytes_.size() >= kHeader && read_at<std::uint64_t>(bytes_, 8) > kTokenLimit) return state_ = State::malformed;
+  if (wanted() == 0) state_ = State::complete;
+  return state_;
+}
+
+std::size_t HelloReader::wanted() const {
+  if (bytes_.size() < kHeader) return kHeader - bytes_.size();
+  const std::uint64_t token = read_at<std::uint64_t>(bytes_, 8);
+  return token > kTokenLimit ? 0 : static_cast<std::size_t>(kHeader + token - bytes_.size());
+}
+
+Hello HelloReader::verdict(const JobInfo& job, const std::vector<int>& joined) const {
   Hello hello;
-  std::uint32_t magic = 0;
-  std::int32_t rank = -1;
-  std::string token;
-  if (!io_all(fd, &magic, sizeof magic, false, deadline) || magic != kMagic ||
-      !io_all(fd, &rank, sizeof rank, false, deadline) || !recv_blob(fd, token, deadline, kTokenLimit))
-    return hello;
+  if (state_ != State::complete) return hello;
+  const std::int32_t rank = read_at<std::int32_t>(bytes_, 4);
   hello.rank = rank;
   // The token before the rank, so a stranger learns nothing about the job from the verdict.
-  if (token != job.token) {
+  if (bytes_.compare(kHeader, std::string::npos, job.token) != 0) {
     hello.verdict = Hello::Verdict::wrong_token;
   } else if (rank <= 0 || rank >= job.size || rank >= static_cast<std::int64_t>(joined.size()) ||
              joined[static_cast<std::size_t>(rank)] >= 0) {
@@ -66,6 +91,20 @@ Hello read_hello(int fd, const JobInfo& job, const std::vector<int>& joined, Dea
     hello.verdict = Hello::Verdict::accepted;
   }
   return hello;
+}
+
+Hello read_hello(int fd, const JobInfo& job, const std::vector<int>& joined, Deadline deadline) {
+  HelloReader reader;
+  char buf[512];
+  while (reader.state() == HelloReader::State::reading) {
+    pollfd pfd{fd, POLLIN, 0};
+    if (::poll(&pfd, 1, remaining_ms(deadline)) <= 0) break;
+    const ssize_t k = ::recv(fd, buf, std::min(sizeof buf, reader.wanted()), 0);
+    if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (k <= 0) break;
+    reader.feed(buf, static_cast<std::size_t>(k));
+  }
+  return reader.verdict(job, joined);
 }
 
 bool write_hello(int fd, const JobInfo& job, Deadline deadline) {

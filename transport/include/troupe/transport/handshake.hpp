@@ -28,8 +28,27 @@ struct Hello {
 /// Why a hello was refused, in words for rank 0's log ("wrong job token", ...).
 const char* to_string(Hello::Verdict verdict);
 
-/// Reads a hello from `fd` before `deadline` and checks it against `job`; `joined[r] >= 0` means
-/// rank r is already connected (a second claim to it is refused).
+/// One connection's hello read as its bytes arrive, so rank 0 reads many connections at once and a
+/// stranger that sends nothing (or a byte a minute) delays nobody.
+class HelloReader {
+ public:
+  enum class State { reading, complete, malformed };
+  /// Takes bytes that arrived (at most wanted() of them); the state after them.
+  State feed(const char* data, std::size_t n);
+  /// How many more bytes the hello has at most: read no more, the rendezvous's blobs follow it.
+  std::size_t wanted() const;
+  /// The state so far.
+  State state() const { return state_; }
+  /// The verdict on a complete hello against `job` and the ranks `joined` so far (`joined[r] >= 0`:
+  /// rank r is connected, so a second claim to it is refused); not_troupe unless complete.
+  Hello verdict(const JobInfo& job, const std::vector<int>& joined) const;
+
+ private:
+  std::string bytes_;  // the magic, the rank, the token's length and the token, as they arrived
+  State state_ = State::reading;
+};
+
+/// Reads a hello from `fd` before `deadline` and checks it against `job` (HelloReader::verdict).
 Hello read_hello(int fd, const JobInfo& job, const std::vector<int>& joined, Deadline deadline);
 
 /// Sends this rank's hello; false when the connection closed or the deadline passed.
