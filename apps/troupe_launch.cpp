@@ -1,8 +1,9 @@
 // troupe-launch: starts N local ranks of a command and supervises them.
-//   troupe-launch -n N [--timeout S] [--master-addr A] [--port P] [--] CMD ARGS...
+//   troupe-launch -n N [--timeout S] [--master-addr A] [--port P] [--max-restarts K] [--] CMD ARGS...
 // Each rank gets TROUPE_RANK, TROUPE_WORLD_SIZE, TROUPE_LOCAL_WORLD_SIZE, TROUPE_MASTER_ADDR, TROUPE_MASTER_PORT, a random
-// TROUPE_JOB_TOKEN shared by the job and TROUPE_TIMEOUT; its output lines are prefixed "[rank k]".
-// When a rank fails, the others are stopped and troupe-launch exits with that rank's code.
+// TROUPE_JOB_TOKEN shared by the job, TROUPE_TIMEOUT and TROUPE_RESTART (0, then 1, 2, ... on restarts); its output
+// lines are prefixed "[rank k]". When a rank fails, the others are stopped; the whole job starts again up to K
+// times, else troupe-launch exits with that rank's code.
 #include <CLI/CLI.hpp>
 #include <poll.h>
 #include <signal.h>
@@ -61,8 +62,9 @@ std::string describe(int status) {
   return "ended";
 }
 
-// Starts the ranks and supervises them; returns the launcher's exit code.
-int launch(int n, int port, int timeout_s, const std::string& master, std::vector<std::string> command) {
+// Starts the ranks (attempt `restart` of the job: 0 first) and supervises them; returns the job's
+// exit code.
+int launch_once(int n, int port, int timeout_s, const std::string& master, std::vector<std::string> command, int restart) {
   if (port == 0) port = troupe::transport::free_local_port();
   const std::string token = random_token();
 
@@ -87,6 +89,7 @@ int launch(int n, int port, int timeout_s, const std::string& master, std::vecto
       ::setenv("TROUPE_MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("TROUPE_JOB_TOKEN", token.c_str(), 1);
       ::setenv("TROUPE_TIMEOUT", std::to_string(timeout_s).c_str(), 1);
+      ::setenv("TROUPE_RESTART", std::to_string(restart).c_str(), 1);
       std::vector<char*> args;
       for (auto& a : command) args.push_back(a.data());
       args.push_back(nullptr);
@@ -157,11 +160,22 @@ int launch(int n, int port, int timeout_s, const std::string& master, std::vecto
   return exit_code != 0 ? exit_code : 1;
 }
 
+// Runs the job; when a rank fails (the others already stopped), starts the whole job again, up to
+// `max_restarts` times, each rank resuming from the job's last checkpoint (TROUPE_RESTART tells it).
+int launch(int n, int port, int timeout_s, const std::string& master, const std::vector<std::string>& command,
+           int max_restarts) {
+  for (int restart = 0;; ++restart) {
+    const int code = launch_once(n, port, timeout_s, master, command, restart);
+    if (code == 0 || restart == max_restarts) return code;
+    std::fprintf(stderr, "troupe-launch: restarting the job (restart %d of %d)\n", restart + 1, max_restarts);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"troupe-launch: start N local ranks of a command (TROUPE_RANK, TROUPE_WORLD_SIZE, ... set for each)"};
-  int n = 1, port = 0, timeout_s = 30;
+  int n = 1, port = 0, timeout_s = 30, max_restarts = 0;
   std::string master = "127.0.0.1";
   std::vector<std::string> command;
   app.add_option("-n,--nproc", n, "number of ranks")->required()->check(troupe::apps::in_range(1, 1024, "ranks on this machine"));
@@ -170,7 +184,10 @@ int main(int argc, char** argv) {
   app.add_option("--master-addr", master, "address rank 0 listens on")->capture_default_str();
   app.add_option("--port", port, "rendezvous port (0 = a free one)")->capture_default_str()
       ->check(troupe::apps::in_range(0, 65535, "a TCP port; 0 = a free one"));
+  app.add_option("--max-restarts", max_restarts,
+                 "times to start the whole job again after a rank fails; each rank resumes from the last checkpoint")
+      ->capture_default_str()->check(troupe::apps::in_range(0, 1000, "restarts"));
   app.add_option("command", command, "the program and its arguments")->required();
   app.positionals_at_end(true);
-  return troupe::apps::run_cli(app, argc, argv, "troupe-launch", [&] { return launch(n, port, timeout_s, master, command); });
+  return troupe::apps::run_cli(app, argc, argv, "troupe-launch", [&] { return launch(n, port, timeout_s, master, command, max_restarts); });
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <utility>
 
@@ -174,6 +176,16 @@ TrainingRun::TrainingRun(CLI::App& app, std::string name, RunFlags flags, std::s
       jit_(graph::jit_level()) {
   TROUPE_CHECK(flags_.resume.empty() || load_weights_.empty(), invalid_argument,
                "--resume and --load-weights both give the starting weights; pass one of them");
+  // A job troupe-launch started again after a rank failed (--max-restarts) continues from its last save.
+  const char* restart = std::getenv("TROUPE_RESTART");
+  if (restart && std::atoi(restart) > 0 && !flags_.save.empty() &&
+      std::filesystem::exists(std::filesystem::path(flags_.save) / "latest")) {
+    std::printf("%s: restart %d: resuming from the last checkpoint in '%s'\n", name_.c_str(), std::atoi(restart),
+                flags_.save.c_str());
+    flags_.resume = flags_.save;
+    load_weights_.clear();
+    restarted_ = true;
+  }
   if (flags_.resume.empty()) return;
   resumed_ = models::load_checkpoint(flags_.resume, name_);
   settings_.emplace(app, resumed_->state);
@@ -187,6 +199,11 @@ int TrainingRun::train(const TrainingSetup& given, const TrainingParts& parts) {
   if (!flags_.save.empty() && job->rank() == 0) models::prepare_save_folder(flags_.save, flags_.resume);
   graph::Module& model = parts.build_model();
   const std::int64_t start_step = restore_weights(model, setup, parts);
+  if (restarted_ && start_step >= flags_.steps) {  // a rank failed after the last save: the run is done
+    std::printf("%s: the restarted run already reached step %lld; nothing is left to do\n", name_.c_str(),
+                static_cast<long long>(start_step));
+    return 0;
+  }
   // Products run one per actor, side by side; the other kernels take the cores left idle, of this
   // rank's share of the machine.
   set_kernel_threads(1);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "apps/app_runner.hpp"
 #include "troupe/apps/corpus.hpp"
@@ -451,6 +452,43 @@ TEST(GptApp, DataParallelUnderMpirunEqualsOneProcess) {
   const auto single = test::csv_column(dir + "/single.csv", "loss"), parallel = test::csv_column(dir + "/dp.csv", "loss");
   ASSERT_EQ(parallel.size(), 5u);
   for (std::size_t i = 0; i < 5; ++i) EXPECT_NEAR(parallel[i], single[i], 1e-5 * std::abs(single[i])) << "step " << i + 1;
+}
+
+// troupe-launch --max-restarts: rank 1 dies (SIGKILL) once the job's first checkpoint exists; the
+// launcher stops rank 0, starts the job again, every rank resumes from the last checkpoint, and
+// the losses of every step equal an uninterrupted run's (the data position travels in the
+// checkpoint; a step run twice is taken from the resumed run).
+TEST(GptApp, AJobRestartedAfterARankDiesResumesExactly) {
+  const std::string dir = test::fresh_dir("gpt_restart"), data = corpus_file(dir);
+  const std::string common = " --d-model 32 --layers 1 --heads 2 --d-ff 64 --seq 16 --threads 1 --lr 3e-3 --eval-every 100"
+                             " --steps 40 --save-every 2 --comm-fusion-mb 0.01 --amp O0 --batch 4 --dp 2 --data " + data;
+  const std::string launch = std::string(TROUPE_LAUNCH_BIN) + " -n 2 --timeout 10 ";
+  ASSERT_EQ(run_app(launch + "-- " + kGpt + common + " --save " + dir + "/whole --metrics " + dir + "/whole.csv").exit_code, 0);
+  // On the first attempt rank 1 runs the app in the background and kills it once a save exists.
+  const std::string ck = dir + "/ck";
+  const std::string dies = "if [ \"$TROUPE_RESTART\" = 0 ] && [ \"$TROUPE_RANK\" = 1 ]; then \"$@\" & p=$!; "
+                           "while [ ! -e " + ck + "/latest ] && kill -0 $p 2>/dev/null; do sleep 0.01; done; "
+                           "kill -9 $p; exit 9; fi; exec \"$@\"";
+  const auto run = run_app(launch + "--max-restarts 1 -- sh -c '" + dies + "' rank " + kGpt + common + " --save " + ck +
+                           " --metrics " + dir + "/restarted.csv");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("troupe-launch: rank 1 exited with code 9; stopping the other ranks"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("troupe-launch: restarting the job (restart 1 of 1)"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("[rank 0] troupe-gpt: restart 1: resuming from the last checkpoint in '" + ck + "'"),
+            std::string::npos)
+      << run.output;
+  const auto steps = test::csv_column(dir + "/restarted.csv", "step"), losses = test::csv_column(dir + "/restarted.csv", "loss");
+  std::map<int, double> last;  // a step run before the crash and again after the resume: the resumed one
+  for (std::size_t i = 0; i < steps.size(); ++i) last[static_cast<int>(steps[i])] = losses[i];
+  const auto whole = test::csv_column(dir + "/whole.csv", "loss");
+  ASSERT_EQ(last.size(), whole.size());
+  for (std::size_t i = 0; i < whole.size(); ++i)
+    EXPECT_NEAR(last[static_cast<int>(i) + 1], whole[i], 1e-6 * std::abs(whole[i])) << "step " << i + 1;
+  // A job that fails again after its restarts ends with the failing rank's code.
+  const auto always = run_app(launch + "--max-restarts 1 -- sh -c 'exit 4'");
+  EXPECT_EQ(always.exit_code, 4);
+  EXPECT_NE(always.output.find("restarting the job (restart 1 of 1)"), std::string::npos) << always.output;
 }
 
 // troupe-launch: every rank gets its place in the job; a failing rank stops the others at once

@@ -126,6 +126,7 @@ class TrainingRun {
   GradMode mode_;
   int jit_;
   std::optional<models::Checkpoint> resumed_;
+  bool restarted_ = false;  // troupe-launch restarted the job and it resumes from its --save folder
   std::optional<ResumeSettings> settings_;
 };
 
