@@ -103,6 +103,19 @@ int ParallelTraining::dp_rank() const { return job_->rank() / tp_; }
 int ParallelTraining::tp_rank() const { return job_->rank() % tp_; }
 const std::string& ParallelTraining::source() const { return job_->source(); }
 
+bool ParallelTraining::any_rank(bool mine) {
+  if (job_->size() == 1) return mine;
+  if (!agree_) {
+    std::vector<int> everyone(static_cast<std::size_t>(job_->size()));
+    std::iota(everyone.begin(), everyone.end(), 0);
+    agree_ = job_->communicator(everyone, "agree", 7);
+  }
+  const Tensor votes = Tensor::scalar(mine ? 1.0 : 0.0);
+  // On the caller's thread (the app's loop), not an actor's: it may wait.
+  agree_->submit([&](transport::ProcessGroup& g) { g.all_reduce(votes); }).get();
+  return votes.item() > 0;
+}
+
 void ParallelTraining::choose_mesh() {
   TROUPE_CHECK(problem_.placement.place, invalid_argument, "the planner places the step by the model's policy, and this ",
                "model brings none (TrainingProblem::placement); give the mesh (--dp, --tp)");

@@ -22,6 +22,9 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--save", f.save, "checkpoint folder, written every --save-every steps and at the end");
   app.add_option("--save-every", f.save_every, "checkpoint cadence in steps")
       ->capture_default_str()->check(in_range(0, kMany, "0 = only at the end"));
+  app.add_option("--save-every-min", f.save_every_min,
+                 "also checkpoint once this many minutes passed since the last save (the ranks agree on the step)")
+      ->capture_default_str()->check(in_range(0, 1e6, "minutes; 0 = off"));
   app.add_option("--resume", f.resume, "continue the run saved in this checkpoint folder");
   app.add_option("--metrics", f.metrics, "per-step metrics file (.csv, otherwise JSON lines)");
   app.add_option("--trace", f.trace, "write the last step's message flow (Chrome trace JSON)");
@@ -67,6 +70,7 @@ LoopOptions loop_options(const RunFlags& f) {
   o.steps = f.steps;
   o.eval_every = f.eval_every;
   o.save_every = f.save_every;
+  o.save_every_min = f.save_every_min;
   o.log_every = f.log_every;
   o.metrics_path = metrics_path(f);
   o.trace_path = f.trace;

@@ -38,6 +38,7 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
   std::deque<double> recent;
   double total_ms = 0, warm_ms = 0;
   constexpr std::int64_t kAdviseAfter = 4;  // steps: the first warms up, three give the means
+  auto last_save = std::chrono::steady_clock::now();
   for (std::int64_t step = o.start_step + 1; step <= o.steps; ++step) {
     const bool last = step == o.steps;
     if (last && !o.trace_path.empty()) tracer.enable(true);
@@ -88,8 +89,16 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
       progress.line(buf);
     }
     metrics.write(m);
-    if (hooks.save && ((o.save_every > 0 && step % o.save_every == 0) || last)) {
-      if (hooks.save(step)) progress.line("step " + std::to_string(step) + ": checkpoint saved");
+    // A save on the clock when any rank's says it is time, so that every rank (those that take no
+    // part in saving too) counts the same saves.
+    bool timed = false;
+    if (o.save_every_min > 0 && !last && (hooks.save || hooks.any_rank)) {
+      const bool due = std::chrono::steady_clock::now() - last_save >= std::chrono::duration<double>(o.save_every_min * 60);
+      timed = hooks.any_rank ? hooks.any_rank(due) : due;
+    }
+    if ((o.save_every > 0 && step % o.save_every == 0) || last || timed) {
+      if (hooks.save && hooks.save(step)) progress.line("step " + std::to_string(step) + ": checkpoint saved");
+      last_save = std::chrono::steady_clock::now();
     }
   }
   progress.finish();

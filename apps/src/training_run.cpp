@@ -110,6 +110,9 @@ LoopHooks loop_hooks(Session& s, const ForwardLoss& forward, std::int64_t& step_
       s.training.release_parameters();
       return true;
     };
+  // Every rank votes on a save the clock calls for, saving or not.
+  if (!s.flags.save.empty() && s.flags.save_every_min > 0)
+    hooks.any_rank = [&s](bool mine) { return s.training.any_rank(mine); };
   return hooks;
 }
 

@@ -491,6 +491,26 @@ TEST(GptApp, AJobRestartedAfterARankDiesResumesExactly) {
   EXPECT_NE(always.output.find("restarting the job (restart 1 of 1)"), std::string::npos) << always.output;
 }
 
+// --save-every-min saves on the clock as well as at the end; with --dp the ranks vote on each
+// step (a rank whose clock says it is time is enough), so they save the same steps: with ZeRO-1
+// every rank takes part in a save (the optimizer state is gathered), and ranks that disagreed
+// would wait for each other until the timeout. The checkpoint resumes like any other.
+TEST(GptApp, SavesOnTheClockAgreedByTheRanks) {
+  const std::string dir = test::fresh_dir("gpt_save_clock"), data = corpus_file(dir);
+  const std::string common = " --d-model 32 --layers 1 --heads 2 --d-ff 64 --seq 16 --threads 1 --eval-every 1000"
+                             " --steps 100 --save-every 0 --save-every-min 0.0005 --amp O0 --batch 4 --data " + data;
+  const auto dp = run_app(std::string(TROUPE_LAUNCH_BIN) + " -n 2 --timeout 20 -- " + kGpt + common + " --dp 2 --zero 1 --save " +
+                          dir + "/ck");
+  ASSERT_EQ(dp.exit_code, 0) << dp.output;
+  std::size_t saves = 0;
+  for (const auto& line : dp.lines())
+    saves += line.rfind("[rank 0] step ", 0) == 0 && line.find(": checkpoint saved") != std::string::npos;
+  EXPECT_GE(saves, 2u) << "a save on the clock besides the last: " << dp.output;
+  const auto resumed = run_app(kGpt + " --threads 1 --eval-every 1000 --steps 101 --amp O0 --resume " + dir + "/ck");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming at step 100"), std::string::npos) << resumed.output;
+}
+
 // troupe-launch: every rank gets its place in the job; a failing rank stops the others at once
 // and its exit code is the launcher's.
 TEST(Launch, SetsTheJobAndStopsEveryoneWhenARankFails) {

@@ -154,6 +154,10 @@ class ParallelTraining {
   void gather_parameters();
   /// With tp, lets the model's whole parameters go again (a rank holds only its shards while training).
   void release_parameters();
+  /// True when any rank of the job passes true, the same answer on every rank: a collective of the
+  /// whole job, every rank calling it at the same point, for a decision all must take alike (a
+  /// checkpoint when some rank's clock says it is time).
+  bool any_rank(bool mine);
   /// The whole optimizer state, as one process's optimizer over the model would hold it (keyed as
   /// Optimizer::state_dict): gathered from ZeRO-1's slices and tp's shards, a collective as above.
   std::map<std::string, Tensor> optimizer_state();
@@ -184,6 +188,7 @@ class ParallelTraining {
   std::optional<MeshChoice> choice_;
   // The job's communicators: along dp, along tp, and the search's (kept: they close together).
   std::shared_ptr<transport::Communicator> allreduce_, allgather_, zero_group_, tp_group_, tp_norms_, world_;
+  std::shared_ptr<transport::Communicator> agree_;  // the whole job, for any_rank (made at its first call)
   std::vector<std::shared_ptr<transport::Communicator>> probes_;
   plan::CostModel::Link link_{0, 0};
   DataParallel data_parallel_;

@@ -26,6 +26,7 @@ void add_amp_flags(CLI::App& app, AmpFlags& flags);
 /// The flags every training app has (steps, cadences, outputs, threads, clipping, precision).
 struct RunFlags {
   std::int64_t steps = 200, eval_every = 50, save_every = 100, log_every = 10;
+  double save_every_min = 0;  // also a checkpoint once this many minutes passed since the last (0: off)
   double clip = 0;
   std::string save, resume, metrics, trace;
   std::string report;  // --report: troupe-report's page of the run, written at the end

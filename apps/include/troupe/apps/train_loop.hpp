@@ -1,6 +1,7 @@
 #pragma once
 // The training loop troupe-gpt and troupe-sr share: runs the app's step function, times it, draws
-// progress, writes per-step metrics, evaluates and checkpoints every K steps and at the end, traces
+// progress, writes per-step metrics, evaluates and checkpoints every K steps, every M minutes and
+// at the end, traces
 // the last step's message flow and writes the report page when asked, and stops with a clear error
 // when the loss diverges.
 
@@ -21,6 +22,7 @@ struct LoopOptions {
   std::int64_t steps = 0;       // total steps of the run
   std::int64_t eval_every = 0;  // 0: only at the end
   std::int64_t save_every = 0;  // 0: only at the end (when save is set)
+  double save_every_min = 0;    // also save once this many minutes passed since the last save (0: off)
   std::int64_t log_every = 10;
   double items_per_step = 0;    // tokens or images, for the throughput
   std::string unit = "items/s";
@@ -36,6 +38,9 @@ struct LoopHooks {
   std::function<actors::StepReport()> step;
   std::function<double()> evaluate;
   std::function<bool(std::int64_t step)> save;  // true when this process wrote the checkpoint
+  /// Whether any rank says true (a collective): the ranks' agreement on a checkpoint their clocks
+  /// call for. Empty: this process alone decides.
+  std::function<bool(bool mine)> any_rank;
 };
 
 /// What the final JSON line reports.
