@@ -4,6 +4,7 @@
 // last on the naive path); the ranks' mean of the loss goes last. The collectives run on the
 // transport's communicator thread, whose completions come back as messages.
 #include "actor_kinds.hpp"
+#include "grad_compression.hpp"
 #include "handler.hpp"
 #include "messages.hpp"
 #include "troupe/transport/process_group.hpp"
@@ -14,6 +15,8 @@ namespace {
 
 struct CommunicatorState {
   CommunicatorSetup setup;
+  // Per bucket: how it travels, with what it keeps between steps (used on the communicator thread).
+  std::vector<std::shared_ptr<BucketCompressor>> compressors;
   // The step in progress: buffers of full buckets not yet issued, the next bucket to issue, and
   // the packed 0-d outputs once the program sent them.
   std::uint64_t step = 0;
@@ -56,7 +59,8 @@ void tell_failure(std::uint32_t comm_track, const AddressOf<ProgramActor>& progr
 // busy time; `what` names the collective in a failure.
 template <class Reply>
 void issue(const CommunicatorState& s, const char* kind, const Tensor& tensor, transport::ReduceOp op,
-           const std::string& what, Reply reply, bool scatter = false) {
+           const std::string& what, Reply reply, bool scatter = false,
+           std::shared_ptr<BucketCompressor> compressor = nullptr) {
   const std::uint32_t comm_track = s.setup.comm_track;
   const std::uint64_t step = s.step;
   const std::uint64_t flow = trace_send(s.setup.track, comm_track, kind, step, -1, tensor.nbytes());
@@ -64,6 +68,7 @@ void issue(const CommunicatorState& s, const char* kind, const Tensor& tensor, t
   s.setup.comm->submit(
       [=](transport::ProcessGroup& g) {
         HandlerTrace span(comm_track, kind, flow, step, -1);  // the collective shows on the communicator's track
+        if (compressor) return compressor->all_reduce(g, tensor, op, step);
         if (!scatter) return g.all_reduce(tensor, op);
         const std::int64_t k = tensor.numel() / g.size();
         tensor.slice(0, g.rank() * k, (g.rank() + 1) * k).copy_from(g.reduce_scatter(tensor, op));
@@ -86,7 +91,7 @@ void issue_ready(CommunicatorState& s) {
     issue(s, s.setup.zero ? "reducescatter" : "allreduce", std::exchange(s.waiting[s.next], Tensor()), op,
           "gradient bucket " + std::to_string(s.next) + " of step " + std::to_string(step), [=](const Tensor& flat) {
             tell_from_outside(comm_track, bucket, SendTag{"reduced", step, -1, flat.nbytes()}, reduced_atom::value, step, flat);
-          }, s.setup.zero);
+          }, s.setup.zero, s.compressors.empty() ? nullptr : s.compressors[s.next]);
   }
   if (s.next < buckets || !s.outputs.defined()) return;
   const AddressOf<ProgramActor> program = s.setup.peers->program;
@@ -99,6 +104,12 @@ void issue_ready(CommunicatorState& s) {
 CommunicatorActor::behavior_type communicator_actor(Self self, CommunicatorSetup setup) {
   const ActorInit init(self);
   self->state.setup = std::move(setup);
+  const CommunicatorSetup& cs = self->state.setup;
+  if (cs.compression.kind != GradCompression::Kind::none) {
+    const BucketLayout& layout = *cs.peers->gradients.buckets;
+    for (std::size_t b = 0; b < layout.buckets.size(); ++b)
+      self->state.compressors.push_back(std::make_shared<BucketCompressor>(layout.buckets[b], layout.numel[b], cs.compression));
+  }
   const std::uint32_t track = self->state.setup.track;
   return {
       [=](reduce_atom, std::uint64_t step, int bucket, const Tensor& flat, std::uint64_t flow) {

@@ -43,6 +43,8 @@ std::shared_ptr<const BucketLayout> plan_data_parallel(const graph::TracedFuncti
     TROUPE_CHECK(options.clip_grad_norm == 0 || options.clip_mode == ClipMode::parallel, invalid_argument,
                  "compile: ZeRO-1 clips on the parallel path (each rank holds only its slice of the reduced gradients); "
                  "use ClipMode::parallel");
+    TROUPE_CHECK(dp.compression.kind == GradCompression::Kind::none, invalid_argument, "compile: gradient compression (",
+                 dp.compression.str(), ") needs ZeRO-1 off: ZeRO-1 reduce-scatters whole buckets; pick one of them");
   }
   TROUPE_CHECK(dp.fusion_mb >= 0 && dp.first_bucket_mb >= 0, invalid_argument,
                "compile: data_parallel fusion_mb and first_bucket_mb must be >= 0");
@@ -147,8 +149,8 @@ GradientActors spawn_gradient_path(caf::actor_system& sys, const graph::TracedFu
       out.all.push_back(caf::actor_cast<caf::actor>(path.bucket_actors.back().actor));
     }
     const std::string& name = dp.communicator->name();
-    CommunicatorSetup comm{dp.communicator, dp.overlap, dp.gradients_mean, dp.zero, tracer.register_actor("collectives " + name),
-                           tracer.register_actor("communicator " + name), peers};
+    CommunicatorSetup comm{dp.communicator, dp.overlap, dp.gradients_mean, dp.zero, dp.compression,
+                           tracer.register_actor("collectives " + name), tracer.register_actor("communicator " + name), peers};
     path.communicator = {spawn_communicator_actor(sys, comm), comm.track};
     out.all.push_back(caf::actor_cast<caf::actor>(path.communicator.actor));
     out.counts["bucket"] = static_cast<int>(path.bucket_actors.size());

@@ -89,6 +89,7 @@ ParallelTraining::ParallelTraining(TrainingProblem problem, ParallelConfig confi
   data_parallel_.zero_group = zero_group_;
   data_parallel_.overlap = config_.overlap;
   data_parallel_.gradients_mean = config_.gradients_mean;
+  data_parallel_.compression = config_.grad_compression;
   if (tp_ > 1) shard_step();
   compile();
   // ZeRO-1: each rank takes its slices of the (fresh) optimizer state.
@@ -172,6 +173,9 @@ void ParallelTraining::check_settings() const {
   TROUPE_CHECK(tp_ >= 1, invalid_argument, "--tp must be >= 1, got ", tp_);
   TROUPE_CHECK(config_.zero == 0 || dp_ > 1, invalid_argument, "--zero 1 splits the optimizer state among the "
                "data-parallel replicas, and --dp 1 has one; use --dp 2 or more, or drop --zero");
+  TROUPE_CHECK(config_.zero == 0 || config_.grad_compression.kind == GradCompression::Kind::none, invalid_argument,
+               "--grad-compression ", config_.grad_compression.str(),
+               " needs --zero 0: ZeRO-1 reduce-scatters whole buckets; pick one of them");
   // Before joining: every rank refuses alike, at once.
   if (tp_ > 1)
     if (const std::optional<Error> e = tensor_parallel_refusal(config_, problem_, tp_)) throw *e;

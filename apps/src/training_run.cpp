@@ -247,6 +247,7 @@ actors::ParallelConfig TrainingRun::parallel_config(const TrainingSetup& setup, 
   c.strategy_save = p.strategy_save;
   c.zero = p.zero;
   c.bucket_mb = p.comm_fusion_mb;
+  c.grad_compression = actors::GradCompression::parse(p.grad_compression);
   c.check_gradients = p.check_grads;
   c.overlap = mode_ == GradMode::advanced;
   c.clip = flags_.clip;
@@ -380,7 +381,9 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
                 static_cast<long long>(training.replica_batch() * training.dp()), buckets,
                 dp.zero ? "; ZeRO-1: buckets reduce-scattered, each replica keeping its slice of the "
                           "optimizer state, parameters all-gathered"
-                        : "");
+                : dp.compression.kind != actors::GradCompression::Kind::none
+                    ? ("; gradients compressed: " + dp.compression.str()).c_str()
+                    : "");
   }
   if (const actors::TensorParallelStep* tp = training.tensor_parallel()) {
     int all_reduces = 0, others = 0;

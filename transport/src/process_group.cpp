@@ -33,6 +33,13 @@ void add_into(char* dst, const char* src, std::size_t bytes) {
   for (std::size_t i = 0, n = bytes / sizeof(T); i < n; ++i) d[i] += s[i];
 }
 
+// bf16 sums (compressed gradients): each pair added in f32 and rounded once.
+void add_into_bf16(char* dst, const char* src, std::size_t bytes) {
+  auto* d = reinterpret_cast<BFloat16*>(dst);
+  const auto* s = reinterpret_cast<const BFloat16*>(src);
+  for (std::size_t i = 0, n = bytes / sizeof(BFloat16); i < n; ++i) d[i] = float_to_bf16(bf16_to_float(d[i]) + bf16_to_float(s[i]));
+}
+
 }  // namespace
 
 // What every rank states about a collective before any data moves.
@@ -133,6 +140,7 @@ void ProcessGroup::ring_reduce_scatter(char* data, const std::vector<std::int64_
     exchange_chunked(right, data + off[send_seg] * elem, left, nullptr, (off[send_seg + 1] - off[send_seg]) * elem,
                      (off[recv_seg + 1] - off[recv_seg]) * elem, [&](const char* chunk, std::size_t o, std::size_t b) {
                        if (dtype == DType::f32) add_into<float>(rs + o, chunk, b);
+                       else if (dtype == DType::bf16) add_into_bf16(rs + o, chunk, b);
                        else add_into<double>(rs + o, chunk, b);
                      });
   }
@@ -149,7 +157,13 @@ void ProcessGroup::ring_all_gather(char* data, const std::vector<std::int64_t>& 
 }
 
 void ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op) {
-  check_dense_float("all_reduce", tensor);
+  if (tensor.defined() && tensor.dtype() == DType::bf16) {  // compressed gradients: sums only
+    TROUPE_CHECK(tensor.device().is_cpu() && tensor.is_contiguous(), invalid_argument,
+                 "all_reduce: needs a dense CPU tensor, got ", tensor.str());
+    TROUPE_CHECK(op == ReduceOp::sum, unsupported, "all_reduce: bf16 tensors are summed only; scale the sum in f32");
+  } else {
+    check_dense_float("all_reduce", tensor);
+  }
   agree("all_reduce", tensor, static_cast<std::int64_t>(op));
   if (size() > 1) {
     // After the reduce-scatter rank r holds the full sum of segment r + 1; the all-gather passes them on.

@@ -50,6 +50,7 @@ struct ParallelConfig {
   int zero = 0;               // ZeRO stage: 1 splits the optimizer state among the dp replicas
   double bucket_mb = 0;       // AllReduce bucket limit in MiB (0: from the dp group's link, measured at start)
   bool overlap = true;        // false: the textbook path, one AllReduce per gradient after backward and a naive clip norm
+  GradCompression grad_compression;  // how the dp buckets travel (program.hpp; not with zero)
   double clip = 0;            // global gradient-norm clipping threshold (0: off)
   int micro_batches = 1;      // per step, flowing through the actors concurrently
   /// Gradient accumulation: each step's rows on a replica run as this many consecutive batches

@@ -24,6 +24,23 @@ class Communicator;
 
 namespace troupe::actors {
 
+/// How data parallelism's gradient buckets travel (docs/PARALLELISM.md, "Gradient compression"):
+/// whole in f32; as bf16 (half the bytes; each rank's gradient rounded once, the sum rounded per
+/// ring hop); or PowerSGD: each matrix gradient [n, m] as rank-r factors P [n, r] and Q [m, r]
+/// (r (n + m) values instead of n m), with error feedback (what the factors missed is added to the
+/// next step's gradient) and the last step's Q as the start (warm start), the other gradients whole;
+/// the first `warmup_steps` steps go whole. Every rank decompresses the same reduced factors, so the
+/// replicas stay identical.
+struct GradCompression {
+  enum class Kind { none, bf16, powersgd } kind = Kind::none;
+  int rank = 0;           // PowerSGD's rank r
+  int warmup_steps = 10;  // PowerSGD: steps sent whole before the factors take over
+  /// Parses "none", "bf16" or "powersgd:R" (R from 1 to 64); throws naming the text and what is accepted.
+  static GradCompression parse(const std::string& text);
+  /// The text parse() reads back.
+  std::string str() const;
+};
+
 /// Data parallelism over the ranks of a communicator. Gradients are packed in one fixed order (the
 /// same on every rank) into buckets of up to `fusion_mb`, the first one small so communication
 /// starts early; a bucket's AllReduce starts as soon as its last gradient is complete, while
@@ -47,6 +64,8 @@ struct DataParallel {
   /// collectives never queue behind a bucket's).
   bool zero = false;
   std::shared_ptr<transport::Communicator> zero_group;
+  /// How the buckets travel; anything but none needs zero off (ZeRO-1 reduce-scatters them).
+  GradCompression compression;
 };
 
 /// Tensor parallelism: the program runs one device's part of a sharded step (graph/spmd.hpp,

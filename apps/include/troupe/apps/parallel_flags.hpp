@@ -13,6 +13,7 @@ namespace troupe::apps {
 struct ParallelFlags {
   int dp = 1;
   double comm_fusion_mb = 0;   // AllReduce bucket size limit; 0: chosen from the dp group's measured link
+  std::string grad_compression = "none";  // none, bf16 or powersgd:R (actors::GradCompression)
   bool check_grads = false;    // compare the ranks' post-reduce gradient norms every step
   bool plan_only = false;
   int tp = 0;                  // 0: not given (1, or searched in a launched job)
@@ -26,7 +27,7 @@ struct ParallelFlags {
   std::string strategy_save, strategy_load;
 };
 
-/// Adds --dp, --comm-fusion-mb and --check-grads to `app`.
+/// Adds --dp, --comm-fusion-mb, --grad-compression and --check-grads to `app`.
 void add_data_parallel_flags(CLI::App& app, ParallelFlags& f);
 /// Adds --tp, --zero, --plan-only, --devices, --mem-per-rank, the link and speed figures,
 /// --strategy-save and --strategy-load to `app`.

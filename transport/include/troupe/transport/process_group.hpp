@@ -32,7 +32,8 @@ class ProcessGroup {
   explicit ProcessGroup(Transport& transport, std::uint32_t channel = 0, std::size_t chunk_bytes = 1 << 20);
   int rank() const { return t_.rank(); }
   int size() const { return t_.size(); }
-  /// Reduces a dense f32/f64 tensor over the ranks in place (ring: reduce-scatter, then all-gather).
+  /// Reduces a dense f32/f64 tensor over the ranks in place (ring: reduce-scatter, then all-gather);
+  /// a bf16 one too, summed only (compressed gradients: each hop adds in f32 and rounds once).
   void all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::sum);
   /// Every rank's tensor, concatenated along dim 0 in rank order.
   Tensor all_gather(const Tensor& tensor);
