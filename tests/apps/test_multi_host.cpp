@@ -32,9 +32,10 @@ class TwoHosts {
       dev_[h] = "tmh" + id + (h == 0 ? "a" : "b");
       ip_[h] = "10.79." + std::to_string(::getpid() % 250) + "." + std::to_string(h + 1);
     }
-    const auto sh = [](const std::string& cmd) { return std::system((cmd + " 2>/tmp/troupe-netns.err").c_str()) == 0; };
+    const std::string errors = test::fresh_dir("multi_host_setup_" + id) + "/ip.err";
+    const auto sh = [&](const std::string& cmd) { return std::system((cmd + " 2>" + errors).c_str()) == 0; };
     if (!sh("ip netns add " + ns_[0])) {
-      std::ifstream err("/tmp/troupe-netns.err");
+      std::ifstream err(errors);
       std::getline(err, why_);
       return;
     }
