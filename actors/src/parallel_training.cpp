@@ -289,6 +289,7 @@ StepReport ParallelTraining::step(const std::vector<Tensor>& batch) {
   out.bucket_squared_norms = r.bucket_squared_norms;
   out.comm_ms = r.comm_ms;
   out.exposed_comm_ms = r.exposed_comm_ms;
+  out.comm_bytes = r.comm_bytes;
   out.loss_scale = scaler_ ? r.loss_scale : 0;
   out.skipped = r.skipped;
   if (config_.check_gradients) out.gradient_warnings = compare_bucket_norms(r.bucket_squared_norms);

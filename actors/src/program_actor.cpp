@@ -48,6 +48,7 @@ struct ProgramState {
   std::vector<double> bucket_norms;
   std::map<std::string, Tensor> gradients;
   double comm_busy_at_start = 0;            // communicator busy seconds when the step started
+  std::uint64_t comm_bytes_at_start = 0;    // and the bytes it had sent
   Clock::time_point compute_done, buckets_done;  // every node finished; the last bucket came back reduced
   caf::abstract_actor* self = nullptr;
   static inline const char* name = "troupe.program";
@@ -124,7 +125,10 @@ void start_next(Self* self) {
     s.grad_norm = std::numeric_limits<double>::quiet_NaN();
     s.bucket_norms.assign(path(s).bucket_actors.size(), 0.0);
     s.gradients.clear();
-    if (s.setup->comm) s.comm_busy_at_start = s.setup->comm->busy_seconds();
+    if (s.setup->comm) {
+      s.comm_busy_at_start = s.setup->comm->busy_seconds();
+      s.comm_bytes_at_start = s.setup->comm->bytes_sent();
+    }
     StepContextPtr ctx;
     try {
       if (unwritten) std::rethrow_exception(unwritten);
@@ -156,6 +160,7 @@ std::unique_ptr<StepResult> collect(ProgramState& s) {
   r->bucket_squared_norms = s.bucket_norms;
   if (s.setup->comm) {
     r->comm_ms = (s.setup->comm->busy_seconds() - s.comm_busy_at_start) * 1e3;
+    r->comm_bytes = s.setup->comm->bytes_sent() - s.comm_bytes_at_start;
     r->exposed_comm_ms = std::max(0.0, std::chrono::duration<double, std::milli>(s.buckets_done - s.compute_done).count());
   }
   for (std::size_t k = 0; k < s.outputs.size(); ++k)

@@ -56,6 +56,7 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
       warm_ms += ms;
       summary.comm_ms += out.comm_ms;
       summary.exposed_comm_ms += out.exposed_comm_ms;
+      summary.comm_bytes += static_cast<double>(out.comm_bytes);
     }
     if (summary.steps > 1 && (summary.steps == kAdviseAfter || (last && summary.steps < kAdviseAfter)))
       if (const auto advice = communication_advice(summary.exposed_comm_ms / static_cast<double>(summary.steps - 1),
@@ -116,6 +117,7 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
   if (summary.steps > 1) {
     summary.comm_ms /= static_cast<double>(summary.steps - 1);
     summary.exposed_comm_ms /= static_cast<double>(summary.steps - 1);
+    summary.comm_bytes /= static_cast<double>(summary.steps - 1);
   }
   summary.items_per_s = summary.ms_per_step > 0 ? o.items_per_step / (summary.ms_per_step / 1e3) : 0;
   return summary;

@@ -122,12 +122,14 @@ void print_summary(const Session& s, const LoopSummary& summary) {
   std::string dp_fields;
   const actors::ParallelTraining& t = s.training;
   if (t.size() > 1) {
-    char buf[320];
+    char buf[400];
     std::snprintf(buf, sizeof buf, ",\"dp\":%d,\"tp\":%d,\"zero\":%d,\"rank\":%d,\"held_parameter_bytes\":%zu,"
-                  "\"held_optimizer_bytes\":%zu,\"comm_ms\":%.2f,\"exposed_comm_ms\":%.2f,\"hidden_fraction\":%.3f",
+                  "\"held_optimizer_bytes\":%zu,\"comm_ms\":%.2f,\"exposed_comm_ms\":%.2f,\"hidden_fraction\":%.3f,"
+                  "\"comm_bytes_per_step\":%.0f",
                   t.dp(), t.tp(), t.zero() ? 1 : 0, t.rank(), t.held_parameter_bytes(), t.held_optimizer_bytes(),
                   summary.comm_ms, summary.exposed_comm_ms,
-                  summary.comm_ms > 0 ? std::max(0.0, 1.0 - summary.exposed_comm_ms / summary.comm_ms) : 0.0);
+                  summary.comm_ms > 0 ? std::max(0.0, 1.0 - summary.exposed_comm_ms / summary.comm_ms) : 0.0,
+                  summary.comm_bytes);
     dp_fields = buf;
   }
   // At JIT level 3 the steps ran in a planned arena: the planned peak next to the measured one.

@@ -109,7 +109,11 @@ void ProcessGroup::exchange_chunked(int dst, const char* send, int src, char* re
       char* into = recv_into ? recv_into + o : scratch_.data() + (c % 2) * scratch_chunk;
       reqs.push_back(t_.post_recv(src, tag, into, std::min(chunk_bytes_, recv_bytes - o)));
     }
-    if (c < send_chunks) reqs.push_back(t_.post_send(dst, tag, send + o, std::min(chunk_bytes_, send_bytes - o)));
+    if (c < send_chunks) {
+      const std::size_t bytes = std::min(chunk_bytes_, send_bytes - o);
+      reqs.push_back(t_.post_send(dst, tag, send + o, bytes));
+      bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
+    }
   };
   std::vector<Request> current, next;
   try {

@@ -155,6 +155,7 @@ struct StepResult {
   std::vector<double> bucket_squared_norms; // data parallel: each reduced bucket's squared norm
   double comm_ms = 0;     // data parallel: time the communicator spent on this step's collectives (buckets, the loss' mean)
   double exposed_comm_ms = 0;  // of which after backward had finished (not hidden behind compute)
+  std::uint64_t comm_bytes = 0;  // data parallel: bytes this rank sent in the step's collectives
   std::uint64_t step = 0;                   // counts from 1 per program
 };
 

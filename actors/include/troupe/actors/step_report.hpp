@@ -14,6 +14,7 @@ struct StepReport {
   double grad_variance = 0;  // of all gradient elements (measure_gradients)
   std::vector<double> bucket_squared_norms;  // data parallel: each reduced bucket's squared norm
   double comm_ms = 0, exposed_comm_ms = 0;   // data parallel: gradient communication, and the part after compute
+  std::uint64_t comm_bytes = 0;              // data parallel: bytes this rank sent for it
   double loss_scale = 0;     // loss scaling: the scale the step ran with (0: no loss scaling)
   bool skipped = false;      // loss scaling: an Inf or NaN gradient skipped the update
   /// check_gradients: one line per bucket whose reduced norm differs between the replicas by more

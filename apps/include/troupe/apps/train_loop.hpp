@@ -51,6 +51,7 @@ struct LoopSummary {
   double ms_per_step = 0;     // mean step time, the first step (warm-up) excluded when there are more
   double items_per_s = 0;
   double comm_ms = 0, exposed_comm_ms = 0;  // means per step, warm-up excluded like ms_per_step
+  double comm_bytes = 0;                    // bytes this rank sent per step (mean, warm-up excluded)
   std::int64_t skipped_steps = 0;           // loss scaling: steps whose update an Inf or NaN gradient skipped
   std::size_t step_peak_bytes = 0;          // the allocator's peak through the last step, before its evaluation
 };

@@ -32,6 +32,8 @@ class ProcessGroup {
   explicit ProcessGroup(Transport& transport, std::uint32_t channel = 0, std::size_t chunk_bytes = 1 << 20);
   int rank() const { return t_.rank(); }
   int size() const { return t_.size(); }
+  /// Bytes this rank has sent in the ring collectives' data so far (what gradient compression saves).
+  std::uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
   /// Reduces a dense f32/f64 tensor over the ranks in place (ring: reduce-scatter, then all-gather);
   /// a bf16 one too, summed only (compressed gradients: each hop adds in f32 and rounds once).
   void all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::sum);
@@ -60,6 +62,7 @@ class ProcessGroup {
   std::size_t chunk_bytes_;
   std::uint32_t sequence_ = 0;
   std::vector<char> scratch_;  // two chunks, alternating, reused: receives that are reduced rather than stored
+  std::atomic<std::uint64_t> bytes_sent_{0};  // written by the group's thread, read by anyone
 };
 
 /// Called when a queued collective finished: null, or the exception that failed it.
@@ -88,6 +91,8 @@ class Communicator {
   const std::string& name() const { return name_; }
   /// Seconds spent running collectives so far (for communication time per step).
   double busy_seconds() const { return static_cast<double>(busy_ns_.load()) * 1e-9; }
+  /// Bytes sent by its collectives so far (ProcessGroup::bytes_sent), readable from any thread.
+  std::uint64_t bytes_sent() const { return group_.bytes_sent(); }
 
  private:
   void loop();
