@@ -7,57 +7,19 @@
 #include "cpu/dnnl_common.hpp"
 #include "cpu/dnnl_matmul.hpp"
 #include "cpu/float_kernels.hpp"
+#include "matmul_layout.hpp"
 
 namespace troupe::kernels {
 
 namespace {
 
-// How BLAS sees the last two dims of an operand: the stored matrix, transposed or not, and its
-// leading dimension. `ok` is false when the layout needs a copy first.
-struct BlasLayout {
-  bool ok = false;
-  bool trans = false;
-  std::int64_t ld = 0;
-};
-
-BlasLayout blas_layout(const Tensor& t) {
-  const int r = t.dim();
-  const std::int64_t rows = t.shape()[r - 2], cols = t.shape()[r - 1];
-  const std::int64_t s0 = t.strides()[r - 2], s1 = t.strides()[r - 1];
-  if ((s1 == 1 || cols == 1) && s0 >= std::max<std::int64_t>(cols, 1)) return {true, false, s0};
-  if ((s0 == 1 || rows == 1) && s1 >= std::max<std::int64_t>(rows, 1)) return {true, true, s1};
-  return {};
-}
-
-// The batch dims of t: all but the last two.
-Shape batch_of(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
-
-// The batch offsets (in elements) of operand `t` for each batch index of `batch`, broadcasting.
-std::vector<std::int64_t> batch_offsets(const Tensor& t, const Shape& batch) {
-  Shape tb = batch_of(t);
-  Strides ts(t.strides().begin(), t.strides().end() - 2);
-  const std::size_t lead = batch.size() - tb.size();
-  const std::int64_t count = shape_numel(batch);
-  std::vector<std::int64_t> offs(static_cast<std::size_t>(count), 0);
-  for (std::int64_t i = 0; i < count; ++i) {
-    std::int64_t rem = i, off = 0;
-    for (std::size_t d = batch.size(); d-- > 0;) {
-      const std::int64_t idx = rem % batch[d];
-      rem /= batch[d];
-      if (d >= lead && tb[d - lead] != 1) off += idx * ts[d - lead];
-    }
-    offs[static_cast<std::size_t>(i)] = off;
-  }
-  return offs;
-}
-
 // c = op(a) op(b) + beta c for f32 and f64 through BLAS ?gemm, one call per batch entry on the
 // strided operands, or one for the whole batch where it folds into M.
 template <class T>
 void blas_products(Tensor a, Tensor b, bool trans_a, bool trans_b, T beta, Tensor& c) {
-  BlasLayout la = blas_layout(a), lb = blas_layout(b);
-  if (!la.ok) a = a.contiguous(), la = blas_layout(a);
-  if (!lb.ok) b = b.contiguous(), lb = blas_layout(b);
+  MatrixLayout la = matrix_layout(a), lb = matrix_layout(b);
+  if (!la.ok) a = a.contiguous(), la = matrix_layout(a);
+  if (!lb.ok) b = b.contiguous(), lb = matrix_layout(b);
   const bool ta = la.trans != trans_a, tb = lb.trans != trans_b;
   const std::int64_t m = c.size(-2), n = c.size(-1);
   const std::int64_t k = trans_a ? a.size(-2) : a.size(-1);

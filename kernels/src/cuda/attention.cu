@@ -62,26 +62,55 @@ __device__ inline void stage(const T* head, long long first, long long last, lon
   }
 }
 
+// The rows a block works on: kRowsPerBlock consecutive rows (queries, or keys) of head blockIdx.y,
+// one per warp, and the two shared tiles of kTileKeys rows each (dynamic shared memory).
+template <class C>
+struct BlockRows {
+  long long head, first, row, base, last;
+  bool active;  // this warp has a row (the head's last block may have fewer)
+  C *tile_a, *tile_b;
+  __device__ BlockRows(unsigned char* shared, long long t_len, long long d_len)
+      : head(blockIdx.y),
+        first(static_cast<long long>(blockIdx.x) * kRowsPerBlock),
+        row(first + threadIdx.x / kWarp),
+        base(head * t_len * d_len),
+        last(min(t_len - 1, first + kRowsPerBlock - 1)),
+        active(row < t_len),
+        tile_a(reinterpret_cast<C*>(shared)),
+        tile_b(tile_a + kTileKeys * d_len) {}
+  /// The warp's row of a [T, D] head tensor (row 0 for a warp without one).
+  template <class T>
+  __device__ const T* of(const T* tensor, long long d_len) const {
+    return tensor + base + (active ? row : 0) * d_len;
+  }
+};
+
+// Writes the lane's D / 32 values of a row.
+template <class T, class C>
+__device__ inline void store_row(T* row, const C (&values)[kPerLane], long long d_len) {
+  for (int e = 0; e < kPerLane; ++e) {
+    const long long d = threadIdx.x % kWarp + kWarp * e;
+    if (d < d_len) row[d] = store<T>(values[e]);
+  }
+}
+
 // One block: kRowsPerBlock query rows of head blockIdx.y; y and the rows' log-sum-exp.
 template <class T, class C>
 __global__ void attention_forward(const T* q, const T* k, const T* v, T* y, C* lse, long long t_len, long long d_len,
                                   C scale) {
   extern __shared__ unsigned char shared[];
-  C* k_tile = reinterpret_cast<C*>(shared);
-  C* v_tile = k_tile + kTileKeys * d_len;
-  const long long head = blockIdx.y, first_row = static_cast<long long>(blockIdx.x) * kRowsPerBlock;
-  const long long row = first_row + threadIdx.x / kWarp, base = head * t_len * d_len;
-  const long long last_row = min(t_len - 1, first_row + kRowsPerBlock - 1);
-  const bool active = row < t_len;
+  const BlockRows<C> b(shared, t_len, d_len);
+  C* k_tile = b.tile_a;
+  C* v_tile = b.tile_b;
   C mine[kPerLane], acc[kPerLane] = {};
-  load_row(q + base + (active ? row : 0) * d_len, d_len, mine);
+  load_row(b.of(q, d_len), d_len, mine);
   C m = -CUDART_INF_F, l = 0;
-  for (long long j0 = 0; j0 <= last_row; j0 += kTileKeys) {
+  for (long long j0 = 0; j0 <= b.last; j0 += kTileKeys) {
     __syncthreads();
-    stage(k + base, j0, last_row, d_len, k_tile);
-    stage(v + base, j0, last_row, d_len, v_tile);
+    stage(k + b.base, j0, b.last, d_len, k_tile);
+    stage(v + b.base, j0, b.last, d_len, v_tile);
     __syncthreads();
-    for (int jj = 0; jj < kTileKeys && active && j0 + jj <= row; ++jj) {
+    for (int jj = 0; jj < kTileKeys && b.active && j0 + jj <= b.row; ++jj) {
       const C s = scale * dot_tile(mine, k_tile, jj, d_len);
       const C m_new = fmax(m, s), correction = exp(m - m_new), p = exp(s - m_new);
       l = l * correction + p;
@@ -92,12 +121,10 @@ __global__ void attention_forward(const T* q, const T* k, const T* v, T* y, C* l
       m = m_new;
     }
   }
-  if (!active) return;
-  for (int e = 0; e < kPerLane; ++e) {
-    const long long d = threadIdx.x % kWarp + kWarp * e;
-    if (d < d_len) y[base + row * d_len + d] = store<T>(acc[e] / l);
-  }
-  if (threadIdx.x % kWarp == 0) lse[head * t_len + row] = m + log(l);
+  if (!b.active) return;
+  for (C& a : acc) a /= l;
+  store_row(y + b.base + b.row * d_len, acc, d_len);
+  if (threadIdx.x % kWarp == 0) lse[b.head * t_len + b.row] = m + log(l);
 }
 
 // delta[row] = dy[row] . y[row], a warp per row.
@@ -117,23 +144,20 @@ template <class T, class C>
 __global__ void attention_dq(const T* dy, const T* q, const T* k, const T* v, const C* lse, const C* delta, T* dq,
                              long long t_len, long long d_len, C scale) {
   extern __shared__ unsigned char shared[];
-  C* k_tile = reinterpret_cast<C*>(shared);
-  C* v_tile = k_tile + kTileKeys * d_len;
-  const long long head = blockIdx.y, first_row = static_cast<long long>(blockIdx.x) * kRowsPerBlock;
-  const long long row = first_row + threadIdx.x / kWarp, base = head * t_len * d_len;
-  const long long last_row = min(t_len - 1, first_row + kRowsPerBlock - 1);
-  const bool active = row < t_len;
-  const long long at = head * t_len + (active ? row : 0);
+  const BlockRows<C> b(shared, t_len, d_len);
+  C* k_tile = b.tile_a;
+  C* v_tile = b.tile_b;
+  const long long at = b.head * t_len + (b.active ? b.row : 0);
   C q_row[kPerLane], dy_row[kPerLane], acc[kPerLane] = {};
-  load_row(q + base + (active ? row : 0) * d_len, d_len, q_row);
-  load_row(dy + base + (active ? row : 0) * d_len, d_len, dy_row);
+  load_row(b.of(q, d_len), d_len, q_row);
+  load_row(b.of(dy, d_len), d_len, dy_row);
   const C row_lse = lse[at], row_delta = delta[at];
-  for (long long j0 = 0; j0 <= last_row; j0 += kTileKeys) {
+  for (long long j0 = 0; j0 <= b.last; j0 += kTileKeys) {
     __syncthreads();
-    stage(k + base, j0, last_row, d_len, k_tile);
-    stage(v + base, j0, last_row, d_len, v_tile);
+    stage(k + b.base, j0, b.last, d_len, k_tile);
+    stage(v + b.base, j0, b.last, d_len, v_tile);
     __syncthreads();
-    for (int jj = 0; jj < kTileKeys && active && j0 + jj <= row; ++jj) {
+    for (int jj = 0; jj < kTileKeys && b.active && j0 + jj <= b.row; ++jj) {
       const C p = exp(scale * dot_tile(q_row, k_tile, jj, d_len) - row_lse);
       const C ds = scale * p * (dot_tile(dy_row, v_tile, jj, d_len) - row_delta);
       for (int e = 0; e < kPerLane; ++e) {
@@ -142,11 +166,8 @@ __global__ void attention_dq(const T* dy, const T* q, const T* k, const T* v, co
       }
     }
   }
-  if (!active) return;
-  for (int e = 0; e < kPerLane; ++e) {
-    const long long d = threadIdx.x % kWarp + kWarp * e;
-    if (d < d_len) dq[base + row * d_len + d] = store<T>(acc[e]);
-  }
+  if (!b.active) return;
+  store_row(dq + b.base + b.row * d_len, acc, d_len);
 }
 
 // dk[j] = sum over queries i >= j of ds_ij q_i and dv[j] = sum of p_ij dy_i: a warp per key row,
@@ -155,25 +176,23 @@ template <class T, class C>
 __global__ void attention_dkv(const T* dy, const T* q, const T* k, const T* v, const C* lse, const C* delta, T* dk, T* dv,
                               long long t_len, long long d_len, C scale) {
   extern __shared__ unsigned char shared[];
-  C* q_tile = reinterpret_cast<C*>(shared);
-  C* dy_tile = q_tile + kTileKeys * d_len;
-  const long long head = blockIdx.y, first_key = static_cast<long long>(blockIdx.x) * kRowsPerBlock;
-  const long long key = first_key + threadIdx.x / kWarp, base = head * t_len * d_len;
-  const bool active = key < t_len;
+  const BlockRows<C> b(shared, t_len, d_len);  // its rows are keys
+  C* q_tile = b.tile_a;
+  C* dy_tile = b.tile_b;
   C k_row[kPerLane], v_row[kPerLane], dk_acc[kPerLane] = {}, dv_acc[kPerLane] = {};
-  load_row(k + base + (active ? key : 0) * d_len, d_len, k_row);
-  load_row(v + base + (active ? key : 0) * d_len, d_len, v_row);
+  load_row(b.of(k, d_len), d_len, k_row);
+  load_row(b.of(v, d_len), d_len, v_row);
   // Queries from the block's first key on see it; earlier tiles' rows are all before every key here.
-  for (long long i0 = first_key; i0 < t_len; i0 += kTileKeys) {
+  for (long long i0 = b.first; i0 < t_len; i0 += kTileKeys) {
     __syncthreads();
-    stage(q + base, i0, t_len - 1, d_len, q_tile);
-    stage(dy + base, i0, t_len - 1, d_len, dy_tile);
+    stage(q + b.base, i0, t_len - 1, d_len, q_tile);
+    stage(dy + b.base, i0, t_len - 1, d_len, dy_tile);
     __syncthreads();
-    for (int ii = 0; ii < kTileKeys && active && i0 + ii < t_len; ++ii) {
+    for (int ii = 0; ii < kTileKeys && b.active && i0 + ii < t_len; ++ii) {
       const long long i = i0 + ii;
-      if (i < key) continue;
-      const C p = exp(scale * dot_tile(k_row, q_tile, ii, d_len) - lse[head * t_len + i]);
-      const C ds = scale * p * (dot_tile(v_row, dy_tile, ii, d_len) - delta[head * t_len + i]);
+      if (i < b.row) continue;
+      const C p = exp(scale * dot_tile(k_row, q_tile, ii, d_len) - lse[b.head * t_len + i]);
+      const C ds = scale * p * (dot_tile(v_row, dy_tile, ii, d_len) - delta[b.head * t_len + i]);
       for (int e = 0; e < kPerLane; ++e) {
         const long long d = threadIdx.x % kWarp + kWarp * e;
         if (d < d_len) {
@@ -183,14 +202,9 @@ __global__ void attention_dkv(const T* dy, const T* q, const T* k, const T* v, c
       }
     }
   }
-  if (!active) return;
-  for (int e = 0; e < kPerLane; ++e) {
-    const long long d = threadIdx.x % kWarp + kWarp * e;
-    if (d < d_len) {
-      dk[base + key * d_len + d] = store<T>(dk_acc[e]);
-      dv[base + key * d_len + d] = store<T>(dv_acc[e]);
-    }
-  }
+  if (!b.active) return;
+  store_row(dk + b.base + b.row * d_len, dk_acc, d_len);
+  store_row(dv + b.base + b.row * d_len, dv_acc, d_len);
 }
 
 // The heads' shape [N, T, D], refusing what these kernels do not do.

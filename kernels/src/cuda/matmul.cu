@@ -13,6 +13,7 @@
 
 #include "cuda/common.hpp"
 #include "device_backend.hpp"
+#include "matmul_layout.hpp"
 #include "troupe/kernels/registry.hpp"
 
 namespace troupe {
@@ -74,42 +75,8 @@ cublasHandle_t handle() {
   return h;
 }
 
-// An operand's last two dims as a row-major matrix: `trans` when it is stored transposed (its
-// columns dense), `ld` its leading dimension; `ok` false when neither is dense.
-struct Layout {
-  bool ok = false, trans = false;
-  long long ld = 0;
-};
-
-Layout layout_of(const Tensor& t) {
-  const int r = t.dim();
-  const long long rows = t.shape()[static_cast<std::size_t>(r - 2)], cols = t.shape()[static_cast<std::size_t>(r - 1)];
-  const long long s0 = t.strides()[static_cast<std::size_t>(r - 2)], s1 = t.strides()[static_cast<std::size_t>(r - 1)];
-  if ((s1 == 1 || cols == 1) && s0 >= std::max<long long>(cols, 1)) return {true, false, s0};
-  if ((s0 == 1 || rows == 1) && s1 >= std::max<long long>(rows, 1)) return {true, true, s1};
-  return {};
-}
-
-// The batch offsets (in elements) of operand `t` for each entry of `batch`, broadcasting.
-std::vector<long long> batch_offsets(const Tensor& t, const Shape& batch) {
-  const Shape tb(t.shape().begin(), t.shape().end() - 2);
-  const Strides ts(t.strides().begin(), t.strides().end() - 2);
-  const std::size_t lead = batch.size() - tb.size();
-  std::vector<long long> offs(static_cast<std::size_t>(shape_numel(batch)), 0);
-  for (std::size_t i = 0; i < offs.size(); ++i) {
-    long long rem = static_cast<long long>(i), off = 0;
-    for (std::size_t d = batch.size(); d-- > 0;) {
-      const long long idx = rem % batch[d];
-      rem /= batch[d];
-      if (d >= lead && tb[d - lead] != 1) off += idx * ts[d - lead];
-    }
-    offs[i] = off;
-  }
-  return offs;
-}
-
 // The common step of evenly spaced offsets (0 for one entry or a broadcast operand), or -1.
-long long even_step(const std::vector<long long>& offs) {
+long long even_step(const std::vector<std::int64_t>& offs) {
   const long long step = offs.size() > 1 ? offs[1] - offs[0] : 0;
   for (std::size_t i = 0; i < offs.size(); ++i)
     if (offs[i] != offs[0] + static_cast<long long>(i) * step) return -1;
@@ -130,13 +97,13 @@ cudaDataType_t data_type(DType t) {
 // so it computes c^T = op(b)^T op(a)^T, where a row-major matrix read as column-major is already
 // its transpose.
 void products(Tensor a, Tensor b, bool trans_a, bool trans_b, double beta, const Tensor& c) {
-  Layout la = layout_of(a), lb = layout_of(b);
-  if (!la.ok) a = a.contiguous(), la = layout_of(a);
-  if (!lb.ok) b = b.contiguous(), lb = layout_of(b);
+  kernels::MatrixLayout la = kernels::matrix_layout(a), lb = kernels::matrix_layout(b);
+  if (!la.ok) a = a.contiguous(), la = kernels::matrix_layout(a);
+  if (!lb.ok) b = b.contiguous(), lb = kernels::matrix_layout(b);
   const bool ta = la.trans != trans_a, tb = lb.trans != trans_b;
   const long long m = c.size(-2), n = c.size(-1), k = trans_a ? a.size(-2) : a.size(-1);
-  const Shape batch(c.shape().begin(), c.shape().end() - 2);
-  const auto ao = batch_offsets(a, batch), bo = batch_offsets(b, batch);
+  const Shape batch = kernels::batch_of(c);
+  const auto ao = kernels::batch_offsets(a, batch), bo = kernels::batch_offsets(b, batch);
   if (m == 0 || n == 0 || ao.empty()) return;
   const bool f64 = c.dtype() == DType::f64;
   const double alpha_d = 1.0, beta_d = beta;
