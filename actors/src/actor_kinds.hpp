@@ -69,7 +69,6 @@ struct CommunicatorSetup {
   bool overlap = true;         // AllReduce each bucket once full, or all of them after backward
   bool gradients_mean = true;  // average (or sum) the ranks' gradients
   bool zero = false;           // ZeRO-1: reduce-scatter the buckets (each rank's slice reduced)
-  GradCompression compression;  // how the buckets travel (not with zero)
   std::uint32_t track = 0;     // the actor's track in traces
   std::uint32_t comm_track = 0;  // the communicator thread's track: the collectives themselves
   PeersPtr peers;

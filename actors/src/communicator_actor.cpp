@@ -3,6 +3,8 @@
 // them, so full buckets wait here until every earlier bucket went out (all of them wait for the
 // last on the naive path); the ranks' mean of the loss goes last. The collectives run on the
 // transport's communicator thread, whose completions come back as messages.
+#include <chrono>
+
 #include "actor_kinds.hpp"
 #include "grad_compression.hpp"
 #include "handler.hpp"
@@ -15,18 +17,21 @@ namespace {
 
 struct CommunicatorState {
   CommunicatorSetup setup;
-  // Per bucket: how it travels, with what it keeps between steps (used on the communicator thread).
-  std::vector<std::shared_ptr<BucketCompressor>> compressors;
+  // How the buckets travel when compressed, with what that keeps between steps (used on the
+  // communicator thread); null when they go whole.
+  std::shared_ptr<BucketCompressors> compressors;
   // The step in progress: buffers of full buckets not yet issued, the next bucket to issue, and
   // the packed 0-d outputs once the program sent them.
   std::uint64_t step = 0;
   std::vector<Tensor> waiting;
+  std::vector<std::chrono::steady_clock::time_point> full_at;  // when each bucket's last gradient came
   std::size_t full = 0, next = 0;
   Tensor outputs;
   caf::abstract_actor* self = nullptr;
   /// Clears the buckets' queue for a new step (current_step).
   void start_step() {
     waiting.assign(setup.peers->gradients.bucket_actors.size(), Tensor());
+    full_at.assign(waiting.size(), {});
     full = next = 0;
     outputs = Tensor();
   }
@@ -56,19 +61,21 @@ void tell_failure(std::uint32_t comm_track, const AddressOf<ProgramActor>& progr
 // Queues `tensor`'s all-reduce on the communicator thread (with `scatter`, ZeRO-1's reduce-scatter:
 // only this rank's equal slice of it is reduced, in place), traced as `kind` from this actor to the
 // thread's track; `reply(tensor)` runs there once it is reduced and counted in the communicator's
-// busy time; `what` names the collective in a failure.
+// busy time; `what` names the collective in a failure. A compressed bucket (`bucket` >= 0 with
+// compressors) goes through its compressor.
 template <class Reply>
 void issue(const CommunicatorState& s, const char* kind, const Tensor& tensor, transport::ReduceOp op,
-           const std::string& what, Reply reply, bool scatter = false,
-           std::shared_ptr<BucketCompressor> compressor = nullptr) {
+           const std::string& what, Reply reply, bool scatter = false, int bucket = -1) {
   const std::uint32_t comm_track = s.setup.comm_track;
   const std::uint64_t step = s.step;
   const std::uint64_t flow = trace_send(s.setup.track, comm_track, kind, step, -1, tensor.nbytes());
   const AddressOf<ProgramActor> program = s.setup.peers->program;
+  const std::shared_ptr<BucketCompressors> compressors = bucket >= 0 ? s.compressors : nullptr;
+  const auto full_at = bucket >= 0 ? s.full_at[static_cast<std::size_t>(bucket)] : std::chrono::steady_clock::time_point{};
   s.setup.comm->submit(
       [=](transport::ProcessGroup& g) {
         HandlerTrace span(comm_track, kind, flow, step, -1);  // the collective shows on the communicator's track
-        if (compressor) return compressor->all_reduce(g, tensor, op, step);
+        if (compressors) return compressors->all_reduce(g, static_cast<std::size_t>(bucket), tensor, full_at);
         if (!scatter) return g.all_reduce(tensor, op);
         const std::int64_t k = tensor.numel() / g.size();
         tensor.slice(0, g.rank() * k, (g.rank() + 1) * k).copy_from(g.reduce_scatter(tensor, op));
@@ -91,7 +98,7 @@ void issue_ready(CommunicatorState& s) {
     issue(s, s.setup.zero ? "reducescatter" : "allreduce", std::exchange(s.waiting[s.next], Tensor()), op,
           "gradient bucket " + std::to_string(s.next) + " of step " + std::to_string(step), [=](const Tensor& flat) {
             tell_from_outside(comm_track, bucket, SendTag{"reduced", step, -1, flat.nbytes()}, reduced_atom::value, step, flat);
-          }, s.setup.zero, s.compressors.empty() ? nullptr : s.compressors[s.next]);
+          }, s.setup.zero, static_cast<int>(s.next));
   }
   if (s.next < buckets || !s.outputs.defined()) return;
   const AddressOf<ProgramActor> program = s.setup.peers->program;
@@ -104,12 +111,7 @@ void issue_ready(CommunicatorState& s) {
 CommunicatorActor::behavior_type communicator_actor(Self self, CommunicatorSetup setup) {
   const ActorInit init(self);
   self->state.setup = std::move(setup);
-  const CommunicatorSetup& cs = self->state.setup;
-  if (cs.compression.kind != GradCompression::Kind::none) {
-    const BucketLayout& layout = *cs.peers->gradients.buckets;
-    for (std::size_t b = 0; b < layout.buckets.size(); ++b)
-      self->state.compressors.push_back(std::make_shared<BucketCompressor>(layout.buckets[b], layout.numel[b], cs.compression));
-  }
+  self->state.compressors = self->state.setup.peers->gradients.compression;
   const std::uint32_t track = self->state.setup.track;
   return {
       [=](reduce_atom, std::uint64_t step, int bucket, const Tensor& flat, std::uint64_t flow) {
@@ -117,6 +119,7 @@ CommunicatorActor::behavior_type communicator_actor(Self self, CommunicatorSetup
         CommunicatorState& s = self->state;
         if (!current_step(s, step)) return;
         s.waiting.at(static_cast<std::size_t>(bucket)) = flat;
+        s.full_at[static_cast<std::size_t>(bucket)] = std::chrono::steady_clock::now();
         ++s.full;
         issue_ready(s);
       },

@@ -54,6 +54,7 @@ class ActorProgram : public Program {
   }
 
   ZeroState* zero_state() const override { return peers_->gradients.zero.get(); }
+  CompressionState* compression_state() const override { return peers_->gradients.compression.get(); }
 
   void settle() const override {
     if (peers_->gradients.zero) peers_->gradients.zero->settle();

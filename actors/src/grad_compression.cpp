@@ -15,8 +15,9 @@ namespace troupe::actors {
 GradCompression GradCompression::parse(const std::string& text) {
   GradCompression c;
   if (text == "none") return c;
-  if (text == "bf16") {
-    c.kind = Kind::bf16;
+  if (text == "bf16" || text == "auto") {
+    c.kind = text == "bf16" ? Kind::bf16 : Kind::automatic;
+    c.rank = text == "bf16" ? 0 : 4;
     return c;
   }
   const std::string prefix = "powersgd:";
@@ -33,7 +34,7 @@ GradCompression GradCompression::parse(const std::string& text) {
     }
   }
   fail(ErrorKind::invalid_argument, "gradient compression '", printable(text),
-       "' is not one of none, bf16 or powersgd:R with R from 1 to 64");
+       "' is not one of none, bf16, powersgd:R with R from 1 to 64, or auto");
 }
 
 std::string GradCompression::str() const {
@@ -41,36 +42,96 @@ std::string GradCompression::str() const {
     case Kind::none: return "none";
     case Kind::bf16: return "bf16";
     case Kind::powersgd: return "powersgd:" + std::to_string(rank);
+    case Kind::automatic: return "auto";
   }
   return "none";
 }
 
-BucketCompressor::BucketCompressor(const std::vector<BucketEntry>& entries, std::int64_t numel, GradCompression how)
-    : how_(how), numel_(numel) {
+namespace {
+
+// The [n, m] view PowerSGD factors a gradient of `shape` as.
+std::pair<std::int64_t, std::int64_t> matrix_view(const Shape& shape) {
+  const std::int64_t size = shape_numel(shape), n = shape.size() >= 2 ? shape[0] : 1;
+  return {n, n > 0 ? size / n : 0};
+}
+
+// Whether PowerSGD of rank r factors a gradient of `shape`: a matrix whose factors are at most
+// half its size; vectors and small matrices go whole.
+bool factored(const Shape& shape, std::int64_t r) {
+  const auto [n, m] = matrix_view(shape);
+  return shape.size() >= 2 && r < std::min(n, m) && 2 * r * (n + m) <= n * m;
+}
+
+// Auto's choices, as a checkpoint holds them: 0 none, 1 bf16, R + 1 powersgd:R.
+std::int64_t choice_code(const GradCompression& how) {
+  return how.kind == GradCompression::Kind::bf16 ? 1 : how.kind == GradCompression::Kind::powersgd ? how.rank + 1 : 0;
+}
+GradCompression from_code(std::int64_t code) {
+  GradCompression how;
+  if (code == 1) how.kind = GradCompression::Kind::bf16;
+  if (code >= 2) {
+    how.kind = GradCompression::Kind::powersgd;
+    how.rank = static_cast<int>(code - 1);
+  }
+  return how;
+}
+
+const Tensor* find(const std::map<std::string, Tensor>& state, const std::string& key) {
+  const auto it = state.find(key);
+  return it == state.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+std::pair<std::int64_t, std::int64_t> powersgd_sizes(const std::vector<BucketEntry>& entries, std::int64_t numel,
+                                                     std::int64_t r) {
+  std::int64_t sent = numel, matrices = 0;
+  for (const BucketEntry& e : entries)
+    if (factored(e.shape, r)) {
+      const auto [n, m] = matrix_view(e.shape);
+      sent += r * (n + m) - n * m;
+      matrices += n * m;
+    }
+  return {sent, matrices};
+}
+
+BucketCompressor::BucketCompressor(std::vector<BucketEntry> entries, std::int64_t numel, GradCompression how,
+                                   std::vector<std::string> names)
+    : entries_(std::move(entries)), names_(std::move(names)), numel_(numel) {
+  adopt(how);
+}
+
+void BucketCompressor::adopt(GradCompression how) {
+  how_ = how;
+  matrices_.clear();
+  whole_.clear();
   std::int64_t covered = 0;
   const auto send_whole = [this](std::int64_t begin, std::int64_t end) {
     if (begin == end) return;
     if (!whole_.empty() && whole_.back().second == begin) whole_.back().second = end;
     else whole_.emplace_back(begin, end);
   };
-  for (const BucketEntry& e : entries) {
+  for (const BucketEntry& e : entries_) {
     const std::int64_t size = shape_numel(e.shape);
     send_whole(covered, e.offset);
     covered = e.offset + size;
-    const std::int64_t n = e.shape.size() >= 2 ? e.shape[0] : 1, m = n > 0 ? size / n : 0;
-    const std::int64_t r = how_.rank;
-    // A matrix whose factors are at most half its size; vectors and small matrices go whole.
-    if (how_.kind == GradCompression::Kind::powersgd && e.shape.size() >= 2 && r < std::min(n, m) &&
-        2 * r * (n + m) <= n * m)
-      matrices_.push_back(Matrix{e.offset, n, m, Tensor(), Tensor()});
-    else
+    if (how_.kind == GradCompression::Kind::powersgd && factored(e.shape, how_.rank)) {
+      const auto [n, m] = matrix_view(e.shape);
+      matrices_.push_back(Matrix{e.offset, n, m, name(e.sink), Tensor(), Tensor()});
+    } else {
       send_whole(e.offset, e.offset + size);
+    }
   }
   send_whole(covered, numel_);  // ZeRO-1's padding, if any
 }
 
-void BucketCompressor::all_reduce(transport::ProcessGroup& g, const Tensor& flat, transport::ReduceOp op,
-                                  std::uint64_t step) {
+std::string BucketCompressor::name(int sink) const {
+  const auto k = static_cast<std::size_t>(sink);
+  return k < names_.size() ? names_[k] : "sink" + std::to_string(sink);
+}
+
+void BucketCompressor::all_reduce(transport::ProcessGroup& g, const Tensor& flat, transport::ReduceOp op) {
+  ++rounds_;
   if (how_.kind == GradCompression::Kind::bf16) {
     const Tensor low = flat.to(DType::bf16);
     g.all_reduce(low, transport::ReduceOp::sum);
@@ -79,13 +140,37 @@ void BucketCompressor::all_reduce(transport::ProcessGroup& g, const Tensor& flat
     payload_bytes_ = low.nbytes();
     return;
   }
-  if (how_.kind == GradCompression::Kind::none || matrices_.empty() ||
-      step <= static_cast<std::uint64_t>(how_.warmup_steps)) {
+  if (matrices_.empty() || rounds_ <= static_cast<std::uint64_t>(how_.warmup_steps)) {
     g.all_reduce(flat, op);
     payload_bytes_ = flat.nbytes();
     return;
   }
   powersgd(g, flat, op);
+}
+
+void BucketCompressor::save(std::map<std::string, Tensor>& out) const {
+  for (const Matrix& mx : matrices_) {
+    if (mx.error.defined()) out[mx.name + ".powersgd_error"] = mx.error.clone();
+    if (mx.q.defined()) out["grad_compression." + mx.name + ".q"] = mx.q.clone();
+  }
+}
+
+void BucketCompressor::load(const std::map<std::string, Tensor>& state, double error_share, bool apply) {
+  for (const BucketEntry& e : entries_) {
+    const std::string key = name(e.sink) + ".powersgd_error";
+    const Tensor* error = find(state, key);
+    const auto [n, m] = matrix_view(e.shape);
+    const Shape view{n, m};
+    TROUPE_CHECK(!error || error->shape() == view, invalid_argument, "gradient compression state '", key, "' has shape ",
+                 shape_str(error->shape()), " where the gradient's is ", shape_str(view));
+  }
+  if (!apply) return;
+  for (Matrix& mx : matrices_) {
+    if (const Tensor* error = find(state, mx.name + ".powersgd_error"))
+      mx.error = kernels::mul(error->to(DType::f32), error_share);
+    const Tensor* q = find(state, "grad_compression." + mx.name + ".q");
+    if (q && q->shape() == Shape({mx.m, how_.rank})) mx.q = q->to(DType::f32).clone();
+  }
 }
 
 namespace {
@@ -144,8 +229,8 @@ void BucketCompressor::powersgd(transport::ProcessGroup& g, const Tensor& flat, 
     if (!mx.q.defined()) {  // the first compressed step: the same random start on every rank
       mx.q = Tensor::empty({mx.m, r});
       Generator(0x9e3779b9u + k).normal_(mx.q);
-      mx.error = Tensor::zeros({mx.n, mx.m});
     }
+    if (!mx.error.defined()) mx.error = Tensor::zeros({mx.n, mx.m});
     grads.push_back(kernels::add(grad, mx.error));
     first.slice(0, at, at + mx.n * r).view({mx.n, r}).copy_from(kernels::matmul(grads.back(), mx.q));
     at += mx.n * r;
@@ -185,4 +270,99 @@ void BucketCompressor::powersgd(transport::ProcessGroup& g, const Tensor& flat, 
   payload_bytes_ = static_cast<std::uint64_t>(p_size + whole_size + q_size) * sizeof(float);
 }
 
+BucketCompressors::BucketCompressors(const BucketLayout& layout, GradCompression how, std::vector<std::string> names,
+                                     std::shared_ptr<transport::Communicator> comm, transport::ReduceOp op)
+    : how_(how), comm_(std::move(comm)), op_(op) {
+  for (std::size_t b = 0; b < layout.buckets.size(); ++b)
+    buckets_.push_back(std::make_shared<BucketCompressor>(layout.buckets[b], layout.numel[b], how, names));
+  full_at_.resize(buckets_.size());
+}
+
+void BucketCompressors::all_reduce(transport::ProcessGroup& g, std::size_t bucket, const Tensor& flat,
+                                   std::chrono::steady_clock::time_point full_at) {
+  const bool measuring = how_.kind == GradCompression::Kind::automatic && !decided_;
+  if (measuring && bucket == 0 && windows_ms_.size() >= kMeasuredRounds) {
+    decide(g);
+    return all_reduce(g, bucket, flat, full_at);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  buckets_[bucket]->all_reduce(g, flat, op_);
+  if (!measuring || buckets_[bucket]->rounds() == 1) return;  // the first round pays for first touches
+  const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  if (bucket == 0) collective_ms_.emplace_back(buckets_.size(), 0.0);
+  collective_ms_.back()[bucket] = ms(std::chrono::steady_clock::now() - start);
+  full_at_[bucket] = full_at;
+  if (bucket + 1 < buckets_.size()) return;
+  windows_ms_.emplace_back();
+  for (const auto& t : full_at_) windows_ms_.back().push_back(std::max(0.0, ms(full_at_.back() - t)));
+}
+
+std::map<std::string, Tensor> BucketCompressors::gather() const {
+  std::map<std::string, Tensor> out;
+  for (const auto& b : buckets_) b->save(out);
+  out["grad_compression.rounds"] = Tensor::from_vector<std::int64_t>({static_cast<std::int64_t>(buckets_[0]->rounds())}, {});
+  if (how_.kind == GradCompression::Kind::automatic && decided_)
+    for (const auto& b : buckets_)
+      for (const BucketEntry& e : b->entries())
+        out["grad_compression." + b->name(e.sink) + ".choice"] = Tensor::from_vector<std::int64_t>({choice_code(b->how())}, {});
+  // What the ranks' factors missed, reduced as the gradients are (the same key order on every rank).
+  comm_->submit([&](transport::ProcessGroup& g) {
+         for (auto& [key, t] : out)
+           if (key.size() > 15 && key.compare(key.size() - 15, 15, ".powersgd_error") == 0) g.all_reduce(t, op_);
+       })
+      .get();
+  return out;
+}
+
+void BucketCompressors::load(const std::map<std::string, Tensor>& state) {
+  for (const auto& b : buckets_) b->load(state, 1.0, false);  // every check before anything changes
+  const Tensor* rounds = find(state, "grad_compression.rounds");
+  TROUPE_CHECK(!rounds || (rounds->numel() == 1 && rounds->dtype() == DType::i64), invalid_argument,
+               "gradient compression state 'grad_compression.rounds' is not one integer");
+  // Auto's choices come back when every bucket's gradients name one (the same buckets as saved).
+  std::vector<GradCompression> choices;
+  if (how_.kind == GradCompression::Kind::automatic)
+    for (const auto& b : buckets_) {
+      std::int64_t code = -1;
+      for (const BucketEntry& e : b->entries()) {
+        const Tensor* c = find(state, "grad_compression." + b->name(e.sink) + ".choice");
+        const std::int64_t got = c && c->numel() == 1 && c->dtype() == DType::i64 ? c->to_vector<std::int64_t>()[0] : -2;
+        code = code == -1 || code == got ? got : -2;
+      }
+      if (code < 0 || code > 65) break;
+      choices.push_back(from_code(code));
+      choices.back().warmup_steps = how_.warmup_steps;
+    }
+  if (!choices.empty() && choices.size() == buckets_.size()) {
+    adopt(choices);
+    std::lock_guard<std::mutex> lock(choice_mutex_);
+    choice_ = "auto: as the checkpoint chose: " + describe_choices();
+  }
+  const double share = op_ == transport::ReduceOp::mean ? 1.0 : 1.0 / comm_->size();
+  for (const auto& b : buckets_) {
+    b->load(state, share, true);
+    if (rounds) b->set_rounds(static_cast<std::uint64_t>(std::max<std::int64_t>(0, rounds->to_vector<std::int64_t>()[0])));
+  }
+}
+
+std::string BucketCompressors::choice() const {
+  std::lock_guard<std::mutex> lock(choice_mutex_);
+  return choice_;
+}
+
+void BucketCompressors::adopt(const std::vector<GradCompression>& choices) {
+  for (std::size_t b = 0; b < buckets_.size(); ++b) buckets_[b]->adopt(choices[b]);
+  decided_ = true;
+  windows_ms_.clear();
+  collective_ms_.clear();
+}
+
+std::string BucketCompressors::describe_choices() const {
+  std::string out;
+  for (std::size_t b = 0; b < buckets_.size(); ++b)
+    out += (b ? ", " : "") + std::string("bucket ") + std::to_string(b) + " " + buckets_[b]->how().str();
+  return out;
+}
+
 }  // namespace troupe::actors
+

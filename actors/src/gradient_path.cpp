@@ -149,7 +149,11 @@ GradientActors spawn_gradient_path(caf::actor_system& sys, const graph::TracedFu
       out.all.push_back(caf::actor_cast<caf::actor>(path.bucket_actors.back().actor));
     }
     const std::string& name = dp.communicator->name();
-    CommunicatorSetup comm{dp.communicator, dp.overlap, dp.gradients_mean, dp.zero, dp.compression,
+    if (dp.compression.kind != GradCompression::Kind::none)
+      path.compression = std::make_shared<BucketCompressors>(
+          *path.buckets, dp.compression, *names, dp.communicator,
+          dp.gradients_mean ? transport::ReduceOp::mean : transport::ReduceOp::sum);
+    CommunicatorSetup comm{dp.communicator, dp.overlap, dp.gradients_mean, dp.zero,
                            tracer.register_actor("collectives " + name), tracer.register_actor("communicator " + name), peers};
     path.communicator = {spawn_communicator_actor(sys, comm), comm.track};
     out.all.push_back(caf::actor_cast<caf::actor>(path.communicator.actor));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bucket_layout.hpp"
+#include "grad_compression.hpp"
 #include "handler.hpp"
 #include "registers.hpp"
 #include "zero_shard.hpp"
@@ -124,6 +125,7 @@ struct GradientPath {
                                                       // (1/n for a parameter n tensor-parallel devices hold whole)
   std::shared_ptr<const BucketLayout> buckets;          // null without data parallelism
   std::shared_ptr<ZeroShard> zero;                    // ZeRO-1: this rank's slices and their update; null otherwise
+  std::shared_ptr<BucketCompressors> compression;     // how the buckets travel, when compressed; null otherwise
   std::vector<AddressOf<BucketActor>> bucket_actors;
   AddressOf<CommunicatorActor> communicator;
 };

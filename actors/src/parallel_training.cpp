@@ -207,16 +207,39 @@ void ParallelTraining::make_groups() {
   }
 }
 
+void ParallelTraining::adopt_compression(const std::string& text) {
+  const std::string& file = config_.strategy_load;
+  GradCompression theirs;
+  try {
+    theirs = GradCompression::parse(text);
+  } catch (const Error& e) {
+    fail(ErrorKind::invalid_argument, "strategy file '", file, "': ", e.message(), "; save it again with --strategy-save");
+  }
+  GradCompression& mine = config_.grad_compression;
+  if (theirs.kind == GradCompression::Kind::none || theirs.str() == mine.str()) return;
+  TROUPE_CHECK(mine.kind == GradCompression::Kind::none, invalid_argument, "strategy file '", file,
+               "' compresses the gradients as ", theirs.str(), ", the settings as ", mine.str(),
+               "; pass --grad-compression ", theirs.str(), " or none (to take the file's)");
+  TROUPE_CHECK(config_.zero == 0, invalid_argument, "strategy file '", file, "' compresses the gradients as ",
+               theirs.str(), ", which needs ZeRO-1 off; train it without --zero 1");
+  theirs.warmup_steps = mine.warmup_steps;
+  mine = theirs;
+  data_parallel_.compression = theirs;
+}
+
 void ParallelTraining::shard_step() {
   // Mixed precision's casts are ops like the others: they follow their input's placement, and the
   // collectives sum low-precision values in f32.
   const graph::TracedFunction traced =
       graph::trace(problem_.loss, problem_.signature).with_amp(config_.amp).with_gradients();
   const graph::Mesh mesh = plan::job_mesh(dp_, tp_, dp_ * tp_);
-  const plan::PlacementRequest request =
-      config_.strategy_load.empty()
-          ? problem_.placement.place(traced, mesh, config_.zero == 1)
-          : plan::strategy_request(plan::load_strategy(config_.strategy_load), traced, mesh, config_.strategy_load);
+  std::optional<plan::Strategy> loaded;
+  if (!config_.strategy_load.empty()) {
+    loaded = plan::load_strategy(config_.strategy_load);
+    adopt_compression(loaded->grad_compression);
+  }
+  const plan::PlacementRequest request = loaded ? plan::strategy_request(*loaded, traced, mesh, config_.strategy_load)
+                                                : problem_.placement.place(traced, mesh, config_.zero == 1);
   // ZeRO-1 is the runtime's (DataParallel::zero): a strategy that splits the gradients over dp needs it.
   for (const auto& [v, p] : request.required)
     TROUPE_CHECK(config_.zero == 1 || dp_ == 1 || p[0].kind != graph::Placement::Kind::split, invalid_argument,
@@ -224,7 +247,9 @@ void ParallelTraining::shard_step() {
   if (!config_.strategy_save.empty() && rank() == 0) {
     const graph::GraphPlacement whole = plan::propagate_sharding(traced.graph(), mesh, request.given, request.required,
                                                                  batch_bindings(problem_.signature, problem_.global_batch));
-    plan::save_strategy(config_.strategy_save, plan::make_strategy(traced, mesh, request, whole));
+    plan::Strategy saved = plan::make_strategy(traced, mesh, request, whole);
+    saved.grad_compression = config_.grad_compression.str();
+    plan::save_strategy(config_.strategy_save, saved);
   }
   const auto [tp_mesh, along_tp] = plan::project_request(request, mesh, "tp");
   sharded_ = std::make_shared<TensorParallelStep>(
@@ -292,6 +317,10 @@ StepReport ParallelTraining::step(const std::vector<Tensor>& batch) {
   out.comm_bytes = r.comm_bytes;
   out.loss_scale = scaler_ ? r.loss_scale : 0;
   out.skipped = r.skipped;
+  if (const CompressionState* c = program_->compression_state(); c && !compression_chosen_) {
+    out.compression_choice = c->choice();
+    compression_chosen_ = !out.compression_choice.empty();
+  }
   if (config_.check_gradients) out.gradient_warnings = compare_bucket_norms(r.bucket_squared_norms);
   if (!config_.measure_gradients) return out;
   GradientSums sums;
@@ -424,17 +453,37 @@ void ParallelTraining::release_parameters() {
     for (const auto& [name, p] : problem_.model->named_parameters()) p.set_value(Tensor());
 }
 
+namespace {
+
+// Whether `key` of a saved optimizer state is gradient compression's (CompressionState::gather).
+bool compression_key(const std::string& key) {
+  const std::string error = ".powersgd_error";
+  return key.rfind("grad_compression.", 0) == 0 ||
+         (key.size() > error.size() && key.compare(key.size() - error.size(), error.size(), error) == 0);
+}
+
+}  // namespace
+
 std::map<std::string, Tensor> ParallelTraining::optimizer_state() {
   if (program_) program_->settle();
   ZeroState* zero = program_ ? program_->zero_state() : nullptr;
-  const std::map<std::string, Tensor> state = zero ? zero->gather() : stepped_->state_dict();
+  std::map<std::string, Tensor> state = zero ? zero->gather() : stepped_->state_dict();
+  if (const CompressionState* c = program_ ? program_->compression_state() : nullptr)
+    for (auto& [key, value] : c->gather())
+      // A tp rank's warm starts and auto's choices are its shards' own: only the errors (gathered
+      // like the parameters) and the step count are saved then.
+      if (!sharded_ || key == "grad_compression.rounds" || key.rfind("grad_compression.", 0) != 0) state[key] = value;
   return sharded_ ? sharded_->gather(state) : state;
 }
 
 void ParallelTraining::load_optimizer_state(const std::map<std::string, Tensor>& whole) {
   if (program_) program_->settle();
-  optimizer_->load_state_dict(whole);  // checks it fits the model's optimizer before anything changes
-  if (sharded_) stepped_->load_state_dict(sharded_->shard(whole));
+  std::map<std::string, Tensor> optimizer, compression;
+  for (const auto& [key, value] : whole) (compression_key(key) ? compression : optimizer)[key] = value;
+  optimizer_->load_state_dict(optimizer);  // checks it fits the model's optimizer before anything changes
+  CompressionState* c = program_ ? program_->compression_state() : nullptr;
+  if (c) c->load(sharded_ ? sharded_->shard(compression) : compression);  // (a run without it drops the state)
+  if (sharded_) stepped_->load_state_dict(sharded_->shard(optimizer));
   if (ZeroState* zero = program_ ? program_->zero_state() : nullptr) zero->load(stepped_->state_dict());
 }
 

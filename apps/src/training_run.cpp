@@ -30,8 +30,11 @@ struct Session {
   actors::ParallelTraining& training;
   std::int64_t parameter_count = 0;  // the model's (its tensors are released between evaluations with --tp)
   /// Whether the ranks hold parts of the model or of the optimizer state, which they gather
-  /// together for evaluation and checkpoints.
-  bool split() const { return training.tensor_parallel() || training.zero(); }
+  /// together for evaluation and checkpoints (compressed gradients' errors are reduced for them).
+  bool split() const {
+    return training.tensor_parallel() || training.zero() ||
+           training.data_parallel().compression.kind != actors::GradCompression::Kind::none;
+  }
 };
 
 // The loss forward only: on a forward-only program when there is one, otherwise eagerly.
@@ -68,6 +71,9 @@ actors::StepReport one_step(Session& s, std::int64_t step_number) {
   actors::StepReport out = s.training.step(next_step_batch(s));
   for (const std::string& w : out.gradient_warnings)
     std::fprintf(stderr, "%s: warning: step %lld %s\n", s.name.c_str(), static_cast<long long>(step_number), w.c_str());
+  if (!out.compression_choice.empty() && s.training.rank() == 0)
+    std::printf("%s: step %lld: gradient compression %s\n", s.name.c_str(), static_cast<long long>(step_number),
+                out.compression_choice.c_str());
   return out;
 }
 
@@ -83,8 +89,8 @@ LoopHooks loop_hooks(Session& s, const ForwardLoss& forward, std::int64_t& step_
     s.training.release_parameters();
     return score;
   };
-  // The replicas hold the same model: rank 0 saves it, whole (with --tp or ZeRO-1, gathered by
-  // every rank), so any layout can resume it.
+  // The replicas hold the same model: rank 0 saves it, whole (with --tp, ZeRO-1 or compression,
+  // gathered by every rank), so any layout can resume it.
   if (!s.flags.save.empty() && (s.training.rank() == 0 || s.split()))
     hooks.save = [&s](std::int64_t step) {
       s.training.gather_parameters();

@@ -137,7 +137,7 @@ Strategy make_strategy(const graph::TracedFunction& step, const graph::Mesh& mes
 }
 
 void save_strategy(const std::string& path, const Strategy& s) {
-  json j{{"format", "troupe-strategy"}, {"version", 1}, {"fingerprint", s.fingerprint}};
+  json j{{"format", "troupe-strategy"}, {"version", 1}, {"fingerprint", s.fingerprint}, {"grad_compression", s.grad_compression}};
   j["mesh"] = json::array();
   for (const auto& [name, size] : s.mesh.axes) j["mesh"].push_back({name, size});
   j["parameters"] = json::array();
@@ -228,6 +228,10 @@ Strategy load_strategy(const std::string& path) {
       std::vector<NdPlacement> outs;
       for (const json& p : field(o, "outputs", "an op")) outs.push_back(placement_of(p, axes, "an op's output placement"));
       s.ops.push_back(outs);
+    }
+    if (j.contains("grad_compression")) {  // (files saved before it compress nothing)
+      TROUPE_CHECK(j["grad_compression"].is_string(), invalid_argument, "\"grad_compression\" is not a string");
+      s.grad_compression = j["grad_compression"].get<std::string>();
     }
     return s;
   } catch (const json::exception& e) {

@@ -47,13 +47,15 @@ TEST(GradCompression, ParsesTheSpecsAndRefusesOthersByName) {
   EXPECT_EQ(p.kind, GradCompression::Kind::powersgd);
   EXPECT_EQ(p.rank, 4);
   EXPECT_EQ(p.str(), "powersgd:4");
-  for (const char* bad : {"", "zip", "powersgd", "powersgd:0", "powersgd:65", "powersgd:-1", "powersgd:2x", "BF16"}) {
+  EXPECT_EQ(GradCompression::parse("auto").kind, GradCompression::Kind::automatic);
+  EXPECT_EQ(GradCompression::parse("auto").str(), "auto");
+  for (const char* bad : {"", "zip", "powersgd", "powersgd:0", "powersgd:65", "powersgd:-1", "powersgd:2x", "BF16", "auto:4"}) {
     try {
       GradCompression::parse(bad);
       ADD_FAILURE() << "'" << bad << "' was accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::invalid_argument);
-      EXPECT_NE(std::string(e.what()).find("is not one of none, bf16 or powersgd:R with R from 1 to 64"), std::string::npos)
+      EXPECT_NE(std::string(e.what()).find("is not one of none, bf16, powersgd:R with R from 1 to 64, or auto"), std::string::npos)
           << e.what();
     }
   }
@@ -68,7 +70,7 @@ TEST(GradCompression, Bf16SendsHalfTheBytesAndEveryRankGetsTheSameResult) {
   on_two_ranks([&](int r, transport::ProcessGroup& g) {
     BucketCompressor c(entries, 137, GradCompression::parse("bf16"));
     got[r] = test::random_tensor({137}, 10 + r);
-    c.all_reduce(g, got[r], transport::ReduceOp::mean, 1);
+    c.all_reduce(g, got[r], transport::ReduceOp::mean);
     bytes[r] = c.payload_bytes();
   });
   EXPECT_TRUE(same(got[0], got[1]));
@@ -100,10 +102,10 @@ TEST(GradCompression, PowerSgdReducesALowRankGradientAndSendsItsFactors) {
   on_two_ranks([&](int r, transport::ProcessGroup& g) {
     BucketCompressor c(entries, numel, how);
     warm[r] = bucket(r);
-    c.all_reduce(g, warm[r], transport::ReduceOp::mean, 1);  // the warm-up: whole
+    c.all_reduce(g, warm[r], transport::ReduceOp::mean);  // the warm-up: whole
     warm_bytes[r] = c.payload_bytes();
     got[r] = bucket(r);
-    c.all_reduce(g, got[r], transport::ReduceOp::mean, 2);
+    c.all_reduce(g, got[r], transport::ReduceOp::mean);
     bytes[r] = c.payload_bytes();
   });
   const Tensor mean = kernels::mul(kernels::add(bucket(0), bucket(1)), 0.5);
@@ -134,7 +136,7 @@ TEST(GradCompression, PowerSgdsErrorFeedbackCarriesWhatTheFactorsMissed) {
     Tensor sent = Tensor::zeros({n * m}), arrived = Tensor::zeros({n * m});
     for (int step = 1; step <= 40; ++step) {
       const Tensor flat = grad.clone();
-      c.all_reduce(g, flat, transport::ReduceOp::mean, static_cast<std::uint64_t>(step));
+      c.all_reduce(g, flat, transport::ReduceOp::mean);
       sent = kernels::add(sent, grad);
       arrived = kernels::add(arrived, flat);
       const double error = test::scaled_max_error(arrived, sent);
@@ -205,4 +207,20 @@ TEST(GradCompression, CompressionWithZeroIsRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("gradient compression (bf16) needs ZeRO-1 off"), std::string::npos) << e.what();
   }
+}
+
+// Auto's model: collectives one after another, each starting when its bucket is full and the
+// one before is done; what runs past backward's end is exposed.
+TEST(GradCompression, AutoCompressesOnlyWhatWouldBeExposed) {
+  EXPECT_DOUBLE_EQ(actors::exposed_ms({10, 0}, {5, 5}), 5);   // bucket 0 hidden, bucket 1 after backward
+  EXPECT_DOUBLE_EQ(actors::exposed_ms({10, 0}, {20, 5}), 15);  // bucket 0 runs 10 ms past, bucket 1 queues behind it
+  EXPECT_DOUBLE_EQ(actors::exposed_ms({50, 40}, {5, 5}), 0);
+  // Bucket 0 has a 30 ms window, wide enough for its whole collective: only the last bucket is compressed.
+  EXPECT_EQ(actors::least_compression({30, 0}, {{20, 12, 6}, {8, 5, 3}}, 0.1), (std::vector<std::size_t>{0, 2}));
+  // A 10 ms window is not: bucket 0 would delay bucket 1, so both are compressed.
+  EXPECT_EQ(actors::least_compression({10, 0}, {{20, 12, 6}, {8, 5, 3}}, 0.1), (std::vector<std::size_t>{2, 2}));
+  // Bf16 is enough when it hides as much as PowerSGD would.
+  EXPECT_EQ(actors::least_compression({15, 0}, {{20, 12, 6}, {1, 0.95}}, 0.1), (std::vector<std::size_t>{1, 0}));
+  // A gain under the threshold is not worth compressing for.
+  EXPECT_EQ(actors::least_compression({100, 0}, {{20, 12, 6}, {0.1, 0.08, 0.07}}, 0.2), (std::vector<std::size_t>{0, 0}));
 }

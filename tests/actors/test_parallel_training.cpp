@@ -34,6 +34,7 @@ struct State {
 struct Training {
   std::vector<double> losses, lrs;
   State end;
+  std::vector<std::string> choices;  // gradient compression auto's report, per step
 };
 
 // Plain SGD (lr 0.1) instead of the tiny model's AdamW, whose update does not see a gradient's scale.
@@ -69,6 +70,7 @@ Training train(const actors::ParallelConfig& config, int devices, int from, int 
         const actors::StepReport r = training.step({test::tiny_gpt_tokens(kBatch, 100 + s), test::tiny_gpt_tokens(kBatch, 200 + s)});
         run.losses.push_back(r.loss);
         run.lrs.push_back(r.lr);
+        run.choices.push_back(r.compression_choice);
       }
       training.gather_parameters();
       run.end.optimizer = training.optimizer_state();
@@ -237,4 +239,54 @@ TEST(ParallelTraining, SettingsItCannotRunAreRefusedOnEveryDevice) {
   actors::ParallelConfig uneven = settings(1, 1, 0);
   uneven.accumulation = 3;
   refused(uneven, 1, {"accumulation over 3 batches", "4 rows"});
+}
+
+// PowerSGD's state travels in the whole optimizer state: stopped after step 5 (three compressed
+// steps after a warm-up of two) and resumed, dp 2 goes on as the uninterrupted run; so does dp 4,
+// since the replicas' reduced gradients depend only on the mean of their errors. Without the
+// state the run departs from it.
+TEST(ParallelTraining, PowerSgdsStateResumesUnderTheSameAndAnotherReplicaCount) {
+  actors::ParallelConfig config = settings(2, 1, 0);
+  config.grad_compression = actors::GradCompression::parse("powersgd:1");
+  config.grad_compression.warmup_steps = 2;
+  const Training whole = train(config, 2, 0, 8);
+  const std::vector<double> rest(whole.losses.begin() + 5, whole.losses.end());
+  const Training half = train(config, 2, 0, 5);
+  EXPECT_EQ(half.end.optimizer.at("grad_compression.rounds").to_vector<std::int64_t>(), std::vector<std::int64_t>{5});
+  std::size_t errors = 0, starts = 0;
+  for (const auto& [key, t] : half.end.optimizer) {
+    errors += key.find(".powersgd_error") != std::string::npos;
+    starts += key.rfind("grad_compression.", 0) == 0 && key.find(".q") != std::string::npos;
+  }
+  EXPECT_GT(errors, 0u);
+  EXPECT_EQ(starts, errors);
+  const Training resumed = train(config, 2, 5, 8, half.end);
+  for (std::size_t s = 0; s < rest.size(); ++s) EXPECT_NEAR(resumed.losses[s], rest[s], 1e-6 * rest[s]) << "step " << s + 6;
+  actors::ParallelConfig four = config;
+  four.dp = 4;
+  expect_close(train(four, 4, 5, 8, half.end).losses, rest, "dp 4 after dp 2");
+  State forgotten = half.end;
+  std::erase_if(forgotten.optimizer, [](const auto& kv) { return kv.first.find("powersgd") != std::string::npos ||
+                                                                 kv.first.rfind("grad_compression.", 0) == 0; });
+  const Training lost = train(config, 2, 5, 8, forgotten);
+  double most = 0;
+  for (std::size_t s = 0; s < rest.size(); ++s) most = std::max(most, std::abs(lost.losses[s] - rest[s]) / rest[s]);
+  EXPECT_GT(most, 1e-4) << "the state made no difference: the test would not notice it lost";
+}
+
+// Auto measures five steps after the first, then says once what it chose for every bucket, and
+// a checkpoint keeps the choice: the resumed run takes it instead of measuring again.
+TEST(ParallelTraining, AutoCompressionChoosesOnceAndTheCheckpointKeepsTheChoice) {
+  actors::ParallelConfig config = settings(2, 1, 0);
+  config.grad_compression = actors::GradCompression::parse("auto");
+  config.grad_compression.warmup_steps = 2;
+  const Training first = train(config, 2, 0, 8);
+  for (std::size_t s = 0; s < first.choices.size(); ++s) EXPECT_EQ(first.choices[s].empty(), s != 6) << "step " << s + 1;
+  const std::string& said = first.choices[6];
+  EXPECT_NE(said.find("auto (5 steps measured, the ranks' mean): link "), std::string::npos) << said;
+  EXPECT_NE(said.find("bucket 0 ("), std::string::npos) << said;
+  EXPECT_NE(said.find("collectives past backward predicted"), std::string::npos) << said;
+  const Training resumed = train(config, 2, 8, 9, first.end);
+  ASSERT_EQ(resumed.choices.size(), 1u);
+  EXPECT_EQ(resumed.choices[0].rfind("auto: as the checkpoint chose: bucket 0 ", 0), 0u) << resumed.choices[0];
 }

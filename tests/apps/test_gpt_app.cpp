@@ -491,6 +491,43 @@ TEST(GptApp, AJobRestartedAfterARankDiesResumesExactly) {
   EXPECT_NE(always.output.find("restarting the job (restart 1 of 1)"), std::string::npos) << always.output;
 }
 
+// Gradient compression across a save: PowerSGD's error feedback and warm start are in the
+// checkpoint, so a dp 2 run stopped two compressed steps in (after the 10 whole ones) and resumed
+// gives the uninterrupted losses. Auto says once what it chose. A strategy file keeps the
+// compression it was saved with, and refuses settings that contradict it.
+TEST(GptApp, CompressedRunsResumeExactlyAndStrategyFilesKeepTheCompression) {
+  const std::string dir = test::fresh_dir("gpt_compressed"), data = corpus_file(dir);
+  const std::string launch = std::string(TROUPE_LAUNCH_BIN) + " -n 2 --timeout 30 -- ";
+  const std::string common = " --d-model 32 --layers 1 --heads 2 --d-ff 64 --seq 16 --threads 1 --lr 3e-3 --eval-every 100"
+                             " --comm-fusion-mb 0.01 --amp O0 --batch 4 --data " + data;
+  const std::string dp = launch + kGpt + common + " --dp 2 --grad-compression powersgd:2";
+  ASSERT_EQ(run_app(dp + " --steps 14 --metrics " + dir + "/whole.csv").exit_code, 0);
+  const auto first = run_app(dp + " --steps 12 --save " + dir + "/ck --metrics " + dir + "/parts.csv");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto second = run_app(dp + " --steps 14 --resume " + dir + "/ck --metrics " + dir + "/parts.csv");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const auto whole = test::csv_column(dir + "/whole.csv", "loss"), parts = test::csv_column(dir + "/parts.csv", "loss");
+  ASSERT_EQ(whole.size(), 14u);
+  ASSERT_EQ(parts.size(), 14u);
+  for (std::size_t i = 0; i < 14; ++i) EXPECT_NEAR(parts[i], whole[i], 1e-6 * whole[i]) << "step " << i + 1;
+
+  const auto automatic = run_app(launch + kGpt + common + " --dp 2 --grad-compression auto --steps 8");
+  ASSERT_EQ(automatic.exit_code, 0) << automatic.output;
+  EXPECT_NE(automatic.output.find("[rank 0] troupe-gpt: step 7: gradient compression auto (5 steps measured, the ranks' mean)"),
+            std::string::npos) << automatic.output;
+
+  const std::string tp = launch + kGpt + common + " --tp 2 --steps 2";
+  ASSERT_EQ(run_app(tp + " --grad-compression bf16 --strategy-save " + dir + "/plan.json").exit_code, 0);
+  std::ifstream file(dir + "/plan.json");
+  const auto plan = nlohmann::json::parse(file);
+  EXPECT_EQ(plan.at("grad_compression"), "bf16");
+  const auto contradicted = run_app(tp + " --grad-compression powersgd:2 --strategy-load " + dir + "/plan.json");
+  EXPECT_NE(contradicted.exit_code, 0);
+  EXPECT_NE(contradicted.output.find("strategy file '" + dir + "/plan.json' compresses the gradients as bf16, the settings "
+                                     "as powersgd:2; pass --grad-compression bf16 or none (to take the file's)"),
+            std::string::npos) << contradicted.output;
+}
+
 // --save-every-min saves on the clock as well as at the end; with --dp the ranks vote on each
 // step (a rank whose clock says it is time is enough), so they save the same steps: with ZeRO-1
 // every rank takes part in a save (the optimizer state is gathered), and ranks that disagreed

@@ -45,8 +45,9 @@ struct ParallelConfig {
   double memory_budget = 0;  // bytes per device, for the search (0: none)
   double gflops = 0;         // each device's speed for the search's cost model (0: measured here)
   double update_gbps = 0;    // each device's bandwidth at the optimizer's update (0: measured here)
-  std::string strategy_load;  // a strategy file to place the step by instead of the policy (its mesh: dp x tp)
-  std::string strategy_save;  // rank 0 writes the placement it runs to this strategy file
+  std::string strategy_load;  // a strategy file to place the step by instead of the policy (its mesh: dp x tp; its
+                              // gradient compression when grad_compression is none)
+  std::string strategy_save;  // rank 0 writes the placement (and gradient compression) it runs to this strategy file
   int zero = 0;               // ZeRO stage: 1 splits the optimizer state among the dp replicas
   double bucket_mb = 0;       // AllReduce bucket limit in MiB (0: from the dp group's link, measured at start)
   bool overlap = true;        // false: the textbook path, one AllReduce per gradient after backward and a naive clip norm
@@ -161,9 +162,12 @@ class ParallelTraining {
   bool any_rank(bool mine);
   /// The whole optimizer state, as one process's optimizer over the model would hold it (keyed as
   /// Optimizer::state_dict): gathered from ZeRO-1's slices and tp's shards, a collective as above.
+  /// With gradient compression, its state too (CompressionState::gather's keys; with tp > 1 only
+  /// the errors and the step count: the warm starts and auto's choices are the shards' own).
   std::map<std::string, Tensor> optimizer_state();
   /// Starts from `whole`, a whole optimizer state saved under any layout: this rank takes its
-  /// shards and slices. Throws when it does not fit the model's optimizer, changing nothing.
+  /// shards and slices, and the gradient compression's state when it compresses (else drops it).
+  /// Throws when it does not fit the model's optimizer, changing nothing.
   void load_optimizer_state(const std::map<std::string, Tensor>& whole);
   /// Bytes this rank holds of the parameters (its shards) and of the optimizer state (its slices).
   std::size_t held_parameter_bytes() const;
@@ -176,6 +180,8 @@ class ParallelTraining {
   void check_settings() const;
   void make_groups();
   void shard_step();
+  // A loaded strategy file's gradient compression, taken when the settings name none.
+  void adopt_compression(const std::string& text);
   void compile();
   StepReport run_eager(const std::vector<Tensor>& inputs);
   // Sets the optimizers' rates for update `update` from the schedule and the peaks.
@@ -201,6 +207,7 @@ class ParallelTraining {
   std::unique_ptr<Program> program_;
   std::vector<double> peaks_;  // each group's learning rate as the optimizer factory made it
   std::int64_t steps_ = 0;
+  bool compression_chosen_ = false;  // auto's choice was reported
 };
 
 }  // namespace troupe::actors

@@ -30,15 +30,38 @@ namespace troupe::actors {
 /// (r (n + m) values instead of n m), with error feedback (what the factors missed is added to the
 /// next step's gradient) and the last step's Q as the start (warm start), the other gradients whole;
 /// the first `warmup_steps` steps go whole. Every rank decompresses the same reduced factors, so the
-/// replicas stay identical.
+/// replicas stay identical. Auto chooses per bucket among none, bf16 and powersgd:`rank` once it
+/// has measured a few uncompressed steps: the least compression that hides the bucket's collective
+/// behind the backward still running (CompressionState::choice says what it chose).
 struct GradCompression {
-  enum class Kind { none, bf16, powersgd } kind = Kind::none;
-  int rank = 0;           // PowerSGD's rank r
+  enum class Kind { none, bf16, powersgd, automatic } kind = Kind::none;
+  int rank = 0;           // PowerSGD's rank r (auto: the rank it may choose)
   int warmup_steps = 10;  // PowerSGD: steps sent whole before the factors take over
-  /// Parses "none", "bf16" or "powersgd:R" (R from 1 to 64); throws naming the text and what is accepted.
+  /// Parses "none", "bf16", "powersgd:R" (R from 1 to 64) or "auto"; throws naming the text and what is accepted.
   static GradCompression parse(const std::string& text);
   /// The text parse() reads back.
   std::string str() const;
+};
+
+/// Gradient compression's state on one rank (Program::compression_state), for checkpoints:
+/// PowerSGD's error feedback and warm starts, the rounds reduced, and auto's choices.
+class CompressionState {
+ public:
+  virtual ~CompressionState() = default;
+  /// The state, the same on every rank: "<parameter>.powersgd_error" is what the ranks' factors
+  /// have missed so far, reduced as the gradients are (what the next reduced gradient is owed, the
+  /// same whatever the ranks' count); "grad_compression.<parameter>.q" the warm start,
+  /// "grad_compression.<parameter>.choice" auto's choice (0 none, 1 bf16, R + 1 powersgd:R),
+  /// "grad_compression.rounds" the steps reduced. A collective of the data-parallel ranks, each
+  /// calling it between steps.
+  virtual std::map<std::string, Tensor> gather() const = 0;
+  /// Takes a state gather() gave under any number of ranks, between steps: each rank owes the
+  /// reduced error again (all of it when the gradients are averaged, its 1/n share when summed);
+  /// a warm start of another rank r, or of a parameter not factored now, is left out. Throws
+  /// naming a tensor of another shape, changing nothing.
+  virtual void load(const std::map<std::string, Tensor>& state) = 0;
+  /// Auto's choice per bucket and why, once made; empty before (and without auto).
+  virtual std::string choice() const = 0;
 };
 
 /// Data parallelism over the ranks of a communicator. Gradients are packed in one fixed order (the
@@ -198,6 +221,8 @@ class Program {
   virtual std::optional<graph::MemoryPlanReport> memory_report() const = 0;
   /// With ZeRO-1 (DataParallel::zero), the rank's share of the optimizer state; null otherwise.
   virtual ZeroState* zero_state() const = 0;
+  /// With gradient compression (DataParallel::compression not none), its state; null otherwise.
+  virtual CompressionState* compression_state() const = 0;
   /// Waits for what the last step still does after answering: with ZeRO-1, the all-gather of the
   /// updated parameters, which overlaps the next step's forward. Call it before reading the
   /// parameters outside the program's steps (evaluating, saving); rethrows the all-gather's failure.

@@ -20,6 +20,8 @@ struct StepReport {
   /// check_gradients: one line per bucket whose reduced norm differs between the replicas by more
   /// than 1e-5 relative ("bucket 2: replica 0 gradient norm ..., replica 1 ...").
   std::vector<std::string> gradient_warnings;
+  /// Gradient compression auto: what it chose per bucket and why, on the step it chose (else empty).
+  std::string compression_choice;
 };
 
 }  // namespace troupe::actors

@@ -13,7 +13,7 @@ namespace troupe::apps {
 struct ParallelFlags {
   int dp = 1;
   double comm_fusion_mb = 0;   // AllReduce bucket size limit; 0: chosen from the dp group's measured link
-  std::string grad_compression = "none";  // none, bf16 or powersgd:R (actors::GradCompression)
+  std::string grad_compression = "none";  // none, bf16, powersgd:R or auto (actors::GradCompression)
   bool check_grads = false;    // compare the ranks' post-reduce gradient norms every step
   bool plan_only = false;
   int tp = 0;                  // 0: not given (1, or searched in a launched job)

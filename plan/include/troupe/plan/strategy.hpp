@@ -1,6 +1,7 @@
 #pragma once
 // Strategy files (MindSpore's strategy_ckpt_save_file): a chosen placement saved on the first run
 // and loaded by later ones to skip planning. JSON: the mesh; a fingerprint of the model and mesh;
+// how the gradients travel along dp (gradient compression);
 // per parameter its layout (placement per mesh axis, shape, shard shape and each device's offsets);
 // the inputs' placements, the pinned values and the outputs' required placements; and per op the
 // placement of its outputs, for reading. Loading checks the file against the step and the mesh and
@@ -37,6 +38,9 @@ struct Strategy {
   std::vector<graph::NdPlacement> outputs;             // required, per graph output
   std::vector<std::vector<graph::NdPlacement>> ops;    // each node's outputs, as planned (for reading)
   std::vector<std::string> op_names;                   // each node's op
+  /// How the dp gradient buckets travel ("none", "bf16", "powersgd:R" or "auto", actors::GradCompression):
+  /// set by whoever saves the file, applied by whoever loads it.
+  std::string grad_compression = "none";
 };
 
 /// The fingerprint of `step` on `mesh`: 16 hex digits.
