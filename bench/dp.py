@@ -8,7 +8,8 @@ sweep over shared memory; and the scaling efficiency of DP=2 against
 one process at the same per-rank batch, next to torch DDP (gloo) measured the same way; and the
 buckets troupe-gpt sizes from the measured link when --comm-fusion-mb is not given ("auto"):
 against the 64 MiB default over shared memory, advanced against standard over the link. One JSON
-line per measurement. usage: dp.py BUILD [scaling|auto]   (only the scaling, or only the auto rows)"""
+line per measurement. usage: dp.py BUILD [scaling|auto]   (only the scaling, or only the auto rows;
+gradient compression's rows are bench/dp_compress.py's: bench/run dp compress)"""
 import json, os, socket, statistics, subprocess, sys
 
 from netns import HOST_A, HOST_B, on_hosts

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Two "hosts" on this machine for bench/run dp: network namespaces troupe0 and troupe1 joined by a
 # veth pair (10.77.0.1 <-> 10.77.0.2) whose both ends are limited by tc (tbf) to 1 Gbit/s, like the
-# article's cluster link. usage: bench/netns.sh up|down   (needs root: ip netns, tc)
+# article's cluster link, or to RATE (tc's units: 100mbit).
+# usage: bench/netns.sh up [RATE] | down   (needs root: ip netns, tc)
 set -euo pipefail
 case "${1:-}" in
   up)
@@ -16,12 +17,13 @@ case "${1:-}" in
     for ns in troupe0 troupe1; do ip -n "$ns" link set lo up; done
     ip -n troupe0 link set troupe-a up
     ip -n troupe1 link set troupe-b up
-    ip netns exec troupe0 tc qdisc add dev troupe-a root tbf rate 1gbit burst 256kb latency 100ms
-    ip netns exec troupe1 tc qdisc add dev troupe-b root tbf rate 1gbit burst 256kb latency 100ms
+    rate="${2:-1gbit}"
+    ip netns exec troupe0 tc qdisc add dev troupe-a root tbf rate "$rate" burst 256kb latency 100ms
+    ip netns exec troupe1 tc qdisc add dev troupe-b root tbf rate "$rate" burst 256kb latency 100ms
     ;;
   down)
     ip netns del troupe0 2>/dev/null || true
     ip netns del troupe1 2>/dev/null || true
     ;;
-  *) echo "usage: bench/netns.sh up|down" >&2; exit 2 ;;
+  *) echo "usage: bench/netns.sh up [RATE] | down" >&2; exit 2 ;;
 esac

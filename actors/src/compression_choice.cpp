@@ -1,8 +1,8 @@
 // Gradient compression `auto`: after a few uncompressed steps the ranks agree on what they
 // measured (each bucket's window, the time between its last gradient and the end of backward, and
-// its collective), and each picks the same compression per bucket: the least that keeps the
-// collectives from running past backward, as one-after-another collectives on a link fitted to
-// the measured ones predict.
+// its collective's time and CPU time), and each picks the same compression per bucket: the least
+// that keeps the collectives from running past backward and from taking the compute's cores, as
+// one-after-another collectives on a link fitted to the measured ones predict.
 #include <algorithm>
 #include <cstdio>
 #include <limits>
@@ -21,25 +21,35 @@ double exposed_ms(const std::vector<double>& window_ms, const std::vector<double
   return std::max(0.0, end);
 }
 
+double step_cost_ms(const std::vector<double>& window_ms, const std::vector<TravelCost>& chosen) {
+  std::vector<double> ms;
+  double cpu = 0;
+  for (const TravelCost& c : chosen) {
+    ms.push_back(c.ms);
+    cpu += c.cpu_ms;
+  }
+  return exposed_ms(window_ms, ms) + cpu;
+}
+
 std::vector<std::size_t> least_compression(const std::vector<double>& window_ms,
-                                           const std::vector<std::vector<double>>& option_ms, double threshold_ms) {
-  const std::size_t buckets = option_ms.size();
+                                           const std::vector<std::vector<TravelCost>>& options, double threshold_ms) {
+  const std::size_t buckets = options.size();
   std::vector<std::size_t> pick(buckets, 0);
-  const auto exposed = [&](const std::vector<std::size_t>& p) {
-    std::vector<double> ms(buckets);
-    for (std::size_t b = 0; b < buckets; ++b) ms[b] = option_ms[b][p[b]];
-    return exposed_ms(window_ms, ms);
+  const auto cost = [&](const std::vector<std::size_t>& p) {
+    std::vector<TravelCost> chosen;
+    for (std::size_t b = 0; b < buckets; ++b) chosen.push_back(options[b][p[b]]);
+    return step_cost_ms(window_ms, chosen);
   };
-  double now = exposed(pick);
+  double now = cost(pick);
   for (;;) {
     double best = now;
     std::size_t best_b = buckets, best_k = 0;
     for (std::size_t b = 0; b < buckets; ++b)
-      for (std::size_t k = pick[b] + 1; k < option_ms[b].size(); ++k) {
+      for (std::size_t k = pick[b] + 1; k < options[b].size(); ++k) {
         std::vector<std::size_t> trial = pick;
         trial[b] = k;
-        if (const double e = exposed(trial); e < best) {
-          best = e;
+        if (const double c = cost(trial); c < best) {
+          best = c;
           best_b = b;
           best_k = k;
         }
@@ -110,27 +120,25 @@ void BucketCompressors::decide(transport::ProcessGroup& g) {
         big_m = shape_numel(e.shape) / e.shape[0];
       }
   std::vector<float> mine;
-  for (std::size_t b = 0; b < buckets; ++b) {
-    std::vector<double> w, c;
-    for (std::size_t k = 0; k < windows_ms_.size(); ++k) {
-      w.push_back(windows_ms_[k][b]);
-      c.push_back(collective_ms_[k][b]);
+  for (const auto* measured : {&windows_ms_, &collective_ms_, &collective_cpu_ms_})
+    for (std::size_t b = 0; b < buckets; ++b) {
+      std::vector<double> v;
+      for (const std::vector<double>& round : *measured) v.push_back(round[b]);
+      mine.push_back(static_cast<float>(median(v)));
     }
-    mine.push_back(static_cast<float>(median(w)));
-    mine.push_back(static_cast<float>(median(c)));
-  }
   mine.push_back(static_cast<float>(big_n > 0 ? powersgd_ms_per_element(big_n, big_m, r) * 1e6 : 0.0));
   mine.push_back(static_cast<float>(bf16_ms_per_element() * 1e6));
   const Tensor agreed = Tensor::from_vector<float>(mine, {static_cast<std::int64_t>(mine.size())});
   g.all_reduce(agreed, transport::ReduceOp::mean);
   const std::vector<float> v = agreed.to_vector<float>();
-  std::vector<double> window(buckets), whole(buckets), bytes(buckets);
+  std::vector<double> window(buckets), whole(buckets), whole_cpu(buckets), bytes(buckets);
   for (std::size_t b = 0; b < buckets; ++b) {
-    window[b] = v[2 * b];
-    whole[b] = v[2 * b + 1];
+    window[b] = v[b];
+    whole[b] = v[buckets + b];
+    whole_cpu[b] = v[2 * buckets + b];
     bytes[b] = static_cast<double>(buckets_[b]->numel()) * 4;
   }
-  const double powersgd_per = v[2 * buckets] * 1e-6, bf16_per = v[2 * buckets + 1] * 1e-6;
+  const double powersgd_per = v[3 * buckets] * 1e-6, bf16_per = v[3 * buckets + 1] * 1e-6;
 
   // The link: whole[b] = latency + bytes[b] * per_byte, fitted by least squares.
   const double mean_bytes = std::accumulate(bytes.begin(), bytes.end(), 0.0) / static_cast<double>(buckets);
@@ -148,32 +156,35 @@ void BucketCompressors::decide(transport::ProcessGroup& g) {
     per_byte = xx > 0 ? xy / xx : 0;
   }
 
-  // Each bucket's options, least compression first, and their predicted collective times.
-  std::vector<std::vector<std::pair<GradCompression, double>>> options(buckets);
+  // Each bucket's options, least compression first: their collective's time on the fitted link,
+  // and their CPU time, the bytes' share of the measured one plus the local work.
+  std::vector<std::vector<GradCompression>> hows(buckets);
+  std::vector<std::vector<TravelCost>> options(buckets);
   for (std::size_t b = 0; b < buckets; ++b) {
-    GradCompression none, bf16, powersgd;
+    GradCompression bf16, powersgd;
     bf16.kind = GradCompression::Kind::bf16;
     powersgd.kind = GradCompression::Kind::powersgd;
     powersgd.rank = static_cast<int>(r);
     powersgd.warmup_steps = how_.warmup_steps;
     const double numel = static_cast<double>(buckets_[b]->numel());
-    options[b].emplace_back(none, whole[b]);
-    options[b].emplace_back(bf16, latency + per_byte * bytes[b] / 2 + numel * bf16_per);
+    hows[b] = {GradCompression(), bf16};
+    options[b] = {{whole[b], whole_cpu[b]},
+                  {latency + per_byte * bytes[b] / 2 + numel * bf16_per, whole_cpu[b] / 2 + numel * bf16_per}};
     const auto [sent, factored] = powersgd_sizes(buckets_[b]->entries(), buckets_[b]->numel(), r);
-    if (factored > 0)
-      options[b].emplace_back(powersgd, 2 * latency + per_byte * 4 * static_cast<double>(sent) +
-                                            static_cast<double>(factored) * powersgd_per);
+    if (factored > 0) {
+      const double share = static_cast<double>(sent) / numel, work = static_cast<double>(factored) * powersgd_per;
+      hows[b].push_back(powersgd);
+      options[b].push_back({2 * latency + per_byte * bytes[b] * share + work, whole_cpu[b] * share + work});
+    }
   }
-  std::vector<std::vector<double>> option_ms(buckets);
-  for (std::size_t b = 0; b < buckets; ++b)
-    for (const auto& [how, ms] : options[b]) option_ms[b].push_back(ms);
-  const std::vector<std::size_t> pick = least_compression(window, option_ms, 0.01 * std::accumulate(whole.begin(), whole.end(), 0.0));
-  const double before = exposed_ms(window, whole);
-  std::vector<double> chosen_ms(buckets);
-  for (std::size_t b = 0; b < buckets; ++b) chosen_ms[b] = option_ms[b][pick[b]];
-  const double now = exposed_ms(window, chosen_ms);
+  const std::vector<std::size_t> pick = least_compression(window, options, 0.01 * std::accumulate(whole.begin(), whole.end(), 0.0));
   std::vector<GradCompression> choices;
-  for (std::size_t b = 0; b < buckets; ++b) choices.push_back(options[b][pick[b]].first);
+  std::vector<TravelCost> none, chosen;
+  for (std::size_t b = 0; b < buckets; ++b) {
+    choices.push_back(hows[b][pick[b]]);
+    none.push_back(options[b][0]);
+    chosen.push_back(options[b][pick[b]]);
+  }
   adopt(choices);
 
   char head[200];
@@ -182,12 +193,13 @@ void BucketCompressors::decide(transport::ProcessGroup& g) {
   std::string text = head;
   for (std::size_t b = 0; b < buckets; ++b) {
     char line[200];
-    std::snprintf(line, sizeof line, " bucket %zu (%.2f MiB, window %.1f ms, whole %.1f ms): %s;", b, bytes[b] / (1 << 20),
-                  window[b], whole[b], choices[b].str().c_str());
+    std::snprintf(line, sizeof line, " bucket %zu (%.2f MiB, window %.1f ms, whole %.1f ms, CPU %.1f ms): %s;", b,
+                  bytes[b] / (1 << 20), window[b], whole[b], whole_cpu[b], choices[b].str().c_str());
     text += line;
   }
-  char tail[120];
-  std::snprintf(tail, sizeof tail, " collectives past backward predicted %.1f -> %.1f ms", before, now);
+  char tail[160];
+  std::snprintf(tail, sizeof tail, " past backward plus CPU predicted %.1f -> %.1f ms", step_cost_ms(window, none),
+                step_cost_ms(window, chosen));
   text += tail;
   std::lock_guard<std::mutex> lock(choice_mutex_);
   choice_ = text;

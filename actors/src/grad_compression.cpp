@@ -1,6 +1,7 @@
 #include "grad_compression.hpp"
 
 #include <cmath>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,12 @@ const Tensor* find(const std::map<std::string, Tensor>& state, const std::string
 }
 
 }  // namespace
+
+double thread_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
+}
 
 std::pair<std::int64_t, std::int64_t> powersgd_sizes(const std::vector<BucketEntry>& entries, std::int64_t numel,
                                                      std::int64_t r) {
@@ -286,11 +293,16 @@ void BucketCompressors::all_reduce(transport::ProcessGroup& g, std::size_t bucke
     return all_reduce(g, bucket, flat, full_at);
   }
   const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = thread_cpu_ms();
   buckets_[bucket]->all_reduce(g, flat, op_);
   if (!measuring || buckets_[bucket]->rounds() == 1) return;  // the first round pays for first touches
   const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
-  if (bucket == 0) collective_ms_.emplace_back(buckets_.size(), 0.0);
+  if (bucket == 0) {
+    collective_ms_.emplace_back(buckets_.size(), 0.0);
+    collective_cpu_ms_.emplace_back(buckets_.size(), 0.0);
+  }
   collective_ms_.back()[bucket] = ms(std::chrono::steady_clock::now() - start);
+  collective_cpu_ms_.back()[bucket] = thread_cpu_ms() - cpu_start;
   full_at_[bucket] = full_at;
   if (bucket + 1 < buckets_.size()) return;
   windows_ms_.emplace_back();
@@ -355,6 +367,7 @@ void BucketCompressors::adopt(const std::vector<GradCompression>& choices) {
   decided_ = true;
   windows_ms_.clear();
   collective_ms_.clear();
+  collective_cpu_ms_.clear();
 }
 
 std::string BucketCompressors::describe_choices() const {

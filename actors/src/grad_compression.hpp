@@ -99,7 +99,7 @@ class BucketCompressors : public CompressionState {
   transport::ReduceOp op_;
   // Auto's measurements of the uncompressed rounds: per round, each bucket's full time and collective.
   std::vector<std::chrono::steady_clock::time_point> full_at_;
-  std::vector<std::vector<double>> windows_ms_, collective_ms_;  // [round][bucket]
+  std::vector<std::vector<double>> windows_ms_, collective_ms_, collective_cpu_ms_;  // [round][bucket]
   bool decided_ = false;
   mutable std::mutex choice_mutex_;  // the description is written on the communicator thread
   std::string choice_;
@@ -110,15 +110,27 @@ class BucketCompressors : public CompressionState {
 std::pair<std::int64_t, std::int64_t> powersgd_sizes(const std::vector<BucketEntry>& entries, std::int64_t numel,
                                                      std::int64_t r);
 
+/// The CPU time the calling thread has used, in ms (auto counts what a collective takes from the cores).
+double thread_cpu_ms();
+
+/// One way a bucket can travel, as auto predicts it: its collective's time, and the CPU time the
+/// communicator thread spends in it, which the compute's cores lose.
+struct TravelCost {
+  double ms = 0, cpu_ms = 0;
+};
+
 /// Auto's model of a step's end (docs/PARALLELISM.md, "auto"): bucket b is ready `window_ms[b]`
 /// before backward ends, the collectives run one after another and take `cost_ms[b]`; returns how
 /// long the last one ends after backward (0 when all are hidden).
 double exposed_ms(const std::vector<double>& window_ms, const std::vector<double>& cost_ms);
 
-/// Auto's choice: per bucket, an index into its options' collective times `option_ms[b]` (least
-/// compression first). Greedy from no compression: the one step up that shortens exposed_ms most,
-/// while one still shortens it by more than `threshold_ms`.
+/// What auto minimizes for one choice of `chosen` per bucket: exposed_ms plus the collectives' CPU time.
+double step_cost_ms(const std::vector<double>& window_ms, const std::vector<TravelCost>& chosen);
+
+/// Auto's choice: per bucket, an index into its options `options[b]` (least compression first).
+/// Greedy from no compression: the one step up that lowers step_cost_ms most, while one still
+/// lowers it by more than `threshold_ms`.
 std::vector<std::size_t> least_compression(const std::vector<double>& window_ms,
-                                           const std::vector<std::vector<double>>& option_ms, double threshold_ms);
+                                           const std::vector<std::vector<TravelCost>>& options, double threshold_ms);
 
 }  // namespace troupe::actors

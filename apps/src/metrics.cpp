@@ -34,6 +34,7 @@ std::vector<std::pair<std::string, std::string>> fields(const StepMetrics& m, co
       {"step_ms", number("%.3f", m.step_ms, csv)},
       {"comm_ms", number("%.3f", m.comm_ms, csv)},
       {"exposed_comm_ms", number("%.3f", m.exposed_comm_ms, csv)},
+      {"comm_bytes", std::to_string(m.comm_bytes)},
       {"loss_scale", number("%.9g", m.loss_scale, csv)},
       {"skipped", csv ? (m.skipped ? "1" : "0") : (m.skipped ? "true" : "false")}};
   if (m.evaluated) f.emplace_back(eval_name, number("%f", m.eval, csv));

@@ -79,6 +79,7 @@ LoopSummary run_training_loop(const LoopOptions& o, const LoopHooks& hooks) {
     m.step_ms = ms;
     m.comm_ms = out.comm_ms;
     m.exposed_comm_ms = out.exposed_comm_ms;
+    m.comm_bytes = out.comm_bytes;
     m.loss_scale = out.loss_scale;
     m.skipped = out.skipped;
     if ((o.eval_every > 0 && step % o.eval_every == 0) || last) {

@@ -210,17 +210,27 @@ TEST(GradCompression, CompressionWithZeroIsRefused) {
 }
 
 // Auto's model: collectives one after another, each starting when its bucket is full and the
-// one before is done; what runs past backward's end is exposed.
-TEST(GradCompression, AutoCompressesOnlyWhatWouldBeExposed) {
+// one before is done; what runs past backward's end is exposed, and their CPU time is lost too.
+TEST(GradCompression, AutoCompressesOnlyWhatWouldCostTheStep) {
+  using actors::TravelCost;
   EXPECT_DOUBLE_EQ(actors::exposed_ms({10, 0}, {5, 5}), 5);   // bucket 0 hidden, bucket 1 after backward
   EXPECT_DOUBLE_EQ(actors::exposed_ms({10, 0}, {20, 5}), 15);  // bucket 0 runs 10 ms past, bucket 1 queues behind it
   EXPECT_DOUBLE_EQ(actors::exposed_ms({50, 40}, {5, 5}), 0);
+  EXPECT_DOUBLE_EQ(actors::step_cost_ms({50, 0}, {{5, 1}, {5, 2}}), 8);
+  const auto times = [](std::vector<double> a, std::vector<double> b) {  // options without CPU time
+    std::vector<std::vector<TravelCost>> out(2);
+    for (double ms : a) out[0].push_back({ms, 0});
+    for (double ms : b) out[1].push_back({ms, 0});
+    return out;
+  };
   // Bucket 0 has a 30 ms window, wide enough for its whole collective: only the last bucket is compressed.
-  EXPECT_EQ(actors::least_compression({30, 0}, {{20, 12, 6}, {8, 5, 3}}, 0.1), (std::vector<std::size_t>{0, 2}));
+  EXPECT_EQ(actors::least_compression({30, 0}, times({20, 12, 6}, {8, 5, 3}), 0.1), (std::vector<std::size_t>{0, 2}));
   // A 10 ms window is not: bucket 0 would delay bucket 1, so both are compressed.
-  EXPECT_EQ(actors::least_compression({10, 0}, {{20, 12, 6}, {8, 5, 3}}, 0.1), (std::vector<std::size_t>{2, 2}));
+  EXPECT_EQ(actors::least_compression({10, 0}, times({20, 12, 6}, {8, 5, 3}), 0.1), (std::vector<std::size_t>{2, 2}));
   // Bf16 is enough when it hides as much as PowerSGD would.
-  EXPECT_EQ(actors::least_compression({15, 0}, {{20, 12, 6}, {1, 0.95}}, 0.1), (std::vector<std::size_t>{1, 0}));
+  EXPECT_EQ(actors::least_compression({15, 0}, times({20, 12, 6}, {1, 0.95}), 0.1), (std::vector<std::size_t>{1, 0}));
   // A gain under the threshold is not worth compressing for.
-  EXPECT_EQ(actors::least_compression({100, 0}, {{20, 12, 6}, {0.1, 0.08, 0.07}}, 0.2), (std::vector<std::size_t>{0, 0}));
+  EXPECT_EQ(actors::least_compression({100, 0}, times({20, 12, 6}, {0.1, 0.08, 0.07}), 0.2), (std::vector<std::size_t>{0, 0}));
+  // A hidden collective that takes the cores 8 ms is compressed all the same.
+  EXPECT_EQ(actors::least_compression({100, 0}, {{{20, 8}, {12, 4}, {6, 1}}, {{0.1, 0}}}, 0.2), (std::vector<std::size_t>{2, 0}));
 }

@@ -285,7 +285,7 @@ TEST(ParallelTraining, AutoCompressionChoosesOnceAndTheCheckpointKeepsTheChoice)
   const std::string& said = first.choices[6];
   EXPECT_NE(said.find("auto (5 steps measured, the ranks' mean): link "), std::string::npos) << said;
   EXPECT_NE(said.find("bucket 0 ("), std::string::npos) << said;
-  EXPECT_NE(said.find("collectives past backward predicted"), std::string::npos) << said;
+  EXPECT_NE(said.find("past backward plus CPU predicted"), std::string::npos) << said;
   const Training resumed = train(config, 2, 8, 9, first.end);
   ASSERT_EQ(resumed.choices.size(), 1u);
   EXPECT_EQ(resumed.choices[0].rfind("auto: as the checkpoint chose: bucket 0 ", 0), 0u) << resumed.choices[0];

@@ -101,7 +101,7 @@ TEST(ReportMetrics, CsvAndJsonLinesReadBackAlike) {
     SCOPED_TRACE(m->source);
     EXPECT_EQ(m->steps, (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
     EXPECT_EQ(m->names, (std::vector<std::string>{"loss", "lr", "grad_norm", "grad_variance", "peak_bytes", "current_bytes",
-                                                  "step_ms", "comm_ms", "exposed_comm_ms", "loss_scale", "skipped", "val_loss"}));
+                                                  "step_ms", "comm_ms", "exposed_comm_ms", "comm_bytes", "loss_scale", "skipped", "val_loss"}));
     EXPECT_NEAR(m->columns.at("loss")[2], 5.0 / 3, 1e-5);
     EXPECT_NEAR(m->columns.at("lr")[3], 4e-4, 1e-12);
     EXPECT_EQ(m->columns.at("peak_bytes")[0], 65.0 * (1 << 20));

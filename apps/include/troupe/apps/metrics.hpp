@@ -24,6 +24,7 @@ struct StepMetrics {
   double step_ms = 0;
   double comm_ms = 0;          // data parallel: gradient communication during the step
   double exposed_comm_ms = 0;  // the part of it no compute hid (the step waited for it)
+  std::uint64_t comm_bytes = 0;  // data parallel: bytes this rank sent for it
   double loss_scale = 0;       // loss scaling: the step's scale (0: none)
   bool skipped = false;        // loss scaling: the update was skipped
   bool evaluated = false;      // a held-out evaluation ran after this step
