@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/run dp compress: gradient compression on slow links. DP = 2 gpt-mini (per-rank batch 8,
 1 scheduler thread per rank, f32) on the two network-namespace hosts of bench/netns.sh at 1 Gbit/s
-and at 100 Mbit/s, for --grad-compression none / bf16 / powersgd:1,2,4 / auto: the step time (median
+and at 100 Mbit/s, for --grad-compression none / bf16 / powersgd:1,2,4,16,32 / auto: the step time (median
 of the steps after PowerSGD's 10 whole ones and auto's choice), the bytes rank 0 sent per step
 then, and the validation loss after STEPS steps next to the uncompressed run's. The uncompressed
 run goes first and again last, so drift on the link shows. Then convergence, which does not depend
@@ -13,7 +13,7 @@ import csv, json, os, statistics, subprocess, sys, tempfile
 from jit import machine  # the CPU and its instruction set, as every benchmark line names them
 from netns import HOST_A, HOST_B, on_hosts
 
-SPECS = ["none", "bf16", "powersgd:1", "powersgd:2", "powersgd:4", "auto"]
+SPECS = ["none", "bf16", "powersgd:1", "powersgd:2", "powersgd:4", "powersgd:16", "powersgd:32", "auto"]
 LINKS = [(1000, "1gbit"), (100, "100mbit")]
 MEASURED_FROM = 13  # steps 1-10 go whole under PowerSGD; auto chooses at step 7
 

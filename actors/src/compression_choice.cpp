@@ -32,7 +32,8 @@ double step_cost_ms(const std::vector<double>& window_ms, const std::vector<Trav
 }
 
 std::vector<std::size_t> least_compression(const std::vector<double>& window_ms,
-                                           const std::vector<std::vector<TravelCost>>& options, double threshold_ms) {
+                                           const std::vector<std::vector<TravelCost>>& options, double threshold_ms,
+                                           double slack_ms) {
   const std::size_t buckets = options.size();
   std::vector<std::size_t> pick(buckets, 0);
   const auto cost = [&](const std::vector<std::size_t>& p) {
@@ -54,10 +55,23 @@ std::vector<std::size_t> least_compression(const std::vector<double>& window_ms,
           best_k = k;
         }
       }
-    if (best_b == buckets || now - best <= threshold_ms) return pick;
+    if (best_b == buckets || now - best <= threshold_ms) break;
     pick[best_b] = best_k;
     now = best;
   }
+  // Then as little compression as the slack allows: each bucket in turn takes the weakest option
+  // that keeps the cost within slack_ms of the greedy's.
+  const double limit = now + slack_ms;
+  for (std::size_t b = 0; b < buckets; ++b)
+    for (std::size_t k = 0; k < pick[b]; ++k) {
+      std::vector<std::size_t> trial = pick;
+      trial[b] = k;
+      if (cost(trial) <= limit) {
+        pick = trial;
+        break;
+      }
+    }
+  return pick;
 }
 
 namespace {
@@ -109,16 +123,19 @@ double bf16_ms_per_element() {
 
 void BucketCompressors::decide(transport::ProcessGroup& g) {
   const std::size_t buckets = buckets_.size();
-  const std::int64_t r = how_.rank;
-  // What this rank measured, then the ranks' mean, so that every rank chooses alike.
+  // PowerSGD's ranks auto may take, least compression first, and the largest matrix they factor.
+  std::vector<std::int64_t> ranks;
+  for (std::int64_t r : {32, 16, 8, 4})
+    if (r >= how_.rank) ranks.push_back(r);
   std::int64_t big_n = 0, big_m = 0;
   for (const auto& b : buckets_)
     for (const BucketEntry& e : b->entries())
       if (e.shape.size() >= 2 && shape_numel(e.shape) > big_n * big_m &&
-          powersgd_sizes({e}, shape_numel(e.shape), r).second > 0) {
+          powersgd_sizes({e}, shape_numel(e.shape), ranks.back()).second > 0) {
         big_n = e.shape[0];
         big_m = shape_numel(e.shape) / e.shape[0];
       }
+  // What this rank measured, then the ranks' mean, so that every rank chooses alike.
   std::vector<float> mine;
   for (const auto* measured : {&windows_ms_, &collective_ms_, &collective_cpu_ms_})
     for (std::size_t b = 0; b < buckets; ++b) {
@@ -126,19 +143,20 @@ void BucketCompressors::decide(transport::ProcessGroup& g) {
       for (const std::vector<double>& round : *measured) v.push_back(round[b]);
       mine.push_back(static_cast<float>(median(v)));
     }
-  mine.push_back(static_cast<float>(big_n > 0 ? powersgd_ms_per_element(big_n, big_m, r) * 1e6 : 0.0));
+  for (std::int64_t r : ranks) mine.push_back(static_cast<float>(big_n > 0 ? powersgd_ms_per_element(big_n, big_m, r) * 1e6 : 0.0));
   mine.push_back(static_cast<float>(bf16_ms_per_element() * 1e6));
   const Tensor agreed = Tensor::from_vector<float>(mine, {static_cast<std::int64_t>(mine.size())});
   g.all_reduce(agreed, transport::ReduceOp::mean);
   const std::vector<float> v = agreed.to_vector<float>();
-  std::vector<double> window(buckets), whole(buckets), whole_cpu(buckets), bytes(buckets);
+  std::vector<double> window(buckets), whole(buckets), whole_cpu(buckets), bytes(buckets), powersgd_per;
   for (std::size_t b = 0; b < buckets; ++b) {
     window[b] = v[b];
     whole[b] = v[buckets + b];
     whole_cpu[b] = v[2 * buckets + b];
     bytes[b] = static_cast<double>(buckets_[b]->numel()) * 4;
   }
-  const double powersgd_per = v[3 * buckets] * 1e-6, bf16_per = v[3 * buckets + 1] * 1e-6;
+  for (std::size_t k = 0; k < ranks.size(); ++k) powersgd_per.push_back(v[3 * buckets + k] * 1e-6);
+  const double bf16_per = v.back() * 1e-6;
 
   // The link: whole[b] = latency + bytes[b] * per_byte, fitted by least squares.
   const double mean_bytes = std::accumulate(bytes.begin(), bytes.end(), 0.0) / static_cast<double>(buckets);
@@ -161,23 +179,27 @@ void BucketCompressors::decide(transport::ProcessGroup& g) {
   std::vector<std::vector<GradCompression>> hows(buckets);
   std::vector<std::vector<TravelCost>> options(buckets);
   for (std::size_t b = 0; b < buckets; ++b) {
-    GradCompression bf16, powersgd;
+    GradCompression bf16;
     bf16.kind = GradCompression::Kind::bf16;
-    powersgd.kind = GradCompression::Kind::powersgd;
-    powersgd.rank = static_cast<int>(r);
-    powersgd.warmup_steps = how_.warmup_steps;
     const double numel = static_cast<double>(buckets_[b]->numel());
     hows[b] = {GradCompression(), bf16};
     options[b] = {{whole[b], whole_cpu[b]},
                   {latency + per_byte * bytes[b] / 2 + numel * bf16_per, whole_cpu[b] / 2 + numel * bf16_per}};
-    const auto [sent, factored] = powersgd_sizes(buckets_[b]->entries(), buckets_[b]->numel(), r);
-    if (factored > 0) {
-      const double share = static_cast<double>(sent) / numel, work = static_cast<double>(factored) * powersgd_per;
+    for (std::size_t k = 0; k < ranks.size(); ++k) {
+      const auto [sent, factored] = powersgd_sizes(buckets_[b]->entries(), buckets_[b]->numel(), ranks[k]);
+      if (factored == 0 || 2 * sent > buckets_[b]->numel()) continue;  // no better than bf16
+      GradCompression powersgd;
+      powersgd.kind = GradCompression::Kind::powersgd;
+      powersgd.rank = static_cast<int>(ranks[k]);
+      powersgd.warmup_steps = how_.warmup_steps;
+      const double share = static_cast<double>(sent) / numel, work = static_cast<double>(factored) * powersgd_per[k];
       hows[b].push_back(powersgd);
       options[b].push_back({2 * latency + per_byte * bytes[b] * share + work, whole_cpu[b] * share + work});
     }
   }
-  const std::vector<std::size_t> pick = least_compression(window, options, 0.01 * std::accumulate(whole.begin(), whole.end(), 0.0));
+  // The slack: 2% of backward (the first bucket's window), spent on compressing less.
+  const std::vector<std::size_t> pick = least_compression(
+      window, options, 0.01 * std::accumulate(whole.begin(), whole.end(), 0.0), 0.02 * *std::max_element(window.begin(), window.end()));
   std::vector<GradCompression> choices;
   std::vector<TravelCost> none, chosen;
   for (std::size_t b = 0; b < buckets; ++b) {

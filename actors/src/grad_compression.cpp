@@ -21,28 +21,36 @@ GradCompression GradCompression::parse(const std::string& text) {
     c.rank = text == "bf16" ? 0 : 4;
     return c;
   }
+  // "powersgd:R" or "powersgd:R:W": rank R from 1 to 64, W whole steps first (10 by default).
   const std::string prefix = "powersgd:";
   if (text.rfind(prefix, 0) == 0) {
-    const std::string digits = text.substr(prefix.size());
-    int r = 0;
-    bool ok = !digits.empty() && digits.size() <= 2;
-    for (char ch : digits) ok = ok && ch >= '0' && ch <= '9';
-    if (ok) r = std::stoi(digits);
-    if (ok && r >= 1 && r <= 64) {
+    const std::string rest = text.substr(prefix.size());
+    const std::size_t colon = rest.find(':');
+    const auto number = [](const std::string& digits, std::size_t most) {
+      bool ok = !digits.empty() && digits.size() <= most;
+      for (char ch : digits) ok = ok && ch >= '0' && ch <= '9';
+      return ok ? std::stoi(digits) : -1;
+    };
+    const int r = number(rest.substr(0, colon), 2);
+    const int w = colon == std::string::npos ? c.warmup_steps : number(rest.substr(colon + 1), 7);
+    if (r >= 1 && r <= 64 && w >= 0 && w <= 1000000) {
       c.kind = Kind::powersgd;
       c.rank = r;
+      c.warmup_steps = w;
       return c;
     }
   }
   fail(ErrorKind::invalid_argument, "gradient compression '", printable(text),
-       "' is not one of none, bf16, powersgd:R with R from 1 to 64, or auto");
+       "' is not one of none, bf16, powersgd:R (R from 1 to 64; powersgd:R:W sends the first W steps whole, 10 by "
+       "default), or auto");
 }
 
 std::string GradCompression::str() const {
   switch (kind) {
     case Kind::none: return "none";
     case Kind::bf16: return "bf16";
-    case Kind::powersgd: return "powersgd:" + std::to_string(rank);
+    case Kind::powersgd:
+      return "powersgd:" + std::to_string(rank) + (warmup_steps == 10 ? "" : ":" + std::to_string(warmup_steps));
     case Kind::automatic: return "auto";
   }
   return "none";
@@ -312,7 +320,8 @@ void BucketCompressors::all_reduce(transport::ProcessGroup& g, std::size_t bucke
 std::map<std::string, Tensor> BucketCompressors::gather() const {
   std::map<std::string, Tensor> out;
   for (const auto& b : buckets_) b->save(out);
-  out["grad_compression.rounds"] = Tensor::from_vector<std::int64_t>({static_cast<std::int64_t>(buckets_[0]->rounds())}, {});
+  if (!buckets_.empty())
+    out["grad_compression.rounds"] = Tensor::from_vector<std::int64_t>({static_cast<std::int64_t>(buckets_[0]->rounds())}, {});
   if (how_.kind == GradCompression::Kind::automatic && decided_)
     for (const auto& b : buckets_)
       for (const BucketEntry& e : b->entries())

@@ -129,8 +129,10 @@ double step_cost_ms(const std::vector<double>& window_ms, const std::vector<Trav
 
 /// Auto's choice: per bucket, an index into its options `options[b]` (least compression first).
 /// Greedy from no compression: the one step up that lowers step_cost_ms most, while one still
-/// lowers it by more than `threshold_ms`.
+/// lowers it by more than `threshold_ms`; then each bucket in turn takes the weakest option that
+/// keeps the cost within `slack_ms` of that.
 std::vector<std::size_t> least_compression(const std::vector<double>& window_ms,
-                                           const std::vector<std::vector<TravelCost>>& options, double threshold_ms);
+                                           const std::vector<std::vector<TravelCost>>& options, double threshold_ms,
+                                           double slack_ms);
 
 }  // namespace troupe::actors

@@ -47,15 +47,21 @@ TEST(GradCompression, ParsesTheSpecsAndRefusesOthersByName) {
   EXPECT_EQ(p.kind, GradCompression::Kind::powersgd);
   EXPECT_EQ(p.rank, 4);
   EXPECT_EQ(p.str(), "powersgd:4");
+  const GradCompression late = GradCompression::parse("powersgd:2:100");
+  EXPECT_EQ(late.rank, 2);
+  EXPECT_EQ(late.warmup_steps, 100);
+  EXPECT_EQ(late.str(), "powersgd:2:100");
+  EXPECT_EQ(GradCompression::parse("powersgd:2:10").str(), "powersgd:2");
   EXPECT_EQ(GradCompression::parse("auto").kind, GradCompression::Kind::automatic);
   EXPECT_EQ(GradCompression::parse("auto").str(), "auto");
-  for (const char* bad : {"", "zip", "powersgd", "powersgd:0", "powersgd:65", "powersgd:-1", "powersgd:2x", "BF16", "auto:4"}) {
+  for (const char* bad : {"", "zip", "powersgd", "powersgd:0", "powersgd:65", "powersgd:-1", "powersgd:2x", "BF16", "auto:4", "powersgd:4:", "powersgd:4:x",
+                          "powersgd:4:-1", "powersgd:4:10000000"}) {
     try {
       GradCompression::parse(bad);
       ADD_FAILURE() << "'" << bad << "' was accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::invalid_argument);
-      EXPECT_NE(std::string(e.what()).find("is not one of none, bf16, powersgd:R with R from 1 to 64, or auto"), std::string::npos)
+      EXPECT_NE(std::string(e.what()).find("is not one of none, bf16, powersgd:R (R from 1 to 64; powersgd:R:W sends the first W steps whole"), std::string::npos)
           << e.what();
     }
   }
@@ -224,13 +230,16 @@ TEST(GradCompression, AutoCompressesOnlyWhatWouldCostTheStep) {
     return out;
   };
   // Bucket 0 has a 30 ms window, wide enough for its whole collective: only the last bucket is compressed.
-  EXPECT_EQ(actors::least_compression({30, 0}, times({20, 12, 6}, {8, 5, 3}), 0.1), (std::vector<std::size_t>{0, 2}));
+  EXPECT_EQ(actors::least_compression({30, 0}, times({20, 12, 6}, {8, 5, 3}), 0.1, 0), (std::vector<std::size_t>{0, 2}));
   // A 10 ms window is not: bucket 0 would delay bucket 1, so both are compressed.
-  EXPECT_EQ(actors::least_compression({10, 0}, times({20, 12, 6}, {8, 5, 3}), 0.1), (std::vector<std::size_t>{2, 2}));
+  EXPECT_EQ(actors::least_compression({10, 0}, times({20, 12, 6}, {8, 5, 3}), 0.1, 0), (std::vector<std::size_t>{2, 2}));
   // Bf16 is enough when it hides as much as PowerSGD would.
-  EXPECT_EQ(actors::least_compression({15, 0}, times({20, 12, 6}, {1, 0.95}), 0.1), (std::vector<std::size_t>{1, 0}));
+  EXPECT_EQ(actors::least_compression({15, 0}, times({20, 12, 6}, {1, 0.95}), 0.1, 0), (std::vector<std::size_t>{1, 0}));
   // A gain under the threshold is not worth compressing for.
-  EXPECT_EQ(actors::least_compression({100, 0}, times({20, 12, 6}, {0.1, 0.08, 0.07}), 0.2), (std::vector<std::size_t>{0, 0}));
+  EXPECT_EQ(actors::least_compression({100, 0}, times({20, 12, 6}, {0.1, 0.08, 0.07}), 0.2, 0), (std::vector<std::size_t>{0, 0}));
   // A hidden collective that takes the cores 8 ms is compressed all the same.
-  EXPECT_EQ(actors::least_compression({100, 0}, {{{20, 8}, {12, 4}, {6, 1}}, {{0.1, 0}}}, 0.2), (std::vector<std::size_t>{2, 0}));
+  EXPECT_EQ(actors::least_compression({100, 0}, {{{20, 8}, {12, 4}, {6, 1}}, {{0.1, 0}}}, 0.2, 0), (std::vector<std::size_t>{2, 0}));
+  // With 1 ms of slack the weaker option costing 0.5 ms more is taken instead.
+  EXPECT_EQ(actors::least_compression({10, 0}, times({20, 12, 6}, {8, 3.5, 3}), 0.1, 1), (std::vector<std::size_t>{2, 1}));
+  EXPECT_EQ(actors::least_compression({10, 0}, times({20, 12, 6}, {8, 3.5, 3}), 0.1, 0.4), (std::vector<std::size_t>{2, 2}));
 }
