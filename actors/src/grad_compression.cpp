@@ -85,12 +85,20 @@ GradCompression from_code(std::int64_t code) {
   return how;
 }
 
+// Whether `key` is a PowerSGD error's (CompressionState::gather).
+bool error_key(const std::string& key) {
+  const std::string suffix = ".powersgd_error";
+  return key.size() > suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 const Tensor* find(const std::map<std::string, Tensor>& state, const std::string& key) {
   const auto it = state.find(key);
   return it == state.end() ? nullptr : &it->second;
 }
 
 }  // namespace
+
+bool CompressionState::holds(const std::string& key) { return key.rfind("grad_compression.", 0) == 0 || error_key(key); }
 
 double thread_cpu_ms() {
   timespec t{};
@@ -329,7 +337,7 @@ std::map<std::string, Tensor> BucketCompressors::gather() const {
   // What the ranks' factors missed, reduced as the gradients are (the same key order on every rank).
   comm_->submit([&](transport::ProcessGroup& g) {
          for (auto& [key, t] : out)
-           if (key.size() > 15 && key.compare(key.size() - 15, 15, ".powersgd_error") == 0) g.all_reduce(t, op_);
+           if (error_key(key)) g.all_reduce(t, op_);
        })
       .get();
   return out;

@@ -222,7 +222,6 @@ void ParallelTraining::adopt_compression(const std::string& text) {
                "; pass --grad-compression ", theirs.str(), " or none (to take the file's)");
   TROUPE_CHECK(config_.zero == 0, invalid_argument, "strategy file '", file, "' compresses the gradients as ",
                theirs.str(), ", which needs ZeRO-1 off; train it without --zero 1");
-  theirs.warmup_steps = mine.warmup_steps;
   mine = theirs;
   data_parallel_.compression = theirs;
 }
@@ -453,17 +452,6 @@ void ParallelTraining::release_parameters() {
     for (const auto& [name, p] : problem_.model->named_parameters()) p.set_value(Tensor());
 }
 
-namespace {
-
-// Whether `key` of a saved optimizer state is gradient compression's (CompressionState::gather).
-bool compression_key(const std::string& key) {
-  const std::string error = ".powersgd_error";
-  return key.rfind("grad_compression.", 0) == 0 ||
-         (key.size() > error.size() && key.compare(key.size() - error.size(), error.size(), error) == 0);
-}
-
-}  // namespace
-
 std::map<std::string, Tensor> ParallelTraining::optimizer_state() {
   if (program_) program_->settle();
   ZeroState* zero = program_ ? program_->zero_state() : nullptr;
@@ -479,7 +467,7 @@ std::map<std::string, Tensor> ParallelTraining::optimizer_state() {
 void ParallelTraining::load_optimizer_state(const std::map<std::string, Tensor>& whole) {
   if (program_) program_->settle();
   std::map<std::string, Tensor> optimizer, compression;
-  for (const auto& [key, value] : whole) (compression_key(key) ? compression : optimizer)[key] = value;
+  for (const auto& [key, value] : whole) (CompressionState::holds(key) ? compression : optimizer)[key] = value;
   optimizer_->load_state_dict(optimizer);  // checks it fits the model's optimizer before anything changes
   CompressionState* c = program_ ? program_->compression_state() : nullptr;
   if (c) c->load(sharded_ ? sharded_->shard(compression) : compression);  // (a run without it drops the state)

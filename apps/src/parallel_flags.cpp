@@ -12,8 +12,8 @@ void add_data_parallel_flags(CLI::App& app, ParallelFlags& f) {
       ->capture_default_str()->check(open_range(0, 1 << 20, "MiB"));
   app.add_option("--grad-compression", f.grad_compression,
                  "how gradient buckets travel: none, bf16 (half the bytes), powersgd:R (rank-R factors of each "
-                 "matrix gradient, with error feedback, after 10 whole steps) or auto (per bucket, once 5 steps "
-                 "measured what backward hides)")
+                 "matrix gradient, with error feedback, after 10 whole steps; powersgd:R:W after W) or auto (per "
+                 "bucket, once 5 steps measured what backward hides)")
       ->capture_default_str();
   app.add_flag("--check-grads", f.check_grads, "compare the ranks' post-reduce gradient norms every step and warn when they differ");
 }

@@ -62,6 +62,8 @@ class CompressionState {
   virtual void load(const std::map<std::string, Tensor>& state) = 0;
   /// Auto's choice per bucket and why, once made; empty before (and without auto).
   virtual std::string choice() const = 0;
+  /// Whether `key` of a saved state is one gather() writes.
+  static bool holds(const std::string& key);
 };
 
 /// Data parallelism over the ranks of a communicator. Gradients are packed in one fixed order (the
