@@ -406,6 +406,34 @@ TEST(Serve, StreamsCompletionsAndCancelsWhenTheClientGoes) {
   EXPECT_EQ(sample_value(idle, "\ntroupe_requests_running"), 0) << idle;
 }
 
+// A client that posts a long completion without streaming and hangs up before the answer: the
+// server notices the closed connection while the request decodes, and the row leaves at the next
+// step, its slot free; the connection's next requests (another client's) are served as usual.
+TEST(Serve, ANonStreamedRequestWhoseClientGoesIsGivenUp) {
+  ServiceOptions o = options();
+  o.max_tokens = 1 << 20;
+  Running s(o);
+  {
+    HttpClient gone(s.server.port());
+    const std::string body = R"({"prompt": "Hello", "max_tokens": 100000, "temperature": 0.8})";
+    const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                                "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    boost::asio::write(gone.socket, boost::asio::buffer(request));
+    const std::string running = metrics_with(s.server.port(), "troupe_requests_running 1");
+    ASSERT_EQ(sample_value(running, "\ntroupe_requests_running"), 1) << running;
+    gone.socket.close();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string cancelled = metrics_with(s.server.port(), "troupe_requests_cancelled_total 1");
+  EXPECT_EQ(sample_value(cancelled, "\ntroupe_requests_cancelled_total"), 1) << cancelled;
+  const std::string idle = metrics_with(s.server.port(), "troupe_requests_running 0");
+  EXPECT_EQ(sample_value(idle, "\ntroupe_requests_running"), 0) << idle;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  HttpClient next(s.server.port());
+  const auto r = next.send(http::verb::post, "/v1/completions", R"({"prompt": "Hi", "max_tokens": 3})");
+  EXPECT_EQ(r.result_int(), 200) << r.body();
+}
+
 // Requests that arrive together start one batch; those that come while it decodes join it between
 // steps; rows leave as they finish, or go on beside the batch once past the 16 positions. Whatever
 // joined when, each text is the one decoded alone.

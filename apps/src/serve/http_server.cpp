@@ -91,9 +91,15 @@ struct HttpServer::Impl {
 struct Reply::Once {
   std::mutex mutex;
   std::shared_ptr<Sink> sink;
+  std::shared_ptr<Sink> asked;  // the same sink, kept for gone() after answering started
 };
 
-Reply::Reply(std::shared_ptr<Sink> sink) : once_(std::make_shared<Once>()) { once_->sink = std::move(sink); }
+Reply::Reply(std::shared_ptr<Sink> sink) : once_(std::make_shared<Once>()) {
+  once_->asked = sink;
+  once_->sink = std::move(sink);
+}
+
+bool Reply::gone() const { return once_ && once_->asked && once_->asked->gone(); }
 
 std::shared_ptr<Reply::Sink> Reply::take() const {
   if (!once_) return nullptr;
@@ -131,6 +137,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   // A stream's parts, on the strand: the head first, then each part as a chunk, then the last chunk.
   void open_stream(int status, std::string content_type, std::vector<std::pair<std::string, std::string>> headers) {
+    answering_ = true;
     stream_status_ = status;
     head_.emplace(static_cast<http::status>(status), 11);
     head_->set(http::field::server, server_->options.server_name + "/" + TROUPE_VERSION);
@@ -193,6 +200,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void on_read(beast::error_code ec) {
+    answering_ = false;
     if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
         ec == asio::error::connection_reset || ec == asio::error::eof)
       return close();
@@ -235,10 +243,23 @@ class Session : public std::enable_shared_from_this<Session> {
     } catch (const std::exception& e) {
       reply(json_error(500, std::string("internal error: ") + e.what()));
     }
+    watch(++requests_);
+  }
+
+  // While request `request` waits for its answer, notices a client that closes the connection:
+  // the socket turns readable with nothing to read. Bytes to read are a pipelined request, read
+  // after this answer; an answer already being written ends the watch.
+  void watch(std::uint64_t request) {
+    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), request](beast::error_code ec) {
+      if (ec || request != self->requests_ || self->answering_) return;
+      beast::error_code error;
+      if (self->stream_.socket().available(error) == 0 || error) self->gone_->store(true);
+    });
   }
 
   // Writes `r`; afterwards reads the next request when `keep_alive`, else closes.
   void answer(Response r, bool keep_alive) {
+    answering_ = true;
     auto message = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(r.status), 11);
     message->set(http::field::server, server_->options.server_name + "/" + TROUPE_VERSION);
     message->set(http::field::content_type, r.content_type);
@@ -272,13 +293,15 @@ class Session : public std::enable_shared_from_this<Session> {
   // The answer a handler gives a request of this session: whole, or opened as a stream.
   class SessionSink : public Reply::Sink {
    public:
-    explicit SessionSink(std::shared_ptr<Session> session) : session_(std::move(session)) {}
+    explicit SessionSink(std::shared_ptr<Session> session) : session_(std::move(session)), gone_(session_->gone()) {}
     void whole(Response r) override { std::exchange(session_, nullptr)->whole(std::move(r)); }
     std::shared_ptr<ResponseStream> parts(int status, const std::string& content_type,
                                           std::vector<std::pair<std::string, std::string>> headers) override;
+    bool gone() const override { return gone_->load(); }
 
    private:
     std::shared_ptr<Session> session_;
+    std::shared_ptr<std::atomic<bool>> gone_;
   };
 
   beast::tcp_stream stream_;
@@ -288,6 +311,8 @@ class Session : public std::enable_shared_from_this<Session> {
                               // destroys the sessions still waiting
   Request request_;
   bool keep_alive_ = false;
+  std::uint64_t requests_ = 0;  // requests read; the watch of an earlier one ends
+  bool answering_ = false;      // the answer to the last request is being written
   std::chrono::steady_clock::time_point started_;
   // A streamed answer (strand only, but `gone_`, which the producer's thread reads).
   std::optional<http::response<http::empty_body>> head_;

@@ -303,9 +303,11 @@ struct Service::Impl {
     };
     // Samples the row's next token; false once it has all it asked for or ended (and is answered).
     const auto advance = [&](Row& r) {
-      if (r.out && r.out->cancelled()) {  // the client went away: the row leaves, its slot is free
+      if (r.out ? r.out->cancelled() : r.job.reply.gone()) {  // the client went away: the row leaves, its slot is free
         r.answered = true;
         metrics.observe_cancelled();
+        // (nginx's 499: written to nobody, it ends the request, so the server does not wait for it)
+        if (!r.out) r.job.reply(json_error(499, "the client closed the connection before the answer"));
         return false;
       }
       const std::int64_t token = models::sample_token(r.logits, r.job.temperature, r.job.top_k, r.rng, r.job.top_p);

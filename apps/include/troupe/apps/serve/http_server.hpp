@@ -59,6 +59,8 @@ class Reply {
     virtual void whole(Response r) = 0;
     virtual std::shared_ptr<ResponseStream> parts(int status, const std::string& content_type,
                                                   std::vector<std::pair<std::string, std::string>> headers) = 0;
+    /// Whether the client closed the connection before the answer; thread-safe.
+    virtual bool gone() const = 0;
   };
   Reply() = default;
   explicit Reply(std::shared_ptr<Sink> sink);
@@ -67,6 +69,9 @@ class Reply {
   /// Starts answering in parts: the status line and headers go out now; null once answered.
   std::shared_ptr<ResponseStream> stream(int status, const std::string& content_type,
                                          std::vector<std::pair<std::string, std::string>> headers = {}) const;
+  /// Whether the client has closed the connection while its request waited for the answer: a
+  /// handler still working on it may give it up (the answer would go nowhere).
+  bool gone() const;
 
  private:
   // Takes the sink, once: the first call of either kind gets it.
