@@ -7,7 +7,8 @@ then, and the validation loss after STEPS steps next to the uncompressed run's. 
 run goes first and again last, so drift on the link shows. Then convergence, which does not depend
 on the link: the same settings over shared memory for CONVERGENCE_STEPS steps, the validation loss
 on 16 held-out batches. One JSON line per measurement.
-usage: dp_compress.py BUILD [STEPS [CONVERGENCE_STEPS]]   (the link rows need root: ip netns, tc)"""
+usage: dp_compress.py BUILD [STEPS [CONVERGENCE_STEPS [SPECS]]]   (the link rows need root: ip netns,
+tc; STEPS 0 skips them; SPECS, comma-separated, the convergence rows' settings, "none" first)"""
 import csv, json, os, statistics, subprocess, sys, tempfile
 
 from jit import machine  # the CPU and its instruction set, as every benchmark line names them
@@ -40,9 +41,9 @@ def run(build, spec, steps, folder, netns=True, val_batches=8):
             "val_loss": final[0]["val_loss"], "choice": choice}
 
 
-def convergence(build, steps, m):
+def convergence(build, steps, specs, m):
     with tempfile.TemporaryDirectory() as folder:
-        results = {spec: run(build, spec, steps, folder, netns=False, val_batches=16) for spec in SPECS}
+        results = {spec: run(build, spec, steps, folder, netns=False, val_batches=16) for spec in specs}
     none = results["none"]["val_loss"]
     for spec, r in results.items():
         line = {"bench": "dp-compress-convergence", "link": "shm", "compression": spec, "steps": steps,
@@ -57,9 +58,10 @@ def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 60
     convergence_steps = int(sys.argv[3]) if len(sys.argv) > 3 else 300
+    specs = sys.argv[4].split(",") if len(sys.argv) > 4 else SPECS
     here = os.path.dirname(os.path.abspath(__file__))
     m = machine()
-    for mbit, rate in LINKS:
+    for mbit, rate in LINKS if steps > 0 else []:
         if subprocess.run([os.path.join(here, "netns.sh"), "up", rate], capture_output=True).returncode != 0:
             print(json.dumps({"bench": "dp-compress", "link_mbit": mbit, "skipped": "needs root for ip netns and tc"}))
             break
@@ -81,7 +83,7 @@ def main():
                     print(json.dumps(line), flush=True)
         finally:
             subprocess.run([os.path.join(here, "netns.sh"), "down"])
-    convergence(build, convergence_steps, m)
+    convergence(build, convergence_steps, specs, m)
 
 
 if __name__ == "__main__":
