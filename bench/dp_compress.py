@@ -8,7 +8,8 @@ run goes first and again last, so drift on the link shows. Then convergence, whi
 on the link: the same settings over shared memory for CONVERGENCE_STEPS steps, the validation loss
 on 16 held-out batches. One JSON line per measurement.
 usage: dp_compress.py BUILD [STEPS [CONVERGENCE_STEPS [SPECS]]]   (the link rows need root: ip netns,
-tc; STEPS 0 skips them; SPECS, comma-separated, the convergence rows' settings, "none" first)"""
+tc; STEPS 0 skips them, CONVERGENCE_STEPS 0 the convergence; SPECS, comma-separated, the settings,
+"none" first)"""
 import csv, json, os, statistics, subprocess, sys, tempfile
 
 from jit import machine  # the CPU and its instruction set, as every benchmark line names them
@@ -68,7 +69,7 @@ def main():
         try:
             with tempfile.TemporaryDirectory() as folder:
                 none = run(build, "none", steps, folder)
-                results = {spec: run(build, spec, steps, folder) for spec in SPECS[1:]}
+                results = {spec: run(build, spec, steps, folder) for spec in specs[1:]}
                 none_again = run(build, "none", steps, folder)
                 base = statistics.mean([none["step_ms"], none_again["step_ms"]])
                 for spec, r in [("none", none), *results.items(), ("none", none_again)]:
@@ -83,7 +84,8 @@ def main():
                     print(json.dumps(line), flush=True)
         finally:
             subprocess.run([os.path.join(here, "netns.sh"), "down"])
-    convergence(build, convergence_steps, specs, m)
+    if convergence_steps > 0:
+        convergence(build, convergence_steps, specs, m)
 
 
 if __name__ == "__main__":

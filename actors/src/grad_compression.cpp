@@ -18,7 +18,7 @@ GradCompression GradCompression::parse(const std::string& text) {
   if (text == "none") return c;
   if (text == "bf16" || text == "auto") {
     c.kind = text == "bf16" ? Kind::bf16 : Kind::automatic;
-    c.rank = text == "bf16" ? 0 : 4;
+    c.rank = text == "bf16" ? 0 : 16;  // auto: PowerSGD of rank 32 or 16 (lower ranks trail the loss with AdamW)
     return c;
   }
   // "powersgd:R" or "powersgd:R:W": rank R from 1 to 64, W whole steps first (10 by default).

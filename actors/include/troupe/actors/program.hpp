@@ -30,9 +30,10 @@ namespace troupe::actors {
 /// (r (n + m) values instead of n m), with error feedback (what the factors missed is added to the
 /// next step's gradient) and the last step's Q as the start (warm start), the other gradients whole;
 /// the first `warmup_steps` steps go whole. Every rank decompresses the same reduced factors, so the
-/// replicas stay identical. Auto chooses per bucket among none, bf16 and PowerSGD of rank 32, 16, 8
-/// or 4 once it has measured a few uncompressed steps: the least compression that keeps the
-/// collectives from costing the step (CompressionState::choice says what it chose).
+/// replicas stay identical. Auto chooses per bucket among none, bf16 and PowerSGD of rank 32 or 16
+/// (lower ranks trail the uncompressed loss with AdamW) once it has measured a few uncompressed
+/// steps: the least compression that keeps the collectives from costing the step
+/// (CompressionState::choice says what it chose).
 struct GradCompression {
   enum class Kind { none, bf16, powersgd, automatic } kind = Kind::none;
   int rank = 0;           // PowerSGD's rank r (auto: the lowest rank it may choose)
