@@ -125,8 +125,7 @@ void BucketCompressors::decide(transport::ProcessGroup& g) {
   const std::size_t buckets = buckets_.size();
   // PowerSGD's ranks auto may take, least compression first, and the largest matrix they factor.
   std::vector<std::int64_t> ranks;
-  for (std::int64_t r : {32, 16, 8, 4})
-    if (r >= how_.rank) ranks.push_back(r);
+  for (std::int64_t r = 32; r >= std::max(1, how_.rank); r /= 2) ranks.push_back(r);
   std::int64_t big_n = 0, big_m = 0;
   for (const auto& b : buckets_)
     for (const BucketEntry& e : b->entries())

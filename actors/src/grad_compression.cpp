@@ -160,12 +160,10 @@ void BucketCompressor::all_reduce(transport::ProcessGroup& g, const Tensor& flat
     g.all_reduce(low, transport::ReduceOp::sum);
     Tensor(flat).copy_from(low);
     if (op == transport::ReduceOp::mean) kernels::scale_(flat, 1.0 / g.size());
-    payload_bytes_ = low.nbytes();
     return;
   }
   if (matrices_.empty() || rounds_ <= static_cast<std::uint64_t>(how_.warmup_steps)) {
     g.all_reduce(flat, op);
-    payload_bytes_ = flat.nbytes();
     return;
   }
   powersgd(g, flat, op);
@@ -290,7 +288,6 @@ void BucketCompressor::powersgd(transport::ProcessGroup& g, const Tensor& flat, 
     mx.error = kernels::sub(grads[k], approx);
     flat.slice(0, mx.offset, mx.offset + mx.n * mx.m).view({mx.n, mx.m}).copy_from(approx);
   }
-  payload_bytes_ = static_cast<std::uint64_t>(p_size + whole_size + q_size) * sizeof(float);
 }
 
 BucketCompressors::BucketCompressors(const BucketLayout& layout, GradCompression how, std::vector<std::string> names,
@@ -303,15 +300,15 @@ BucketCompressors::BucketCompressors(const BucketLayout& layout, GradCompression
 
 void BucketCompressors::all_reduce(transport::ProcessGroup& g, std::size_t bucket, const Tensor& flat,
                                    std::chrono::steady_clock::time_point full_at) {
-  const bool measuring = how_.kind == GradCompression::Kind::automatic && !decided_;
-  if (measuring && bucket == 0 && windows_ms_.size() >= kMeasuredRounds) {
+  if (how_.kind != GradCompression::Kind::automatic || decided_) return buckets_[bucket]->all_reduce(g, flat, op_);
+  if (bucket == 0 && windows_ms_.size() >= kMeasuredRounds) {
     decide(g);
-    return all_reduce(g, bucket, flat, full_at);
+    return buckets_[bucket]->all_reduce(g, flat, op_);
   }
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = thread_cpu_ms();
   buckets_[bucket]->all_reduce(g, flat, op_);
-  if (!measuring || buckets_[bucket]->rounds() == 1) return;  // the first round pays for first touches
+  if (buckets_[bucket]->rounds() == 1) return;  // the first round pays for first touches
   const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
   if (bucket == 0) {
     collective_ms_.emplace_back(buckets_.size(), 0.0);

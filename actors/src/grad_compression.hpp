@@ -27,9 +27,6 @@ class BucketCompressor {
   /// Reduces `flat` (this rank's bucket, f32) over `g` in place: every rank ends with the same
   /// (decompressed) result. PowerSGD sends the first `warmup_steps` rounds whole.
   void all_reduce(transport::ProcessGroup& g, const Tensor& flat, transport::ReduceOp op);
-  /// The bytes this rank put into the collectives of the last all_reduce (each ring sends about
-  /// twice that), for the step's accounting and benchmarks.
-  std::uint64_t payload_bytes() const { return payload_bytes_; }
   /// Rounds reduced so far.
   std::uint64_t rounds() const { return rounds_; }
   void set_rounds(std::uint64_t rounds) { rounds_ = rounds; }
@@ -65,7 +62,7 @@ class BucketCompressor {
   std::int64_t numel_ = 0;
   std::vector<Matrix> matrices_;
   std::vector<std::pair<std::int64_t, std::int64_t>> whole_;  // [begin, end) ranges sent whole
-  std::uint64_t payload_bytes_ = 0, rounds_ = 0;
+  std::uint64_t rounds_ = 0;
 };
 
 /// A program's compressed buckets (the communicator actor's, on its thread during steps) and their
