@@ -45,13 +45,14 @@ set(troupe_public_headers
   graph/include/troupe/graph/debug.hpp graph/include/troupe/graph/dropout.hpp graph/include/troupe/graph/grad_scaler.hpp
   graph/include/troupe/graph/graph.hpp graph/include/troupe/graph/arena_layouts.hpp
   graph/include/troupe/graph/module.hpp graph/include/troupe/graph/nn.hpp graph/include/troupe/graph/ops.hpp
+  graph/include/troupe/graph/pipeline_stage.hpp
   graph/include/troupe/graph/lr_schedule.hpp graph/include/troupe/graph/optim.hpp graph/include/troupe/graph/safetensors.hpp
   graph/include/troupe/graph/sym_shape.hpp graph/include/troupe/graph/trace.hpp graph/include/troupe/graph/var.hpp
   transport/include/troupe/transport/bootstrap.hpp transport/include/troupe/transport/inprocess.hpp
   transport/include/troupe/transport/process_group.hpp transport/include/troupe/transport/transport.hpp
   transport/include/troupe/transport/ucx.hpp
   plan/include/troupe/plan/cost_model.hpp plan/include/troupe/plan/mesh_search.hpp
-  plan/include/troupe/plan/placement.hpp
+  plan/include/troupe/plan/placement.hpp plan/include/troupe/plan/stages.hpp
   actors/include/troupe/actors/engine.hpp actors/include/troupe/actors/program.hpp
   actors/include/troupe/actors/job.hpp actors/include/troupe/actors/parallel_training.hpp
   actors/include/troupe/actors/step_report.hpp actors/include/troupe/actors/tensor_parallel.hpp

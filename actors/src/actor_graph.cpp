@@ -204,7 +204,9 @@ ActorGraph lower_to_actors(const graph::TracedFunction& fn, const Grouping& grou
     spec.name = spec.members[0].name;
     if (spec.members.size() > 1) spec.name += " +" + std::to_string(spec.members.size() - 1);
     add_actor(plan, std::move(spec));
-    if (graph::OpRegistry::instance().get(g.node(nodes[0]).op).collective) plan.collectives.push_back(a);
+    // A pipeline's sends and receives keep their own channel's order (OpDef::point_to_point).
+    const graph::OpDef& def = graph::OpRegistry::instance().get(g.node(nodes[0]).op);
+    if (def.collective && !def.point_to_point) plan.collectives.push_back(a);
     ++plan.op_count;
   }
   for (std::size_t k = 0; k < g.outputs().size(); ++k) {

@@ -64,7 +64,8 @@ struct ActorGraph {
   std::vector<StepNode> step_nodes;
   std::vector<int> sinks;        // actor index of each graph output's sink
   std::vector<int> sink_param;   // per sink: parameter index of a gradient output, or -1
-  std::vector<int> collectives;  // op actors that meet other devices (OpDef::collective), in node order
+  std::vector<int> collectives;  // op actors that meet the other devices of a group (OpDef::collective; not
+                                 // point_to_point), in node order
   int op_count = 0;              // op actors
 };
 

@@ -130,6 +130,7 @@ GradientActors spawn_gradient_path(caf::actor_system& sys, const graph::TracedFu
     clip.takes_norms = options.clip_mode == ClipMode::parallel;
     clip.weights = slot_weights;
     if (tp.norms) clip.norms.push_back(tp.norms);
+    if (options.pipeline_norms) clip.norms.push_back(options.pipeline_norms);
     if (path.zero) clip.norms.push_back(options.data_parallel.zero_group);
     // Parallel clip with data parallelism sums the reduced buckets' norms, else one per gradient.
     clip.slots = path.buckets && clip.takes_norms ? static_cast<int>(path.buckets->buckets.size()) : gradients;

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "troupe/actors/gradient_stats.hpp"
+#include "pipeline_rank.hpp"
 #include "troupe/actors/planner.hpp"
 #include "troupe/graph/autodiff.hpp"
 #include "troupe/graph/dropout.hpp"
@@ -52,7 +53,37 @@ std::size_t bytes_of(const std::map<std::string, Tensor>& tensors) {
   return n;
 }
 
+// Why `pp` pipeline stages cannot run `config`, or nothing.
+std::optional<Error> pipeline_refusal(const ParallelConfig& config, const TrainingProblem& problem) {
+  const int pp = config.pp;
+  if (!problem.stages.forward)
+    return Error(ErrorKind::invalid_argument, str_cat("--pp ", pp, ": the model brings no split into stages "
+                                                      "(TrainingProblem::stages) to place on them"));
+  if (config.jit_level <= 0)
+    return Error(ErrorKind::invalid_argument,
+                 str_cat("--pp ", pp, " runs the traced step's stages, and JIT_LEVEL=0 runs eagerly; use JIT_LEVEL=1 or more"));
+  if (config.search) return Error(ErrorKind::unsupported, str_cat("--pp ", pp, " with the planner's search is not built yet; give --dp and --tp"));
+  if (config.tp > 1) return Error(ErrorKind::unsupported, str_cat("--pp ", pp, " with --tp ", config.tp, " is not built yet; use --tp 1"));
+  if (config.loss_scaling)
+    return Error(ErrorKind::unsupported, str_cat("--pp ", pp, " trains without loss scaling so far; use --loss-scale off"));
+  if (!config.strategy_load.empty() || !config.strategy_save.empty())
+    return Error(ErrorKind::unsupported, str_cat("--pp ", pp, ": strategy files hold dp x tp placements so far; drop --strategy-load/--strategy-save"));
+  if (!config.overlap)
+    return Error(ErrorKind::unsupported, str_cat("--pp ", pp, " runs on the overlapped gradient path; unset GRAD_MODE=standard"));
+  return std::nullopt;
+}
+
 }  // namespace
+
+PipelineSchedule parse_pipeline_schedule(const std::string& text) {
+  if (text == "gpipe") return PipelineSchedule::gpipe;
+  if (text == "1f1b") return PipelineSchedule::one_f_one_b;
+  fail(ErrorKind::invalid_argument, "pipeline schedule '", text, "' is not one of gpipe, 1f1b");
+}
+
+std::string schedule_name(PipelineSchedule schedule) {
+  return schedule == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
+}
 
 ParallelTraining::ParallelTraining(TrainingProblem problem, ParallelConfig config, std::shared_ptr<Job> job)
     : problem_(std::move(problem)), config_(std::move(config)), job_(job ? std::move(job) : Job::from_environment()) {
@@ -61,7 +92,8 @@ ParallelTraining::ParallelTraining(TrainingProblem problem, ParallelConfig confi
   TROUPE_CHECK(problem_.global_batch >= 1, invalid_argument, "parallel training: the global batch is ",
                problem_.global_batch, "; give the rows of one step (TrainingProblem::global_batch)");
   check_stage();  // before a searched mesh's ranks meet
-  if (config_.search) {
+  pp_ = config_.pp;
+  if (config_.search && pp_ == 1) {
     choose_mesh();
   } else {
     dp_ = config_.dp;
@@ -73,7 +105,10 @@ ParallelTraining::ParallelTraining(TrainingProblem problem, ParallelConfig confi
   config_.micro_batches =
       static_cast<int>(std::clamp<std::int64_t>(config_.micro_batches, 1, replica_batch() / config_.accumulation));
   make_groups();
-  optimizer_ = problem_.optimizer(problem_.model->parameters());
+  std::vector<graph::Var> trained = problem_.model->parameters();
+  if (pipeline_)  // a stage trains its own layers' parameters
+    std::erase_if(trained, [&](const graph::Var& p) { return !pipeline_->parameters().count(p.name()); });
+  optimizer_ = problem_.optimizer(trained);
   stepped_ = optimizer_;
   for (std::size_t g = 0; g < optimizer_->groups(); ++g) peaks_.push_back(optimizer_->lr(g));
   config_.lr_schedule.check(peaks_.at(0));
@@ -100,8 +135,10 @@ ParallelTraining::~ParallelTraining() = default;
 
 int ParallelTraining::rank() const { return job_->rank(); }
 int ParallelTraining::size() const { return job_->size(); }
-int ParallelTraining::dp_rank() const { return job_->rank() / tp_; }
+int ParallelTraining::dp_rank() const { return job_->rank() / tp_ % dp_; }
 int ParallelTraining::tp_rank() const { return job_->rank() % tp_; }
+int ParallelTraining::pp_rank() const { return job_->rank() / (dp_ * tp_); }
+std::vector<int> ParallelTraining::stage_layers() const { return pipeline_ ? pipeline_->layers() : std::vector<int>{}; }
 const std::string& ParallelTraining::source() const { return job_->source(); }
 
 bool ParallelTraining::any_rank(bool mine) {
@@ -171,6 +208,7 @@ void ParallelTraining::check_stage() const {
 void ParallelTraining::check_settings() const {
   TROUPE_CHECK(dp_ >= 1, invalid_argument, "--dp must be >= 1, got ", dp_);
   TROUPE_CHECK(tp_ >= 1, invalid_argument, "--tp must be >= 1, got ", tp_);
+  TROUPE_CHECK(pp_ >= 1, invalid_argument, "--pp must be >= 1, got ", pp_);
   TROUPE_CHECK(config_.zero == 0 || dp_ > 1, invalid_argument, "--zero 1 splits the optimizer state among the "
                "data-parallel replicas, and --dp 1 has one; use --dp 2 or more, or drop --zero");
   TROUPE_CHECK(config_.zero == 0 || config_.grad_compression.kind == GradCompression::Kind::none, invalid_argument,
@@ -179,9 +217,16 @@ void ParallelTraining::check_settings() const {
   // Before joining: every rank refuses alike, at once.
   if (tp_ > 1)
     if (const std::optional<Error> e = tensor_parallel_refusal(config_, problem_, tp_)) throw *e;
-  const int ranks = dp_ * tp_;
+  if (pp_ > 1) {
+    if (const std::optional<Error> e = pipeline_refusal(config_, problem_)) throw *e;
+    plan::stage_layers(problem_.stages.layers, pp_, config_.pp_layers);  // its errors, before any rank waits
+  }
+  const int ranks = dp_ * tp_ * pp_;
+  std::string mesh = str_cat("--dp ", dp_);
+  if (tp_ > 1) mesh += str_cat(" x --tp ", tp_);
+  if (pp_ > 1) mesh += str_cat(" x --pp ", pp_);
   TROUPE_CHECK(ranks == job_->size() || (ranks == 1 && job_->size() == 1), invalid_argument,
-               tp_ > 1 ? str_cat("--dp ", dp_, " x --tp ", tp_) : str_cat("--dp ", dp_), " but this process is rank ",
+               mesh, " but this process is rank ",
                job_->rank(), " of a ", job_->size(), "-rank job (", job_->source(), "); start it with troupe-launch -n ",
                ranks, " -- ...");
   TROUPE_CHECK(problem_.global_batch % dp_ == 0, invalid_argument, "the global batch of ", problem_.global_batch,
@@ -193,9 +238,11 @@ void ParallelTraining::check_settings() const {
 
 void ParallelTraining::make_groups() {
   // Every rank makes the same communicators in the same order (each is a collective of the job).
-  std::vector<int> dp_members, tp_members;
-  for (int i = 0; i < dp_; ++i) dp_members.push_back(i * tp_ + tp_rank());
-  for (int j = 0; j < tp_; ++j) tp_members.push_back(dp_rank() * tp_ + j);
+  std::vector<int> dp_members, tp_members, pp_members;
+  const int stage = pp_rank() * dp_ * tp_;  // the first rank of this rank's stage
+  for (int i = 0; i < dp_; ++i) dp_members.push_back(stage + i * tp_ + tp_rank());
+  for (int j = 0; j < tp_; ++j) tp_members.push_back(stage + dp_rank() * tp_ + j);
+  for (int k = 0; k < pp_; ++k) pp_members.push_back(k * dp_ * tp_ + dp_rank() * tp_ + tp_rank());
   if (dp_ > 1) {
     allreduce_ = job_->communicator(dp_members, "allreduce", 0);
     allgather_ = job_->communicator(dp_members, "allgather", 1);
@@ -205,6 +252,10 @@ void ParallelTraining::make_groups() {
     tp_group_ = job_->communicator(tp_members, "tp", 2);
     tp_norms_ = job_->communicator(tp_members, "tp-norms", 3);
   }
+  if (pp_ > 1)
+    pipeline_ = std::make_unique<PipelineRank>(*job_, pp_members, problem_.stages,
+                                               plan::stage_layers(problem_.stages.layers, pp_, config_.pp_layers),
+                                               problem_.signature, config_.amp);
 }
 
 void ParallelTraining::adopt_compression(const std::string& text) {
@@ -274,6 +325,19 @@ void ParallelTraining::compile() {
   if (config_.loss_scaling) scaler_ = std::make_shared<graph::GradScaler>();
   po.loss_scaler = scaler_;
   const int level = config_.jit_level;
+  if (pipeline_) {
+    // The schedule is the registers: an actor of stage i runs at most that many micro-batches
+    // ahead of the ones whose backward has let their activations go.
+    po.registers = config_.schedule == PipelineSchedule::gpipe ? std::max(2, po.micro_batches) : pp_ - pp_rank();
+    po.pipeline_norms = pipeline_->group();
+    if (pipeline_->parameters().empty()) {  // a stage of no layers: nothing to update (its norm: step())
+      po.optimizers.clear();
+      po.clip_grad_norm = 0;
+      po.pipeline_norms = nullptr;
+    }
+    program_ = engine_->compile(pipeline_->step(level), po);
+    return;
+  }
   // A sharded step runs the passes on the device's graph (its collectives stay where they are): the
   // fusions before the gradients would need sharding rules for the fused ops.
   if (sharded_) {
@@ -299,6 +363,7 @@ StepReport ParallelTraining::step(const std::vector<Tensor>& batch) {
     const std::int64_t r = dp_rank(), rows = replica_batch();
     for (Tensor& t : inputs) t = t.slice(0, r * rows, (r + 1) * rows).contiguous();
   }
+  if (pipeline_) inputs = pipeline_->inputs(inputs);
   schedule_lr(steps_ + 1);
   if (!program_) {
     StepReport out = run_eager(inputs);
@@ -309,7 +374,11 @@ StepReport ParallelTraining::step(const std::vector<Tensor>& batch) {
   const StepResult r = program_->run(inputs, {config_.seed, static_cast<std::uint64_t>(steps_ + 1), dp_rank() * replica_batch()});
   ++steps_;
   out.lr = stepped_->lr(0);
-  out.loss = r.outputs[0].item();
+  // A stage that trains nothing adds its zero to the clipping norm's sum over the pipeline, in
+  // the same order as the others' clip actors (before the loss).
+  if (pipeline_ && pipeline_->parameters().empty() && config_.clip > 0) pipeline_->add_to_sum(0);
+  // A stage before the last has the token of its send where the loss would be.
+  out.loss = pipeline_ ? pipeline_->from_last(r.outputs[0].item()) : r.outputs[0].item();
   out.bucket_squared_norms = r.bucket_squared_norms;
   out.comm_ms = r.comm_ms;
   out.exposed_comm_ms = r.exposed_comm_ms;
@@ -337,6 +406,13 @@ StepReport ParallelTraining::step(const std::vector<Tensor>& batch) {
     sums = {v[0], v[1], v[2]};
   } else {
     sums = gradient_sums(r.gradients);
+  }
+  if (pipeline_) {
+    // Each stage's gradients are its own layers': the pipeline adds the sums.
+    const Tensor added = Tensor::from_vector(std::vector<double>{sums.squares, sums.sum, sums.count}, {3});
+    pipeline_->group()->submit([&](transport::ProcessGroup& g) { g.all_reduce(added); }).get();
+    const std::vector<double> v = added.to_vector<double>();
+    sums = {v[0], v[1], v[2]};
   }
   auto [norm, variance] = gradient_stats(sums);
   // The returned gradients are clipped; report the norm and variance from before clipping.
@@ -441,6 +517,15 @@ std::optional<graph::MemoryPlanReport> ParallelTraining::memory_report() const {
 
 void ParallelTraining::gather_parameters() {
   if (program_) program_->settle();
+  if (pipeline_) {
+    // Each stage's own parameters, to every stage.
+    std::map<std::string, Tensor> mine;
+    for (const auto& [name, p] : problem_.model->named_parameters())
+      if (pipeline_->parameters().count(name)) mine[name] = p.tensor();
+    const std::map<std::string, Tensor> whole = pipeline_->gather(mine);
+    for (const auto& [name, p] : problem_.model->named_parameters())
+      if (!pipeline_->parameters().count(name) && whole.count(name)) p.set_value(whole.at(name));
+  }
   if (!sharded_) return;
   std::map<std::string, graph::Var> params;
   for (const auto& [name, p] : problem_.model->named_parameters()) params[name] = p;
@@ -461,13 +546,17 @@ std::map<std::string, Tensor> ParallelTraining::optimizer_state() {
       // A tp rank's warm starts and auto's choices are its shards' own: only the errors (gathered
       // like the parameters) and the step count are saved then.
       if (!sharded_ || key == "grad_compression.rounds" || key.rfind("grad_compression.", 0) != 0) state[key] = value;
-  return sharded_ ? sharded_->gather(state) : state;
+  if (sharded_) state = sharded_->gather(state);
+  return pipeline_ ? pipeline_->gather(state) : state;
 }
 
 void ParallelTraining::load_optimizer_state(const std::map<std::string, Tensor>& whole) {
   if (program_) program_->settle();
   std::map<std::string, Tensor> optimizer, compression;
-  for (const auto& [key, value] : whole) (CompressionState::holds(key) ? compression : optimizer)[key] = value;
+  for (const auto& [key, value] : whole) {
+    if (pipeline_ && !pipeline_->takes(key)) continue;  // another stage's
+    (CompressionState::holds(key) ? compression : optimizer)[key] = value;
+  }
   optimizer_->load_state_dict(optimizer);  // checks it fits the model's optimizer before anything changes
   CompressionState* c = program_ ? program_->compression_state() : nullptr;
   if (c) c->load(sharded_ ? sharded_->shard(compression) : compression);  // (a run without it drops the state)
@@ -478,7 +567,8 @@ void ParallelTraining::load_optimizer_state(const std::map<std::string, Tensor>&
 std::size_t ParallelTraining::held_parameter_bytes() const {
   if (sharded_) return bytes_of(sharded_->parameter_shards());
   std::size_t n = 0;
-  for (const auto& [name, p] : problem_.model->named_parameters()) n += p.tensor().nbytes();
+  for (const auto& [name, p] : problem_.model->named_parameters())
+    if (!pipeline_ || pipeline_->parameters().count(name)) n += p.tensor().nbytes();
   return n;
 }
 

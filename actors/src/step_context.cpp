@@ -44,6 +44,13 @@ std::int64_t batch_rows(const graph::Graph& g, const std::vector<Tensor>& inputs
   return rows;
 }
 
+// A view that repeats elements along some dim (a stride of 0 over more than one element).
+bool is_broadcast(const Tensor& t) {
+  for (std::size_t d = 0; d < t.shape().size(); ++d)
+    if (t.shape()[d] > 1 && t.strides()[d] == 0) return true;
+  return false;
+}
+
 // The output of step node `s` (a cast), from the step's parameters and earlier step values,
 // written over `kept`, the last step's, when it has the shape: no allocation after the first step.
 Tensor step_value(const graph::Graph& g, const StepNode& s, const std::vector<Tensor>& parameters,
@@ -89,7 +96,12 @@ StepContextPtr make_step_context(const ProgramSetup& setup, std::uint64_t step, 
       at.first_row += begin;
       ctx->random.push_back(at);
       std::vector<Tensor> part;
-      for (const Tensor& t : inputs) part.push_back(t.slice(0, begin, begin + size).contiguous());
+      // A broadcast view (a pipeline stage's stand-in for a value it receives, which gives only
+      // the shape) stays a view: copying it would only make zeros.
+      for (const Tensor& t : inputs) {
+        const Tensor rows = t.slice(0, begin, begin + size);
+        part.push_back(is_broadcast(rows) ? rows : rows.contiguous());
+      }
       ctx->bindings.push_back(graph::bind_inputs(g, part));
       ctx->inputs.push_back(std::move(part));
       ctx->weights.push_back(static_cast<double>(size) / static_cast<double>(rows));

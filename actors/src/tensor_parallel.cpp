@@ -19,6 +19,8 @@ class ProcessGroupWire : public graph::CollectiveWire {
   void all_reduce(const Tensor& tensor) override { g_.all_reduce(tensor); }
   Tensor all_gather(const Tensor& tensor) override { return g_.all_gather(tensor); }
   Tensor reduce_scatter(const Tensor& tensor) override { return g_.reduce_scatter(tensor); }
+  void send(const Tensor& tensor, int peer) override { g_.send(tensor, peer); }
+  void recv(const Tensor& into, int peer) override { g_.recv(into, peer); }
 
  private:
   transport::ProcessGroup& g_;

@@ -122,7 +122,7 @@ void backward(const Var& loss, const Tensor& grad_output) {
 std::vector<ValueId> append_backward(Graph& g, ValueId loss, const std::vector<ValueId>& wrt, ValueId seed) {
   TROUPE_CHECK(loss >= 0 && loss < static_cast<ValueId>(g.values().size()), invalid_argument,
                "append_backward: loss value ", loss, " is not in this graph");
-  check_scalar_loss(g.value(loss).info.shape, "append_backward");
+  if (seed < 0) check_scalar_loss(g.value(loss).info.shape, "append_backward");
   // Gradient rules build nodes through apply(); they must land in `g`, not in an unrelated trace.
   TraceState* outer = active_trace();
   const bool foreign = outer && outer->graph != &g;
@@ -153,7 +153,8 @@ std::vector<ValueId> append_backward(Graph& g, ValueId loss, const std::vector<V
     bool d = false;
     for (std::size_t i = 0; i < node.inputs.size(); ++i)
       d = d || (depends[static_cast<std::size_t>(node.inputs[i])] && def.differentiable(i));
-    for (ValueId o : node.outputs) depends[static_cast<std::size_t>(o)] = d && is_floating(g.value(o).info.dtype);
+    // (A wrt value a node computes, a pipeline stage's received input, depends on itself.)
+    for (ValueId o : node.outputs) depends[static_cast<std::size_t>(o)] = depends[static_cast<std::size_t>(o)] || (d && is_floating(g.value(o).info.dtype));
   }
   // A region's outputs depend on its inputs even if an op inside blocks the flow: its backward
   // is the user's.

@@ -62,16 +62,19 @@ void fsync_dir(const std::string& path) {
 
 }  // namespace
 
-void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The file's first part (its header's length and the JSON header, padded) for `tensors`, whose
+// dense CPU copies it leaves in `dense` for the data that follows; `where` names the data in errors.
+std::string file_header(const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& metadata,
+                        std::vector<Tensor>& dense, const std::string& where) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<Tensor> dense;
   std::size_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    TROUPE_CHECK(name != "__metadata__" && !name.empty(), invalid_argument, "save_safetensors ", path,
+    TROUPE_CHECK(name != "__metadata__" && !name.empty(), invalid_argument, "save_safetensors ", where,
                  ": invalid tensor name '", name, "'");
-    TROUPE_CHECK(t.defined(), invalid_argument, "save_safetensors ", path, ": tensor '", name, "' is undefined");
+    TROUPE_CHECK(t.defined(), invalid_argument, "save_safetensors ", where, ": tensor '", name, "' is undefined");
     dense.push_back(t.to(Device::cpu()).contiguous());
     const std::size_t n = dense.back().nbytes();
     header[name] = {{"dtype", file_dtype(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + n}}};
@@ -80,15 +83,29 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned, as the format advises
   const std::uint64_t len = json.size();
-  char len_bytes[8];
-  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<char>((len >> (8 * i)) & 0xff);
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
+  return out + json;
+}
 
+}  // namespace
+
+std::string safetensors_bytes(const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& metadata) {
+  std::vector<Tensor> dense;
+  std::string out = file_header(tensors, metadata, dense, "(in memory)");
+  for (const Tensor& t : dense) out.append(static_cast<const char*>(t.raw_data()), t.nbytes());
+  return out;
+}
+
+void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  std::vector<Tensor> dense;
+  const std::string header = file_header(tensors, metadata, dense, path);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) io_fail(tmp, "cannot create");
   try {
-    write_all(fd, len_bytes, 8, tmp);
-    write_all(fd, json.data(), json.size(), tmp);
+    write_all(fd, header.data(), header.size(), tmp);
     for (const Tensor& t : dense) write_all(fd, static_cast<const char*>(t.raw_data()), t.nbytes(), tmp);
     if (::fsync(fd) != 0) io_fail(tmp, "cannot sync");
   } catch (...) {

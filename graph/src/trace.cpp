@@ -77,45 +77,57 @@ TracedFunction TracedFunction::with_graph(std::shared_ptr<const Graph> graph, st
 }
 
 TracedFunction TracedFunction::with_gradients(const std::vector<Var>& params, const Var& loss_scale) const {
+  TracedFunction f = *this;
+  auto g = std::make_shared<Graph>(*graph_);
+  const ValueId seed = f.add_loss_scale(*g, loss_scale);
+  std::vector<ValueId> outputs = g->outputs();
+  f.append_gradients(*g, params, g->outputs()[0], seed, {}, outputs);
+  g->set_outputs(std::move(outputs));
+  f.graph_ = std::move(g);
+  f.memory_ = nullptr;  // plans are per graph: optimized(3) plans the new one
+  return f;
+}
+
+ValueId TracedFunction::add_loss_scale(Graph& g, const Var& loss_scale) {
+  if (!loss_scale.defined()) return -1;
+  TROUPE_CHECK(!loss_scale.is_symbolic() && loss_scale.tensor().dim() == 0, invalid_argument,
+               "with_gradients: the loss scale must be an eager 0-d tensor (GradScaler::scale_var())");
+  const ValueId seed =
+      g.add_parameter(loss_scale.name().empty() ? "loss_scale" : loss_scale.name(), ValueInfo{loss_scale.dtype(), {}});
+  loss_scale_ = static_cast<int>(parameters_.size());
+  parameters_.push_back(loss_scale);
+  return seed;
+}
+
+std::vector<ValueId> TracedFunction::append_gradients(Graph& g, const std::vector<Var>& params, ValueId loss, ValueId seed,
+                                                      const std::vector<ValueId>& extra, std::vector<ValueId>& outputs) {
   TROUPE_CHECK(outputs_ > 0, invalid_argument, "with_gradients: the traced function has no output to differentiate");
   TROUPE_CHECK(grad_parameters_.empty(), invalid_argument, "with_gradients: this function already has gradients");
   TROUPE_CHECK(!inference_, invalid_argument,
                "with_gradients: this function was made for inference (custom gradients dropped); take the "
                "gradients of the traced function before for_inference()");
-  TracedFunction f = *this;
-  auto g = std::make_shared<Graph>(*graph_);
-  std::vector<ValueId> wrt;
-  for (std::size_t k = 0; k < parameters_.size(); ++k) {
-    bool wanted = params.empty();
-    for (const Var& p : params) wanted = wanted || p.key() == parameters_[k].key();
-    if (!wanted) continue;
-    wrt.push_back(g->parameters()[k]);
-    f.grad_parameters_.push_back(k);
-  }
   // A parameter the function never read simply gets no gradient, as in eager mode.
   for (const Var& p : params)
     TROUPE_CHECK(p.requires_grad(), invalid_argument, "with_gradients: '", p.name(),
                  "' is not a parameter (create it with Var::leaf)");
-  ValueId seed = -1;
-  if (loss_scale.defined()) {
-    TROUPE_CHECK(!loss_scale.is_symbolic() && loss_scale.tensor().dim() == 0, invalid_argument,
-                 "with_gradients: the loss scale must be an eager 0-d tensor (GradScaler::scale_var())");
-    seed = g->add_parameter(loss_scale.name().empty() ? "loss_scale" : loss_scale.name(),
-                            ValueInfo{loss_scale.dtype(), {}});
-    f.loss_scale_ = static_cast<int>(f.parameters_.size());
-    f.parameters_.push_back(loss_scale);
+  std::vector<ValueId> wrt;
+  std::vector<std::size_t> wanted;
+  const std::size_t read = loss_scale_ >= 0 ? parameters_.size() - 1 : parameters_.size();  // not the seed itself
+  for (std::size_t k = 0; k < read; ++k) {
+    bool asked = params.empty();
+    for (const Var& p : params) asked = asked || p.key() == parameters_[k].key();
+    if (!asked) continue;
+    wrt.push_back(g.parameters()[k]);
+    wanted.push_back(k);
   }
-  const std::vector<ValueId> grads = append_backward(*g, g->outputs()[0], wrt, seed);
-  std::vector<std::size_t> kept;
-  for (std::size_t k = 0; k < grads.size(); ++k) {
+  wrt.insert(wrt.end(), extra.begin(), extra.end());
+  const std::vector<ValueId> grads = append_backward(g, loss, wrt, seed);
+  for (std::size_t k = 0; k < wanted.size(); ++k) {
     if (grads[k] < 0) continue;  // the output does not depend on it
-    g->add_output(grads[k]);
-    kept.push_back(f.grad_parameters_[k]);
+    outputs.push_back(grads[k]);
+    grad_parameters_.push_back(wanted[k]);
   }
-  f.grad_parameters_ = kept;
-  f.graph_ = std::move(g);
-  f.memory_ = nullptr;  // plans are per graph: optimized(3) plans the new one
-  return f;
+  return {grads.begin() + static_cast<std::ptrdiff_t>(wanted.size()), grads.end()};
 }
 
 TracedFunction TracedFunction::for_inference() const {

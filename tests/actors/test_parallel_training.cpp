@@ -10,100 +10,12 @@
 #include <thread>
 #include <vector>
 
-#include "actors/tiny_gpt.hpp"
+#include "actors/parallel_runs.hpp"
 #include "expect_error.hpp"
-#include "kernels/reference.hpp"
-#include "troupe/actors/parallel_training.hpp"
 #include "troupe/kernels/elementwise.hpp"
-#include "troupe/models/gpt_placement.hpp"
 
 using namespace troupe;
-
-namespace {
-
-constexpr std::int64_t kBatch = 4;
-constexpr int kSteps = 4;
-
-// Where a run starts and what it leaves: the model's weights and the optimizer's whole state.
-struct State {
-  std::map<std::string, Tensor> weights, optimizer;
-};
-
-// The losses of steps [from, to) of a run of `config` on `devices` virtual devices, starting from
-// `start` (the model's initial weights when empty), and the whole state it leaves.
-struct Training {
-  std::vector<double> losses, lrs;
-  State end;
-  std::vector<std::string> choices;  // gradient compression auto's report, per step
-};
-
-// Plain SGD (lr 0.1) instead of the tiny model's AdamW, whose update does not see a gradient's scale.
-bool g_sgd = false;
-
-Training train(const actors::ParallelConfig& config, int devices, int from, int to, const State& start = {}) {
-  const std::vector<std::shared_ptr<actors::Job>> jobs = actors::Job::virtual_devices(devices);
-  std::vector<Training> runs(static_cast<std::size_t>(devices));
-  std::vector<std::thread> threads;
-  for (int d = 0; d < devices; ++d)
-    threads.emplace_back([&, d] {
-      Generator gen(7);
-      test::TinyGpt model(gen);
-      if (!start.weights.empty()) model.load_state_dict(start.weights);
-      const graph::SymDim b = graph::SymDim::symbol("batch");
-      actors::TrainingProblem problem;
-      problem.model = &model;
-      problem.loss = [&model](const std::vector<graph::Var>& in) { return std::vector<graph::Var>{model.loss(in[0], in[1])}; };
-      problem.signature = {{"ids", {b, 8}, DType::i64}, {"targets", {b, 8}, DType::i64}};
-      problem.global_batch = kBatch;
-      problem.optimizer = [](const std::vector<graph::Var>& parameters) -> std::shared_ptr<graph::Optimizer> {
-        if (!g_sgd) return std::make_shared<graph::AdamW>(parameters, test::tiny_gpt_adamw());
-        kernels::SgdParams plain;
-        plain.lr = 0.1;
-        return std::make_shared<graph::SGD>(parameters, plain);
-      };
-      problem.placement = models::megatron_gpt_policy(4);
-      actors::ParallelTraining training(problem, config, jobs[static_cast<std::size_t>(d)]);
-      if (!start.optimizer.empty()) training.load_optimizer_state(start.optimizer);
-      training.set_steps(from);
-      Training& run = runs[static_cast<std::size_t>(d)];
-      for (int s = from; s < to; ++s) {
-        const actors::StepReport r = training.step({test::tiny_gpt_tokens(kBatch, 100 + s), test::tiny_gpt_tokens(kBatch, 200 + s)});
-        run.losses.push_back(r.loss);
-        run.lrs.push_back(r.lr);
-        run.choices.push_back(r.compression_choice);
-      }
-      training.gather_parameters();
-      run.end.optimizer = training.optimizer_state();
-      for (const auto& [name, t] : model.state_dict()) run.end.weights[name] = t.clone();
-    });
-  for (std::thread& t : threads) t.join();
-  for (int d = 1; d < devices; ++d) EXPECT_EQ(runs[static_cast<std::size_t>(d)].losses, runs[0].losses) << "device " << d;
-  return runs[0];
-}
-
-actors::ParallelConfig settings(int dp, int tp, int zero) {
-  actors::ParallelConfig c;
-  c.dp = dp;
-  c.tp = tp;
-  c.zero = zero;
-  c.clip = 0.5;
-  c.micro_batches = 2;
-  c.bucket_mb = 0.01;  // several buckets, no link to measure
-  return c;
-}
-
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t s = 0; s < want.size(); ++s) EXPECT_NEAR(got[s], want[s], 2e-5 * std::abs(want[s])) << what << ", step " << s;
-}
-
-void expect_close(const State& got, const State& want) {
-  for (const auto& [name, t] : want.weights) EXPECT_LE(test::scaled_max_error(got.weights.at(name), t), 1e-4) << name;
-  ASSERT_EQ(got.optimizer.size(), want.optimizer.size());
-  for (const auto& [key, t] : want.optimizer) EXPECT_LE(test::scaled_max_error(got.optimizer.at(key), t), 1e-3) << key;
-}
-
-}  // namespace
+using namespace troupe::test;
 
 TEST(ParallelTraining, Dp2Tp2WithZeroOnFourVirtualDevicesTrainsLikeOneProcess) {
   const Training single = train(settings(1, 1, 0), 1, 0, kSteps);
@@ -205,40 +117,20 @@ TEST(ParallelTraining, GradientsSumOverTheReplicasWhenNotAveraged) {
 }
 
 TEST(ParallelTraining, SettingsItCannotRunAreRefusedOnEveryDevice) {
-  const auto refused = [](actors::ParallelConfig config, int devices, const std::vector<std::string>& words,
-                          bool placement = true) {
-    const std::vector<std::shared_ptr<actors::Job>> jobs = actors::Job::virtual_devices(devices);
-    std::vector<std::thread> threads;
-    for (int d = 0; d < devices; ++d)
-      threads.emplace_back([&, d] {
-        Generator gen(7);
-        test::TinyGpt model(gen);
-        actors::TrainingProblem problem;
-        problem.model = &model;
-        problem.loss = [&model](const std::vector<graph::Var>& in) { return std::vector<graph::Var>{model.loss(in[0], in[1])}; };
-        const graph::SymDim b = graph::SymDim::symbol("batch");
-        problem.signature = {{"ids", {b, 8}, DType::i64}, {"targets", {b, 8}, DType::i64}};
-        problem.global_batch = kBatch;
-        problem.optimizer = [](const std::vector<graph::Var>& p) { return std::make_shared<graph::AdamW>(p, test::tiny_gpt_adamw()); };
-        if (placement) problem.placement = models::megatron_gpt_policy(4);
-        test::expect_error_mentions([&] { actors::ParallelTraining(problem, config, jobs[static_cast<std::size_t>(d)]); }, words);
-      });
-    for (std::thread& t : threads) t.join();
-  };
-  refused(settings(1, 1, 1), 1, {"--zero 1 splits the optimizer state", "--dp 2 or more"});
-  refused(settings(2, 1, 0), 4, {"--dp 2", "rank", "of a 4-rank job", "troupe-launch -n 2"});
-  refused(settings(1, 2, 0), 2, {"--tp 2", "no placement policy"}, false);
-  refused(settings(1, 3, 0), 3, {"4 attention heads do not split among tp=3"});
+  expect_refused(settings(1, 1, 1), 1, {"--zero 1 splits the optimizer state", "--dp 2 or more"});
+  expect_refused(settings(2, 1, 0), 4, {"--dp 2", "rank", "of a 4-rank job", "troupe-launch -n 2"});
+  expect_refused(settings(1, 2, 0), 2, {"--tp 2", "no placement policy"}, false);
+  expect_refused(settings(1, 3, 0), 3, {"4 attention heads do not split among tp=3"});
   actors::ParallelConfig eager = settings(1, 2, 0);
   eager.jit_level = 0;
-  refused(eager, 2, {"--tp 2", "JIT_LEVEL=0 runs eagerly"});
+  expect_refused(eager, 2, {"--tp 2", "JIT_LEVEL=0 runs eagerly"});
   actors::ParallelConfig textbook = settings(2, 1, 1);
   textbook.overlap = false;
-  refused(textbook, 2, {"--zero 1 runs on the actor runtime's overlapped gradient path"});
-  refused(settings(3, 1, 0), 3, {"global batch of 4", "3 data-parallel replicas"});
+  expect_refused(textbook, 2, {"--zero 1 runs on the actor runtime's overlapped gradient path"});
+  expect_refused(settings(3, 1, 0), 3, {"global batch of 4", "3 data-parallel replicas"});
   actors::ParallelConfig uneven = settings(1, 1, 0);
   uneven.accumulation = 3;
-  refused(uneven, 1, {"accumulation over 3 batches", "4 rows"});
+  expect_refused(uneven, 1, {"accumulation over 3 batches", "4 rows"});
 }
 
 // PowerSGD's state travels in the whole optimizer state: stopped after step 5 (three compressed

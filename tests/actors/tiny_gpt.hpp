@@ -6,6 +6,7 @@
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/optim.hpp"
 #include "troupe/graph/trace.hpp"
+#include "troupe/plan/stages.hpp"
 
 namespace troupe::test {
 
@@ -21,6 +22,21 @@ struct TinyGpt : graph::Module {
   graph::Var loss(const graph::Var& ids, const graph::Var& targets) {
     const graph::SymDim rows = ids.size(0) * 8;  // symbolic when traced, a number when eager
     return cross_entropy((*head)((*ln_f)((*blocks)((*wte)(ids)))).reshape({rows, 32}), targets.reshape({rows}));
+  }
+  /// A pipeline stage (troupe/plan/stages.hpp) of blocks [begin, end): the embedding before them
+  /// on the first stage, the head and the loss after them on the last; a later stage's input 0
+  /// is the previous stage's output, before (ids, targets).
+  std::vector<graph::Var> stage(const plan::StageSpan& span, const std::vector<graph::Var>& in) {
+    const std::size_t batch = span.first ? 0 : 1;  // where (ids, targets) start
+    graph::Var h = span.first ? (*wte)(in[0]) : in[0];
+    for (int i = span.begin; i < span.end; ++i) h = blocks->at(static_cast<std::size_t>(i))(h);
+    if (!span.last) return {h};
+    const graph::SymDim rows = in[batch].size(0) * 8;
+    return {cross_entropy((*head)((*ln_f)(h)).reshape({rows, 32}), in[batch + 1].reshape({rows}))};
+  }
+  /// stage() as the model's split into pipeline stages.
+  plan::StagePolicy stages() {
+    return {"tiny GPT blocks", 2, [this](const plan::StageSpan& span, const std::vector<graph::Var>& in) { return stage(span, in); }};
   }
   /// The traced training step: the loss of (ids, targets) [batch, 8] and its gradients, in `amp`'s precision.
   graph::TracedFunction step(const graph::AmpOptions& amp = {}) {

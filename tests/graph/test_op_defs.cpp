@@ -34,17 +34,20 @@ std::string add_error(OpDef def) {
 }  // namespace
 
 TEST(OpDefs, EveryOpRunsExactlyOneOfKernelComputeAndCollective) {
-  int collectives = 0;
+  int collectives = 0, point_to_point = 0;
   for (const std::string& name : OpRegistry::instance().names()) {
     const OpDef& def = OpRegistry::instance().get(name);
     EXPECT_EQ(name, def.name);
     EXPECT_EQ((def.kernel != nullptr) + (def.compute != nullptr) + (def.collective != nullptr), 1) << name;
-    collectives += def.collective != nullptr;
+    collectives += def.collective != nullptr && !def.point_to_point;
+    point_to_point += def.point_to_point;
+    EXPECT_TRUE(!def.point_to_point || def.collective) << name << ": point to point, yet not a collective";
     if (def.kernel) {
       EXPECT_TRUE(KernelRegistry::instance().contains(def.kernel, DeviceKind::cpu, DType::f32)) << name;
     }
   }
-  EXPECT_EQ(collectives, 3);  // all_reduce, all_gather, reduce_scatter
+  EXPECT_EQ(collectives, 3);     // all_reduce, all_gather, reduce_scatter
+  EXPECT_EQ(point_to_point, 2);  // pipe_send, pipe_recv
 }
 
 TEST(OpDefs, BadDefinitionsAreRefusedNamingTheOp) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "collective_call.hpp"
 #include "op_helpers.hpp"
 #include "troupe/graph/collectives.hpp"
 #include "troupe/graph/spmd.hpp"
@@ -87,28 +88,6 @@ int int_attr(const ComputeContext& c, const char* name) { return static_cast<int
 
 // Low-precision values (mixed precision's bf16 activations) are summed in f32 and rounded once.
 bool low_precision(const Tensor& t) { return t.dtype() == DType::bf16 || t.dtype() == DType::f16; }
-
-// The call of collective `op` on the node's group: `wire` runs on the group's thread, from and into
-// `state`'s tensors, and `finish` makes the outputs from them and takes them all back (so none
-// is freed on the group's thread). A failure on the wire names the op and the group.
-template <class State, class Wire, class Finish>
-CollectiveCall call_on_group(const char* op, const ComputeContext& c, State state, Wire wire, Finish finish) {
-  std::shared_ptr<CollectiveGroup> group = collective_group(int_attr(c, "group"));
-  auto shared = std::make_shared<State>(std::move(state));
-  std::string where = std::string(op) + " on " + group->name();
-  return {std::move(group), [shared, wire](CollectiveWire& w) { wire(w, *shared); },
-          [shared, finish, where = std::move(where)](std::exception_ptr failure) {
-            State taken = std::exchange(*shared, State{});
-            if (failure) {
-              try {
-                std::rethrow_exception(failure);
-              } catch (const Error& e) {
-                throw Error(e.kind(), where + ": " + e.message());
-              }
-            }
-            return finish(std::move(taken));
-          }};
-}
 
 // The sum in f32 or f64 (a low-precision input's copy), and the output's dtype.
 struct Summed {

@@ -14,7 +14,8 @@
 //                  scaling and data parallelism over a transport::Communicator (actors/, transport/)
 //   Parallel       actors::ParallelTraining: a traced loss trained on a Job's devices (launched
 //                  processes, or virtual devices in one process) with one ParallelConfig: dp x tp
-//                  or the planner's mesh, ZeRO-1, buckets, clipping, micro-batches, precision,
+//                  x pp (pipeline stages, plan::StagePolicy) or the planner's mesh, ZeRO-1,
+//                  buckets, clipping, micro-batches, precision,
 //                  strategy files; checkpoints move between layouts (actors/, plan/)
 //   Tracing        actors::Tracer writes the message flow as a Chrome trace; trace_summary reads it
 //   Models         models::Gpt (with GptDecoder: key/value-cached decoding, rows batched
@@ -47,6 +48,7 @@
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/graph/optim.hpp"
+#include "troupe/graph/pipeline_stage.hpp"
 #include "troupe/graph/safetensors.hpp"
 #include "troupe/graph/trace.hpp"
 #include "troupe/graph/var.hpp"
@@ -56,6 +58,8 @@
 #include "troupe/transport/process_group.hpp"
 #include "troupe/transport/transport.hpp"
 #include "troupe/transport/ucx.hpp"
+
+#include "troupe/plan/stages.hpp"
 
 #include "troupe/actors/engine.hpp"
 #include "troupe/actors/job.hpp"

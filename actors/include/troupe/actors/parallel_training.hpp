@@ -6,9 +6,11 @@
 // parallelism (buckets, overlap, ZeRO-1) and clipping, and moves whole tensors to its layout and
 // back, so that a checkpoint saved under one layout resumes under another.
 //
-// Rank r of a dp x tp job is data-parallel replica r / tp and tensor-parallel shard r % tp. Along
-// dp run the gradient buckets, ZeRO-1's all-gathers and --check-grads' comparisons; along tp the
-// step's collectives and the clipping norm; each has a communicator of its own.
+// Rank r of a dp x tp x pp job is pipeline stage r / (dp tp), data-parallel replica (r / tp) % dp
+// and tensor-parallel shard r % tp (with pp 1: replica r / tp). Along dp run the gradient
+// buckets, ZeRO-1's all-gathers and --check-grads' comparisons; along tp the step's collectives
+// and the clipping norm; along pp the activations and their gradients between neighbouring
+// stages, the clipping norm and the loss; each has communicators of its own.
 
 #include <cstdint>
 #include <functional>
@@ -31,14 +33,32 @@
 #include "troupe/plan/cost_model.hpp"
 #include "troupe/plan/mesh_search.hpp"
 #include "troupe/plan/placement.hpp"
+#include "troupe/plan/stages.hpp"
 
 namespace troupe::actors {
+
+class PipelineRank;
+
+/// How a pipeline's stages take their micro-batches in turn (docs/PARALLELISM.md, "Pipeline
+/// parallelism"): a register count on each stage's actors, the back-pressure of the register
+/// protocol; no scheduler decides.
+enum class PipelineSchedule {
+  gpipe,        // every micro-batch may be in flight: a stage holds up to all m micro-batches' activations
+  one_f_one_b,  // stage i holds at most pp - i: after its warm-up each forward waits for a backward (1F1B)
+};
+/// Parses "gpipe" or "1f1b"; throws naming the text and what is accepted.
+PipelineSchedule parse_pipeline_schedule(const std::string& text);
+/// The name parse_pipeline_schedule() reads back.
+std::string schedule_name(PipelineSchedule schedule);
 
 /// How a training runs in parallel: every setting in one place; the defaults train one process
 /// on the actor runtime with one thread.
 struct ParallelConfig {
   int dp = 1;  // data-parallel replicas
   int tp = 1;  // tensor-parallel shards of each replica (needs the model's placement policy)
+  int pp = 1;  // pipeline stages of each replica, each a contiguous run of layers (needs the model's stage policy)
+  std::vector<int> pp_layers;  // the layers of each stage (empty: as even as they split, earlier stages one more)
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;  // with pp > 1
   /// Instead of dp and tp: the planner chooses the mesh for the job's ranks, the fastest it predicts
   /// among those that fit `memory_budget` (on links and speeds measured at start, agreed by all ranks).
   bool search = false;
@@ -82,6 +102,7 @@ struct TrainingProblem {
   std::int64_t global_batch = 0;           // rows per step over all replicas, which split them evenly
   OptimizerFactory optimizer;
   plan::PlacementPolicy placement;         // the model's placement along tp (tp > 1, search, strategy_save)
+  plan::StagePolicy stages;                // the model's split into pipeline stages (pp > 1)
 };
 
 /// The planner's choice of a searched mesh, for the caller to report.
@@ -121,15 +142,19 @@ class ParallelTraining {
   int size() const;
   int dp() const { return dp_; }
   int tp() const { return tp_; }
+  int pp() const { return pp_; }
   int dp_rank() const;
   int tp_rank() const;
+  int pp_rank() const;
+  /// With pp > 1, each stage's layer count; empty otherwise.
+  std::vector<int> stage_layers() const;
   /// Updates taken so far: set_steps' count plus the steps run since.
   std::int64_t steps() const { return steps_; }
   /// Continues a resumed run after `steps` updates (the learning-rate schedule's position).
   void set_steps(std::int64_t steps);
   /// The learning rate (group 0's) the next step's update will use.
   double next_lr() const;
-  /// Rows of this replica's share of a step's batch.
+  /// Rows of this replica's share of a step's batch (every stage of its pipeline sees them).
   std::int64_t replica_batch() const { return problem_.global_batch / dp_; }
   /// How the job was started ("troupe-launch", "virtual devices", ...).
   const std::string& source() const;
@@ -191,7 +216,7 @@ class ParallelTraining {
   TrainingProblem problem_;
   ParallelConfig config_;
   std::shared_ptr<Job> job_;
-  int dp_ = 1, tp_ = 1;
+  int dp_ = 1, tp_ = 1, pp_ = 1;
   std::optional<MeshChoice> choice_;
   // The job's communicators: along dp, along tp, and the search's (kept: they close together).
   std::shared_ptr<transport::Communicator> allreduce_, allgather_, zero_group_, tp_group_, tp_norms_, world_;
@@ -202,6 +227,7 @@ class ParallelTraining {
   std::shared_ptr<graph::Optimizer> optimizer_;  // over the model's parameters: what checkpoints hold
   std::shared_ptr<graph::Optimizer> stepped_;    // what the step updates: optimizer_, or over tp's shards
   std::shared_ptr<TensorParallelStep> sharded_;
+  std::unique_ptr<PipelineRank> pipeline_;  // this rank's stage with pp > 1
   std::shared_ptr<graph::GradScaler> scaler_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Program> program_;

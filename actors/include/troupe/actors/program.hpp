@@ -144,6 +144,9 @@ struct ProgramOptions {
   DataParallel data_parallel;
   /// Tensor parallelism's share of clipping (off unless a communicator is set).
   TensorParallel tensor_parallel;
+  /// Pipeline parallelism's share of clipping: the group of the pipeline's stages, each holding
+  /// its own layers' gradients, whose squared norms add up to the model's (null: no pipeline).
+  std::shared_ptr<transport::Communicator> pipeline_norms;
   /// Dynamic loss scaling (mixed precision): the scaler whose scale_var() the function's backward
   /// was seeded with (TracedFunction::with_gradients). The clip actor then always takes the global
   /// norm, divides the scale out of it and of the gradients (before clipping), and when the norm is

@@ -16,10 +16,11 @@ namespace troupe::graph {
 void backward(const Var& loss, const Tensor& grad_output = Tensor());
 
 /// Appends to `g` the nodes computing d(loss)/d(wrt[i]) and returns those values; -1 where
-/// loss does not depend on wrt[i]. Only nodes on a path from some wrt to loss get a gradient;
+/// loss does not depend on wrt[i]. A wrt value may be an input, a parameter or a node's output
+/// (a pipeline stage's received input). Only nodes on a path from some wrt to loss get a gradient;
 /// values used several times accumulate; integer values and stop_gradient block the flow. The
-/// backward starts from `seed` (a value of loss's dtype and shape: a loss scale), or from 1 when
-/// seed is -1.
+/// backward starts from `seed` (a value of loss's dtype and shape: a loss scale, or the gradient
+/// of a pipeline stage's output, which need not be 0-d), or from 1 when seed is -1 (loss: one element).
 std::vector<ValueId> append_backward(Graph& g, ValueId loss, const std::vector<ValueId>& wrt, ValueId seed = -1);
 
 }  // namespace troupe::graph

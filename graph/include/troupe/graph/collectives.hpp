@@ -27,6 +27,10 @@ class CollectiveWire {
   /// The sum over the devices of a dense f32 or f64 [size * k, ...] tensor, of which this device
   /// keeps part `rank`.
   virtual Tensor reduce_scatter(const Tensor& tensor) = 0;
+  /// Point to point (a pipeline's activations and gradients): `tensor` to device `peer`.
+  virtual void send(const Tensor& tensor, int peer) = 0;
+  /// Fills the dense `into` with what device `peer` sent; an error when the sizes differ.
+  virtual void recv(const Tensor& into, int peer) = 0;
 };
 
 /// Called once a submitted work is over, on the group's thread: null, or why it failed.

@@ -81,6 +81,8 @@ class Graph {
                   const SymShape& target = {});
   /// Marks `v` as a graph output.
   void add_output(ValueId v) { outputs_.push_back(v); }
+  /// Replaces the outputs (a pipeline stage's step keeps its sends' tokens, not the values sent).
+  void set_outputs(std::vector<ValueId> outputs) { outputs_ = std::move(outputs); }
   /// Opens a custom-gradient region at the next node; returns its index.
   int begin_region(const std::string& name, const std::vector<ValueId>& inputs);
   /// Closes region `r` with its outputs and backward.

@@ -138,6 +138,8 @@ class Sequential : public Layer {
   Var forward(const Var& x) override;
   /// Number of layers.
   std::size_t size() const { return layers_.size(); }
+  /// Layer `i` (a pipeline stage runs a run of them).
+  Layer& at(std::size_t i) const { return *layers_.at(i); }
 
  private:
   std::vector<std::shared_ptr<Layer>> layers_;

@@ -83,6 +83,9 @@ struct OpDef {
   ComputeFn compute = nullptr;       // hand-written computation, or null
   CollectiveFn collective = nullptr; // a collective: meets the other devices of its group (graph/spmd.hpp),
                                      // so every device must run these ops' acts in one order; null otherwise
+  bool point_to_point = false;       // a collective between two devices on a channel of its own (a pipeline's
+                                     // send or receive): its acts keep their micro-batches' order alone,
+                                     // outside the one order of the other collectives
   GradFn grad;                       // empty: not differentiable (autodiff says so if a gradient must pass)
   std::vector<int> no_grad_inputs;   // inputs that never get a gradient (ids, targets, shape sources)
   bool host_reads = false;           // its computation reads input values on the host (a range check of

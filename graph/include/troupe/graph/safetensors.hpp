@@ -19,6 +19,10 @@ struct SafetensorsFile {
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+/// The bytes save_safetensors() would write (parse_safetensors() reads them back): tensors sent
+/// between processes as one message.
+std::string safetensors_bytes(const std::map<std::string, Tensor>& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
 /// Reads and validates a file; every tensor is a dense CPU tensor.
 SafetensorsFile load_safetensors(const std::string& path);
 

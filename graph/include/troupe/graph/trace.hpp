@@ -15,6 +15,8 @@
 
 namespace troupe::graph {
 
+struct StageChannels;
+
 /// One argument of a traced function. A dim of -1 is dynamic with its own symbol ("<name>.<dim>");
 /// SymDim::symbol("batch") is dynamic and shared by every input that names it.
 struct InputSpec {
@@ -38,6 +40,14 @@ class TracedFunction {
   /// from its value instead of 1, read at each call like a parameter, so every gradient comes out
   /// multiplied by it (the actor runtime divides it out again; ProgramOptions::loss_scaler).
   TracedFunction with_gradients(const std::vector<Var>& params = {}, const Var& loss_scale = Var()) const;
+  /// A pipeline stage's training step from a traced stage_forward() (graph/pipeline_stage.hpp, the
+  /// same `channels`): d(output 0)/d(parameters) and d(output 0)/d(the received input), the
+  /// backward starting from the gradient received on gradient_in (from 1, or `loss_scale`, on the
+  /// last stage, whose output 0 is the loss). Output 0 goes out on activation_out and the received
+  /// input's gradient on gradient_out. Its own outputs: the loss on the last stage, else the
+  /// send's token; then the token of the gradient's send unless first; then the parameters'
+  /// gradients, as with_gradients() orders them.
+  TracedFunction with_stage_gradients(const StageChannels& channels, const Var& loss_scale = Var()) const;
   /// A copy whose graph went through the pass pipeline of JIT level `level` (graph/passes.hpp):
   /// the same signature and results (bit for bit at level 2; level 3 fuses) with less work. Level
   /// 3 also plans memory: each input shape gets an arena (arena_layouts.hpp) after its first call,
@@ -77,6 +87,14 @@ class TracedFunction {
 
  private:
   friend TracedFunction trace(const TraceableFn& fn, const std::vector<InputSpec>& signature);
+  // The loss scale as a new parameter of `g` (this function's graph, copied), which the backward
+  // starts from; -1 without one.
+  ValueId add_loss_scale(Graph& g, const Var& loss_scale);
+  // Appends to `g` the gradients of value `loss` (from `seed`, or 1) for `params` (every parameter
+  // read when empty), which follow `outputs` in parameter order, and those of the `extra` values,
+  // which it returns (-1 where the loss does not depend on one).
+  std::vector<ValueId> append_gradients(Graph& g, const std::vector<Var>& params, ValueId loss, ValueId seed,
+                                        const std::vector<ValueId>& extra, std::vector<ValueId>& outputs);
   std::shared_ptr<const Graph> graph_;
   std::vector<InputSpec> signature_;
   std::vector<Var> parameters_;

@@ -1,0 +1,125 @@
+// Pipeline parallelism (ParallelConfig::pp): the tiny GPT's layers split among stages on virtual
+// devices train like one process at the same global batch, under every schedule, with data
+// parallelism beside, with fewer micro-batches than stages, with uneven splits and stages that
+// hold no parameters; a checkpoint saved under one layout resumes under another; settings it
+// cannot run are refused on every device alike.
+#include "actors/parallel_runs.hpp"
+
+using namespace troupe;
+using namespace troupe::test;
+
+namespace {
+
+constexpr int kLongRun = 20;
+const actors::PipelineSchedule kSchedules[] = {actors::PipelineSchedule::gpipe, actors::PipelineSchedule::one_f_one_b};
+
+actors::ParallelConfig pipeline(int pp, actors::PipelineSchedule schedule, int micro_batches, int dp = 1, int zero = 0) {
+  actors::ParallelConfig c = settings(dp, 1, zero);
+  c.pp = pp;
+  c.schedule = schedule;
+  c.micro_batches = micro_batches;
+  return c;
+}
+
+// One process, the reference: the same global batch in `micro_batches` micro-batches.
+Training one_process(int steps, int micro_batches = 4) {
+  actors::ParallelConfig one = settings(1, 1, 0);
+  one.micro_batches = micro_batches;
+  return train(one, 1, 0, steps);
+}
+
+// Losses and weights within 1e-5 (relative; the weights' error scaled by their largest), the
+// optimizer state within 1e-3 (AdamW's second moments of near-zero gradients differ in rounding).
+void expect_same_run(const Training& got, const Training& want) {
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (std::size_t s = 0; s < want.losses.size(); ++s)
+    EXPECT_NEAR(got.losses[s], want.losses[s], 1e-5 * std::abs(want.losses[s])) << "step " << s;
+  for (const auto& [name, t] : want.end.weights) EXPECT_LE(scaled_max_error(got.end.weights.at(name), t), 1e-5) << name;
+  ASSERT_EQ(got.end.optimizer.size(), want.end.optimizer.size());
+  for (const auto& [key, t] : want.end.optimizer) EXPECT_LE(scaled_max_error(got.end.optimizer.at(key), t), 1e-3) << key;
+}
+
+}  // namespace
+
+TEST(PipelineParallel, TwoAndFourStagesTrainLikeOneProcessUnderEverySchedule) {
+  const Training single = one_process(kLongRun);
+  for (const actors::PipelineSchedule schedule : kSchedules)
+    for (const int pp : {2, 4}) {
+      SCOPED_TRACE("pp " + std::to_string(pp) + ", " + actors::schedule_name(schedule));
+      expect_same_run(train(pipeline(pp, schedule, 4), pp, 0, kLongRun), single);
+    }
+}
+
+// dp 2 x pp 2 on four devices: each stage's two replicas reduce their gradients (with ZeRO-1
+// too, each updating half the optimizer state), the clipping norm sums over both axes.
+TEST(PipelineParallel, DataParallelStagesTrainLikeOneProcess) {
+  const Training single = one_process(kSteps);
+  for (const int zero : {0, 1}) {
+    SCOPED_TRACE("zero " + std::to_string(zero));
+    expect_same_run(train(pipeline(2, actors::PipelineSchedule::one_f_one_b, 2, 2, zero), 4, 0, kSteps), single);
+  }
+}
+
+// Fewer micro-batches than stages run (the pipeline is mostly idle) and never hang; so do
+// uneven splits, a first stage of the embedding alone and stages of no layers at all, which hold
+// no parameters (they only pass the activations on) or only the head.
+TEST(PipelineParallel, FewMicroBatchesUnevenSplitsAndEmptyStagesTrainLikeOneProcess) {
+  for (const int m : {1, 2}) {
+    SCOPED_TRACE(std::to_string(m) + " micro-batches on 4 stages");
+    expect_same_run(train(pipeline(4, actors::PipelineSchedule::one_f_one_b, m), 4, 0, kSteps), one_process(kSteps, m));
+  }
+  const Training single = one_process(kSteps);
+  for (const std::vector<int>& split : {std::vector<int>{2, 0}, {0, 2}, {0, 1, 0, 1}, {0, 0, 2, 0}}) {
+    std::string name;
+    for (int n : split) name += std::to_string(n) + " ";
+    SCOPED_TRACE("layers " + name);
+    actors::ParallelConfig c = pipeline(static_cast<int>(split.size()), actors::PipelineSchedule::one_f_one_b, 4);
+    c.pp_layers = split;
+    expect_same_run(train(c, c.pp, 0, kSteps), single);
+  }
+}
+
+// Saved whole after two steps under pp 2 and resumed under one process, under dp 2 and under
+// pp 4 (and from one process under pp 2): each goes on as the uninterrupted run.
+TEST(PipelineParallel, ACheckpointOfOneLayoutResumesUnderAnother) {
+  const Training single = one_process(kSteps);
+  const Training piped = train(pipeline(2, actors::PipelineSchedule::gpipe, 4), 2, 0, 2);
+  const std::vector<double> rest_losses(single.losses.begin() + 2, single.losses.end());
+  struct Layout {
+    actors::ParallelConfig config;
+    int devices;
+  };
+  actors::ParallelConfig one = settings(1, 1, 0);
+  one.micro_batches = 4;
+  for (const Layout& l : {Layout{one, 1}, Layout{settings(2, 1, 1), 2}, Layout{pipeline(4, actors::PipelineSchedule::one_f_one_b, 4), 4}}) {
+    SCOPED_TRACE("resumed on " + std::to_string(l.devices) + " devices, pp " + std::to_string(l.config.pp));
+    Training rest = train(l.config, l.devices, 2, kSteps, piped.end);
+    Training want = single;
+    want.losses = rest_losses;
+    expect_same_run(rest, want);
+  }
+  const Training half = train(one, 1, 0, 2);
+  Training want = single;
+  want.losses = rest_losses;
+  expect_same_run(train(pipeline(2, actors::PipelineSchedule::one_f_one_b, 4), 2, 2, kSteps, half.end), want);
+}
+
+TEST(PipelineParallel, SettingsItCannotRunAreRefusedOnEveryDevice) {
+  const actors::PipelineSchedule f = actors::PipelineSchedule::one_f_one_b;
+  expect_refused(pipeline(2, f, 2), 2, {"--pp 2", "no split into stages", "TrainingProblem::stages"}, false);
+  expect_refused(pipeline(2, f, 2), 4, {"--dp 1 x --pp 2", "4-rank job", "troupe-launch -n 2"});
+  actors::ParallelConfig counts = pipeline(2, f, 2);
+  counts.pp_layers = {1, 1, 0};
+  expect_refused(counts, 2, {"--pp-layers 1,1,0", "3 stages", "--pp is 2"});
+  counts.pp_layers = {1, 2};
+  expect_refused(counts, 2, {"--pp-layers 1,2", "adds up to 3", "the model has 2"});
+  actors::ParallelConfig with_tp = pipeline(2, f, 2);
+  with_tp.tp = 2;
+  expect_refused(with_tp, 4, {"--pp 2 with --tp 2", "not built yet"});
+  actors::ParallelConfig eager = pipeline(2, f, 2);
+  eager.jit_level = 0;
+  expect_refused(eager, 2, {"--pp 2", "JIT_LEVEL=0 runs eagerly"});
+  EXPECT_EQ(actors::parse_pipeline_schedule("gpipe"), actors::PipelineSchedule::gpipe);
+  EXPECT_EQ(actors::parse_pipeline_schedule(actors::schedule_name(f)), f);
+  expect_error_mentions([] { actors::parse_pipeline_schedule("zb"); }, {"'zb'", "gpipe, 1f1b"});
+}
