@@ -32,7 +32,6 @@ TraceableFn stage_forward(TraceableFn stage, StageChannels channels) {
     TROUPE_CHECK(!out.empty(), invalid_argument, "pipeline stage: the stage's function returned nothing; it returns "
                  "its output (the loss on the last stage)");
     std::vector<Var> result{out[0]};
-    if (!channels.last()) result.push_back(pipe_recv(out[0], channels.gradient_in));
     if (received.defined()) result.push_back(received);
     return result;
   };
@@ -40,7 +39,7 @@ TraceableFn stage_forward(TraceableFn stage, StageChannels channels) {
 
 TracedFunction TracedFunction::with_stage_gradients(const StageChannels& channels, const Var& loss_scale) const {
   check_channels(channels);
-  const std::size_t expected = 1 + (channels.last() ? 0 : 1) + (channels.first() ? 0 : 1);
+  const std::size_t expected = channels.first() ? 1 : 2;
   TROUPE_CHECK(outputs_ == expected, invalid_argument, "with_stage_gradients: the function has ", outputs_,
                " outputs and these channels ask for ", expected, "; trace stage_forward() with the same channels");
   TROUPE_CHECK(channels.last() || !loss_scale.defined(), invalid_argument,
@@ -49,10 +48,19 @@ TracedFunction TracedFunction::with_stage_gradients(const StageChannels& channel
   auto g = std::make_shared<Graph>(*graph_);
   const std::vector<ValueId> traced = g->outputs();
   const ValueId output = traced[0];
-  const ValueId seed = channels.last() ? f.add_loss_scale(*g, loss_scale) : traced[1];
-  TROUPE_CHECK(channels.last() || is_floating(g->value(output).info.dtype), dtype_mismatch,
-               "pipeline stage: its output is ", dtype_name(g->value(output).info.dtype),
-               "; a stage before the last passes on a floating value, whose gradient comes back");
+  const ValueInfo out = g->value(output).info;
+  TROUPE_CHECK(channels.last() || is_floating(out.dtype), dtype_mismatch, "pipeline stage: its output is ",
+               dtype_name(out.dtype), "; a stage before the last passes on a floating value, whose gradient comes back");
+  // The gradient of the output arrives in the output's dtype as mixed precision left it (made
+  // here, after autocast, so the two agree); the last stage starts from the loss scale, or 1.
+  const ValueId seed =
+      channels.last()
+          ? f.add_loss_scale(*g, loss_scale)
+          : g->node(g->add_node("pipe_recv", {output},
+                                Attrs()
+                                    .set("group", static_cast<std::int64_t>(channels.gradient_in))
+                                    .set("dtype", static_cast<std::int64_t>(out.dtype))))
+                .outputs[0];
   std::vector<ValueId> extra;
   if (!channels.first()) extra.push_back(traced.back());
   auto send = [&](ValueId v, int group) {

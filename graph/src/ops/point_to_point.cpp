@@ -46,9 +46,11 @@ std::vector<ValueInfo> infer_pipe_send(const InferContext& c) {
   return one(DType::f32, {});
 }
 
+// The dtype is the node's own, not its input's: mixed precision may cast the stand-in it reads
+// for its shape, and what arrives is what the sending stage computed.
 std::vector<ValueInfo> infer_pipe_recv(const InferContext& c) {
   expect_arity(c, 1, 1);
-  return one(c.inputs[0].dtype, c.inputs[0].shape);
+  return one(static_cast<DType>(c.attrs.get_int("dtype")), c.inputs[0].shape);
 }
 
 }  // namespace
@@ -56,13 +58,14 @@ std::vector<ValueInfo> infer_pipe_recv(const InferContext& c) {
 Var pipe_send(const Var& x, int group) { return apply1("pipe_send", {x}, Attrs().set("group", static_cast<std::int64_t>(group))); }
 
 Var pipe_recv(const Var& like, int group) {
-  return apply1("pipe_recv", {like}, Attrs().set("group", static_cast<std::int64_t>(group)));
+  return apply1("pipe_recv", {like},
+                Attrs().set("group", static_cast<std::int64_t>(group)).set("dtype", static_cast<std::int64_t>(like.dtype())));
 }
 
 // x to the other device of the channel; a 0-d zero once sent.
 TROUPE_DEFINE_OP({.name = "pipe_send", .infer = infer_pipe_send, .cost = moves_only, .collective = start_pipe_send,
                   .point_to_point = true, .no_grad_inputs = {0}, .side_effects = true});
-// A value of like's shape and dtype from the other device of the channel.
+// A value of like's shape and of the node's dtype (like's when built) from the other device of the channel.
 TROUPE_DEFINE_OP({.name = "pipe_recv", .infer = infer_pipe_recv, .cost = moves_only, .collective = start_pipe_recv,
                   .point_to_point = true, .no_grad_inputs = {0}, .side_effects = true});
 

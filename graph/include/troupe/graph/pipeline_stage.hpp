@@ -28,14 +28,15 @@ struct StageChannels {
 /// an output of the step keeps alive so that the send runs.
 Var pipe_send(const Var& x, int group);
 /// A tensor of `like`'s shape and dtype received from the other device of `group` (`like` gives
-/// only the shape: a stand-in input, or the value whose gradient arrives).
+/// only the shape: a stand-in input, or the value whose gradient arrives). The dtype stays the
+/// one `like` has now, whatever mixed precision later does to `like`.
 Var pipe_recv(const Var& like, int group);
 
 /// A stage's forward as a function to trace, from `stage`, which computes the stage's layers:
 /// with channels.activation_in its input 0 is a stand-in of the received value's shape (the
-/// previous stage's output), which `stage` gets received; the other inputs are the batch's. Its
-/// outputs: the stage's output 0 (the next stage's input, or the loss on the last stage), then the
-/// gradient of it received on gradient_in (unless last), then the received input (unless first):
+/// previous stage's output, in the dtype that stage's output has after mixed precision), which
+/// `stage` gets received; the other inputs are the batch's. Its outputs: the stage's output 0 (the
+/// next stage's input, or the loss on the last stage), then the received input (unless first):
 /// what TracedFunction::with_stage_gradients() reads. Trace it, then autocast and optimize it as
 /// a whole step's forward.
 TraceableFn stage_forward(TraceableFn stage, StageChannels channels);

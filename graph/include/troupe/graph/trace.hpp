@@ -41,8 +41,8 @@ class TracedFunction {
   /// multiplied by it (the actor runtime divides it out again; ProgramOptions::loss_scaler).
   TracedFunction with_gradients(const std::vector<Var>& params = {}, const Var& loss_scale = Var()) const;
   /// A pipeline stage's training step from a traced stage_forward() (graph/pipeline_stage.hpp, the
-  /// same `channels`): d(output 0)/d(parameters) and d(output 0)/d(the received input), the
-  /// backward starting from the gradient received on gradient_in (from 1, or `loss_scale`, on the
+  /// same `channels`, autocast and optimized): d(output 0)/d(parameters) and d(output 0)/d(the
+  /// received input), the backward starting from the gradient received on gradient_in (from 1, or `loss_scale`, on the
   /// last stage, whose output 0 is the loss). Output 0 goes out on activation_out and the received
   /// input's gradient on gradient_out. Its own outputs: the loss on the last stage, else the
   /// send's token; then the token of the gradient's send unless first; then the parameters'
