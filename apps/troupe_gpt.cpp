@@ -184,6 +184,8 @@ apps::TrainingParts parts(const TrainFlags& f, std::optional<GptData>& data, std
   p.set_data_position = [&](std::uint64_t position) { data->train.set_position(position); };
   p.describe = [&] { return start_lines(f, *data, *model); };
   p.loss = [&](const std::vector<Var>& in) { return std::vector<Var>{model->loss(in[0], in[1])}; };
+  p.stages = {"GPT blocks", static_cast<int>(f.model.layers),
+              [&](const plan::StageSpan& span, const std::vector<Var>& in) { return model->stage(span, in); }};
   p.next_batch = [&] {
     auto [ids, targets] = data->train.next();
     return std::vector<Tensor>{ids, targets};
@@ -337,7 +339,7 @@ int main(int argc, char** argv) {
   return apps::run_cli(app, argc, argv, "troupe-gpt", [&] {
     if (gen->parsed()) return generate(gf, *gen);
     if (tf.parallel.plan_only) return apps::plan_only(tf.parallel, tf.model, tf.batch, tf.seed);
-    tf.mesh_given = app.count("--dp") > 0 || tf.parallel.tp > 0;
+    tf.mesh_given = app.count("--dp") > 0 || tf.parallel.tp > 0 || tf.parallel.pp > 1;
     TROUPE_CHECK(tf.parallel.tp > 1 || (tf.parallel.strategy_load.empty() && tf.parallel.strategy_save.empty()), invalid_argument,
                  "--strategy-save and --strategy-load place a tensor-parallel run; give --tp too (or use them with --plan-only)");
     return train(tf, app);

@@ -217,10 +217,10 @@ void ParallelTraining::check_settings() const {
   // Before joining: every rank refuses alike, at once.
   if (tp_ > 1)
     if (const std::optional<Error> e = tensor_parallel_refusal(config_, problem_, tp_)) throw *e;
-  if (pp_ > 1) {
+  if (pp_ > 1)
     if (const std::optional<Error> e = pipeline_refusal(config_, problem_)) throw *e;
+  if (pp_ > 1 || !config_.pp_layers.empty())
     plan::stage_layers(problem_.stages.layers, pp_, config_.pp_layers);  // its errors, before any rank waits
-  }
   const int ranks = dp_ * tp_ * pp_;
   std::string mesh = str_cat("--dp ", dp_);
   if (tp_ > 1) mesh += str_cat(" x --tp ", tp_);

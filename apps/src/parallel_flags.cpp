@@ -21,6 +21,13 @@ void add_data_parallel_flags(CLI::App& app, ParallelFlags& f) {
 void add_hybrid_parallel_flags(CLI::App& app, ParallelFlags& f) {
   app.add_option("--tp", f.tp, "tensor-parallel ranks per data-parallel replica (Megatron style; searched when absent)")
       ->check(in_range(1, 1024));
+  app.add_option("--pp", f.pp, "pipeline stages per data-parallel replica, each a contiguous run of the model's layers")
+      ->capture_default_str()->check(in_range(1, 1024));
+  app.add_option("--pp-layers", f.pp_layers, "the layers of each pipeline stage, e.g. 3,3,2 (default: as even as they split)")
+      ->delimiter(',')->check(in_range(0, 1 << 20));
+  app.add_option("--pp-schedule", f.pp_schedule, "how the stages take the micro-batches: 1f1b (stage i holds at most pp - i "
+                 "micro-batches' activations) or gpipe (all of them)")
+      ->capture_default_str()->check(CLI::IsMember({"1f1b", "gpipe"}));
   app.add_flag("--plan-only", f.plan_only,
                "print the hybrid-parallel plan (placements, collectives, memory per rank, predicted step time) as JSON, "
                "and do not train");

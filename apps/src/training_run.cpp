@@ -32,7 +32,7 @@ struct Session {
   /// Whether the ranks hold parts of the model or of the optimizer state, which they gather
   /// together for evaluation and checkpoints (compressed gradients' errors are reduced for them).
   bool split() const {
-    return training.tensor_parallel() || training.zero() ||
+    return training.tensor_parallel() || training.pp() > 1 || training.zero() ||
            training.data_parallel().compression.kind != actors::GradCompression::Kind::none;
   }
 };
@@ -129,10 +129,10 @@ void print_summary(const Session& s, const LoopSummary& summary) {
   const actors::ParallelTraining& t = s.training;
   if (t.size() > 1) {
     char buf[400];
-    std::snprintf(buf, sizeof buf, ",\"dp\":%d,\"tp\":%d,\"zero\":%d,\"rank\":%d,\"held_parameter_bytes\":%zu,"
+    std::snprintf(buf, sizeof buf, ",\"dp\":%d,\"tp\":%d,\"pp\":%d,\"zero\":%d,\"rank\":%d,\"held_parameter_bytes\":%zu,"
                   "\"held_optimizer_bytes\":%zu,\"comm_ms\":%.2f,\"exposed_comm_ms\":%.2f,\"hidden_fraction\":%.3f,"
                   "\"comm_bytes_per_step\":%.0f",
-                  t.dp(), t.tp(), t.zero() ? 1 : 0, t.rank(), t.held_parameter_bytes(), t.held_optimizer_bytes(),
+                  t.dp(), t.tp(), t.pp(), t.zero() ? 1 : 0, t.rank(), t.held_parameter_bytes(), t.held_optimizer_bytes(),
                   summary.comm_ms, summary.exposed_comm_ms,
                   summary.comm_ms > 0 ? std::max(0.0, 1.0 - summary.exposed_comm_ms / summary.comm_ms) : 0.0,
                   summary.comm_bytes);
@@ -231,6 +231,7 @@ int TrainingRun::train(const TrainingSetup& given, const TrainingParts& parts) {
     return std::make_shared<graph::AdamW>(parameters, hp);
   };
   problem.placement = setup.placement;
+  problem.stages = parts.stages;
   // The data first, so that its errors come before the step is compiled; a searched mesh is known
   // only once the job has chosen it.
   if (!config.search) parts.load_data(config.dp, setup.batch);
@@ -248,6 +249,9 @@ actors::ParallelConfig TrainingRun::parallel_config(const TrainingSetup& setup, 
   c.search = setup.search_mesh && job.size() > 1;
   c.dp = p.dp;
   c.tp = std::max(1, p.tp);
+  c.pp = p.pp;
+  c.pp_layers = p.pp_layers;
+  c.schedule = actors::parse_pipeline_schedule(p.pp_schedule);
   c.memory_budget = p.mem_per_rank;
   c.gflops = p.gflops;
   c.update_gbps = p.update_gbps;
@@ -403,6 +407,18 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
                 "per micro-batch, %zu of %zu parameters split; the passes of JIT_LEVEL after the split\n",
                 name, training.tp_rank(), training.tp(), training.rank(), training.size(), tp->plan().mesh.str().c_str(), all_reduces,
                 others, tp->local().parameters().size() - tp->replicated().size(), tp->local().parameters().size());
+  }
+  if (training.pp() > 1) {
+    const std::vector<int> layers = training.stage_layers();
+    const int stage = training.pp_rank();
+    int first = 0;
+    for (int s = 0; s < stage; ++s) first += layers[static_cast<std::size_t>(s)];
+    std::string split;
+    for (int n : layers) split += (split.empty() ? "" : ",") + std::to_string(n);
+    std::printf("%s: pipeline: stage %d of %d (rank %d of %d), layers %d-%d of the split %s, schedule %s, %d micro-batches\n",
+                name, stage, training.pp(), training.rank(), training.size(), first,
+                first + layers[static_cast<std::size_t>(stage)] - 1, split.c_str(),
+                actors::schedule_name(training.config().schedule).c_str(), training.config().micro_batches);
   }
 }
 

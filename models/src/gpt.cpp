@@ -49,7 +49,7 @@ Gpt::Gpt(const GptConfig& cfg, Generator& gen) : config(cfg) {
   lm_head = register_module("lm_head", std::make_shared<graph::Linear>(cfg.d_model, cfg.vocab, gen, false));
 }
 
-Var Gpt::logits(const Var& ids) {
+Var Gpt::embed(const Var& ids) {
   TROUPE_CHECK(ids.dim() == 2 && ids.shape()[1].is_static(), shape_mismatch, "gpt: ids must be [batch, time] with a fixed time, got ",
                sym_shape_str(ids.shape()));
   const std::int64_t t = ids.shape()[1].size();
@@ -59,9 +59,16 @@ Var Gpt::logits(const Var& ids) {
   std::iota(positions.begin(), positions.end(), 0);
   const Var pos = (*wpe)(Tensor::from_vector(positions, {t}));  // [T, C], broadcast over the batch
   // DEBUG=true: each block's output and its gradient, printed per step; nothing otherwise.
-  Var h = graph::debug_print("embedding", (*wte)(ids) + pos);
-  for (std::size_t i = 0; i < block_list.size(); ++i) h = graph::debug_print("block" + std::to_string(i), (*block_list[i])(h));
-  return (*lm_head)((*ln_f)(h));
+  return graph::debug_print("embedding", (*wte)(ids) + pos);
+}
+
+Var Gpt::run_blocks(Var h, int begin, int end) {
+  for (int i = begin; i < end; ++i) h = graph::debug_print("block" + std::to_string(i), (*block_list[static_cast<std::size_t>(i)])(h));
+  return h;
+}
+
+Var Gpt::logits(const Var& ids) {
+  return (*lm_head)((*ln_f)(run_blocks(embed(ids), 0, static_cast<int>(block_list.size()))));
 }
 
 Var Gpt::prompt_logits(const Var& ids, std::vector<graph::KvCache>& caches) {
@@ -89,6 +96,20 @@ Var Gpt::step_logits(const Var& ids, const Var& positions, const std::vector<gra
 
 Var Gpt::loss(const Var& ids, const Var& targets) {
   return graph::debug_print("loss", graph::cross_entropy(logits(ids), targets));
+}
+
+std::vector<Var> Gpt::stage(const plan::StageSpan& span, const std::vector<Var>& inputs) {
+  const std::size_t batch = span.first ? 0 : 1;  // where (ids, targets) are among the inputs
+  TROUPE_CHECK(inputs.size() == batch + 2, invalid_argument, "gpt stage: ", inputs.size(), " inputs; a stage takes ",
+               span.first ? "(ids, targets)" : "(the previous stage's output, ids, targets)");
+  const Var h = run_blocks(span.first ? embed(inputs[0]) : inputs[0], span.begin, span.end);
+  if (!span.last) return {h};
+  return {graph::debug_print("loss", graph::cross_entropy((*lm_head)((*ln_f)(h)), inputs[batch + 1]))};
+}
+
+plan::StagePolicy Gpt::stages() {
+  return {"GPT blocks", static_cast<int>(block_list.size()),
+          [this](const plan::StageSpan& span, const std::vector<Var>& inputs) { return stage(span, inputs); }};
 }
 
 std::map<std::string, Tensor> from_nanogpt_names(const std::map<std::string, Tensor>& state) {

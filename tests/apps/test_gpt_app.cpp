@@ -818,6 +818,62 @@ TEST(GptApp, TensorParallelEqualsOneProcessAndResumesUnderAnyLayout) {
       << standard.output;
 }
 
+// Pipeline stages as processes (troupe-launch, UCX): two stages of one block each train like one
+// process at the same global batch, metrics and held-out loss included; each rank holds its
+// stage's parameters alone; a checkpoint saved by the stages resumes in one process and in
+// dp 2 x pp 2 on four ranks, and one process's resumes on the stages.
+TEST(GptApp, PipelineStagesEqualOneProcessAndResumeUnderAnyLayout) {
+  const std::string dir = test::fresh_dir("gpt_pp"), data = corpus_file(dir);
+  const std::string common = " --d-model 32 --layers 2 --heads 2 --d-ff 64 --seq 16 --threads 1 --lr 3e-3 --eval-every 5"
+                             " --val-batches 2 --amp O0 --clip 1 --micro-batches 4 --data " + data;
+  const std::string launch = std::string(TROUPE_LAUNCH_BIN) + " --timeout 30 -n ";
+  const auto single = run_app(kGpt + common + " --batch 4 --steps 10 --metrics " + dir + "/single.csv");
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  const auto piped = run_app(launch + "2 -- " + kGpt + common + " --batch 4 --steps 10 --pp 2 --metrics " + dir + "/pp.csv");
+  ASSERT_EQ(piped.exit_code, 0) << piped.output;
+  EXPECT_NE(piped.output.find("[rank 1] troupe-gpt: pipeline: stage 1 of 2 (rank 1 of 2), layers 1-1 of the split 1,1, "
+                              "schedule 1f1b, 4 micro-batches"), std::string::npos) << piped.output;
+  const auto expect_column = [&](const std::string& file, const char* column, std::size_t from, std::size_t steps = 10) {
+    const auto want = test::csv_column(dir + "/single.csv", column), got = test::csv_column(file, column);
+    ASSERT_EQ(got.size(), steps - from) << file;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i], want[from + i], 1e-5 * std::abs(want[from + i])) << file << " " << column << ", step " << from + i + 1;
+  };
+  for (const char* column : {"loss", "grad_norm", "grad_variance"}) expect_column(dir + "/pp.csv", column, 0);
+  nlohmann::json line;
+  for (const auto& l : piped.lines())
+    if (l.rfind("[rank 1] {\"app\"", 0) == 0) line = nlohmann::json::parse(l.substr(9));
+  ASSERT_FALSE(line.empty()) << piped.output;
+  EXPECT_NEAR(line.at("val_loss").get<double>(), single.last_json().at("val_loss").get<double>(), 1e-5);
+  EXPECT_EQ(line.at("pp").get<int>(), 2);
+  // The last stage: block 1 (8544 parameters with its LayerNorms), the final LayerNorm and the head (256 x 32).
+  EXPECT_EQ(line.at("held_parameter_bytes").get<double>(), 4 * (8544 + 64 + 8192));
+
+  const auto saved = run_app(launch + "2 -- " + kGpt + common + " --batch 4 --steps 5 --pp 2 --save " + dir + "/ck");
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  const auto one = run_app(kGpt + common + " --steps 10 --resume " + dir + "/ck --metrics " + dir + "/one.csv");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  expect_column(dir + "/one.csv", "loss", 5);
+  const auto four = run_app(launch + "4 -- " + kGpt + common + " --batch 2 --dp 2 --pp 2 --steps 10 --resume " + dir + "/ck"
+                            " --metrics " + dir + "/four.csv");
+  ASSERT_EQ(four.exit_code, 0) << four.output;
+  expect_column(dir + "/four.csv", "loss", 5);
+  const auto whole = run_app(kGpt + common + " --batch 4 --steps 5 --save " + dir + "/ck1");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const auto back = run_app(launch + "2 -- " + kGpt + common + " --pp 2 --steps 10 --resume " + dir + "/ck1 --metrics " + dir +
+                            "/back.csv");
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  expect_column(dir + "/back.csv", "loss", 5);
+
+  test::expect_clear_failures({
+      {kGpt + common + " --steps 1 --pp 2", "start it with troupe-launch -n 2"},
+      {kGpt + common + " --steps 1 --pp-layers 1,1", "--pp-layers 1,1 gives 2 stages and --pp is 1"},
+  });
+  const auto uneven = run_app(launch + "2 -- " + kGpt + common + " --steps 1 --pp 2 --pp-layers 2,1");
+  EXPECT_EQ(uneven.exit_code, 1) << uneven.output;
+  EXPECT_NE(uneven.output.find("--pp-layers 2,1 adds up to 3 layers and the model has 2"), std::string::npos) << uneven.output;
+}
+
 // A launched job given neither --dp nor --tp asks the planner actor for its mesh: each rank
 // measures its GFLOP/s, update bandwidth and the link, the ranks agree on their means and choose
 // alike, and the run trains the global --batch exactly like one process, whichever mesh it is.

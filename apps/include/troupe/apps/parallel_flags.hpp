@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <string>
+#include <vector>
 
 namespace troupe::apps {
 
@@ -18,6 +19,9 @@ struct ParallelFlags {
   bool plan_only = false;
   int tp = 0;                  // 0: not given (1, or searched in a launched job)
   int zero = 0;                // ZeRO stage (0 or 1)
+  int pp = 1;                  // pipeline stages per replica
+  std::vector<int> pp_layers;  // the layers of each stage (empty: as even as they split)
+  std::string pp_schedule = "1f1b";  // gpipe or 1f1b (actors::PipelineSchedule)
   int devices = 0;             // --plan-only: 0: dp x tp (or dp when searching)
   double mem_per_rank = 0;     // bytes; 0: no budget
   double link_gbps = 10, link_latency_us = 20;      // --plan-only: the devices' links, for the cost model
@@ -29,8 +33,8 @@ struct ParallelFlags {
 
 /// Adds --dp, --comm-fusion-mb, --grad-compression and --check-grads to `app`.
 void add_data_parallel_flags(CLI::App& app, ParallelFlags& f);
-/// Adds --tp, --zero, --plan-only, --devices, --mem-per-rank, the link and speed figures,
-/// --strategy-save and --strategy-load to `app`.
+/// Adds --tp, --pp, --pp-layers, --pp-schedule, --zero, --plan-only, --devices, --mem-per-rank,
+/// the link and speed figures, --strategy-save and --strategy-load to `app`.
 void add_hybrid_parallel_flags(CLI::App& app, ParallelFlags& f);
 
 }  // namespace troupe::apps

@@ -71,6 +71,8 @@ struct TrainingParts {
   std::function<std::vector<std::string>()> describe;
   /// The loss of one batch, traced with the setup's signature into the training step.
   graph::TraceableFn loss;
+  /// The model's split into pipeline stages (troupe-gpt: its blocks); without one, --pp is refused.
+  plan::StagePolicy stages;
   /// The next batch (with data parallelism, all ranks' rows: each rank keeps its own).
   std::function<std::vector<Tensor>()> next_batch;
   /// The held-out score the loop reports as eval_name.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "troupe/graph/nn.hpp"
+#include "troupe/plan/stages.hpp"
 
 namespace troupe::models {
 
@@ -49,6 +50,12 @@ class Gpt : public graph::Module {
                          std::vector<graph::KvCache>& fresh);
   /// Mean cross-entropy of the logits of `ids` against `targets` (both [B, T]).
   graph::Var loss(const graph::Var& ids, const graph::Var& targets);
+  /// A pipeline stage of blocks [span.begin, span.end) (troupe/plan/stages.hpp): the embeddings
+  /// before them on the first stage (inputs ids, targets), the final LayerNorm, the head and the
+  /// loss after them on the last; a later stage's input 0 is the previous stage's output [B, T, C].
+  std::vector<graph::Var> stage(const plan::StageSpan& span, const std::vector<graph::Var>& inputs);
+  /// stage() as the model's split into pipeline stages, over its blocks.
+  plan::StagePolicy stages();
 
   GptConfig config;
   std::shared_ptr<graph::Embedding> wte, wpe;
@@ -56,6 +63,12 @@ class Gpt : public graph::Module {
   std::vector<std::shared_ptr<graph::GPTBlock>> block_list;  // the blocks' layers, in order
   std::shared_ptr<graph::LayerNorm> ln_f;
   std::shared_ptr<graph::Linear> lm_head;
+
+ private:
+  // The token and position embeddings of ids [B, T] (T fixed, at most config.seq).
+  graph::Var embed(const graph::Var& ids);
+  // Blocks [begin, end) on h.
+  graph::Var run_blocks(graph::Var h, int begin, int end);
 };
 
 /// Renames the parameters of a nanoGPT-style state dict ("transformer.h.0.attn.c_attn.weight", ...)
