@@ -6,7 +6,8 @@
 
 namespace troupe::actors {
 
-/// A node that collects its one input over the micro-batches of a step.
+/// A node that collects its one input over the micro-batches of a step: a running weighted sum
+/// (gradients, 0-d outputs), or the parts to concatenate.
 class Sink : public NodeKind {
  public:
   Values act(Node& node, int mb) final;
@@ -24,7 +25,8 @@ class Sink : public NodeKind {
   virtual void finish(Node& node, const Tensor& value) = 0;
 
  private:
-  std::vector<Tensor> parts_;  // one value per micro-batch of the step in progress
+  std::vector<Tensor> parts_;  // concatenated outputs: one value per micro-batch of the step in progress
+  Tensor sum_;                 // averaged ones (gradients, the loss): the weighted sum of the micro-batches so far
   Tensor combined_;            // the step's value, made by the last micro-batch's act, until passed on
 };
 

@@ -10,46 +10,51 @@
 
 namespace troupe::actors {
 
-namespace {
-
-// The micro-batches' values weighted by their share of the rows, so a mean over the rows (the
-// loss, its gradients) comes out as the whole batch's mean even when the micro-batches differ in
-// size. With `into` defined the last add writes straight there, so no copy follows.
-Tensor weighted_sum(const std::vector<Tensor>& parts, const std::vector<double>& weights, const Tensor& into) {
-  Tensor value = kernels::mul(parts[0], weights[0]);
-  for (std::size_t k = 1; k + 1 < parts.size(); ++k) value = kernels::add(value, kernels::mul(parts[k], weights[k]));
-  const Tensor last = kernels::mul(parts.back(), weights.back());
-  if (!into.defined()) return kernels::add(value, last);
-  kernels::binary_into(kernels::BinaryOp::add, value, last, into);
-  return into;
-}
-
-}  // namespace
-
 Values Sink::act(Node& node, int mb) {
-  if (mb == 0) parts_.clear();
-  parts_.push_back(node.input(node.spec().inputs[0]));
+  if (mb == 0) {  // (a failed step may have left some behind)
+    parts_.clear();
+    sum_ = Tensor();
+  }
   const StepContext& ctx = node.ctx();
-  if (mb + 1 < ctx.micro_batches) return nullptr;
+  const bool last = mb + 1 == ctx.micro_batches;
   Tensor value;
   try {
-    Tensor into = destination(node);
-    TROUPE_CHECK(!into.defined() || into.shape() == parts_[0].shape(), shape_mismatch, "its value has shape ",
-                 shape_str(parts_[0].shape()), " but its place in the gradient bucket has shape ", shape_str(into.shape()));
-    if (parts_.size() > 1 && node.spec().average) {
-      value = weighted_sum(parts_, ctx.weights, into);
-    } else if (parts_.size() > 1) {
-      value = kernels::concat(parts_, 0);
+    const Tensor& part = node.input(node.spec().inputs[0]);
+    Tensor into = last ? destination(node) : Tensor();
+    TROUPE_CHECK(!into.defined() || into.shape() == part.shape(), shape_mismatch, "its value has shape ",
+                 shape_str(part.shape()), " but its place in the gradient bucket has shape ", shape_str(into.shape()));
+    if (ctx.micro_batches > 1 && node.spec().average) {
+      // The micro-batches' values weighted by their share of the rows, so a mean over the rows
+      // (the loss, its gradients) comes out as the whole batch's mean even when they differ in
+      // size; summed as they come, so a step holds one sum, not a value per micro-batch (a
+      // pipeline stage's gradients over many micro-batches). The last add writes straight into
+      // `into` when there is one, so no copy follows.
+      const Tensor weighted = kernels::mul(part, ctx.weights[static_cast<std::size_t>(mb)]);
+      if (mb == 0) {
+        sum_ = weighted;
+      } else if (!last) {
+        kernels::binary_into(kernels::BinaryOp::add, sum_, weighted, sum_);
+      } else if (into.defined()) {
+        kernels::binary_into(kernels::BinaryOp::add, sum_, weighted, into);
+        value = into;
+      } else {
+        value = kernels::add(sum_, weighted);
+      }
+    } else if (ctx.micro_batches > 1) {
+      parts_.push_back(part);
+      if (last) value = kernels::concat(parts_, 0);
     } else if (into.defined()) {
-      into.copy_from(parts_[0]);  // one micro-batch: its gradient was made elsewhere, so it is copied in once
+      into.copy_from(part);  // one micro-batch: its gradient was made elsewhere, so it is copied in once
       value = into;
     } else {
-      value = parts_[0];
+      value = part;
     }
   } catch (const Error& e) {
     throw Error(e.kind(), "'" + node.spec().name + "' could not combine micro-batches: " + e.message());
   }
+  if (!last) return nullptr;
   parts_.clear();
+  sum_ = Tensor();
   prepare(node, value);
   combined_ = std::move(value);
   return nullptr;

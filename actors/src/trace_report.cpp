@@ -45,6 +45,9 @@ std::string format_summary(const TraceSummary& s) {
     }
     out += "\n";
   }
+  std::snprintf(line, sizeof line, "\nidle (no kernel running) %.1f%% of the steps' wall%s\n", 100.0 * s.idle_fraction,
+                s.steps.size() > 1 ? ", after the first" : "");
+  out += line;
   if (!s.hottest_collectives.empty()) out += "\nhottest collectives:\n";
   for (const CollectiveSummary& c : s.hottest_collectives) {
     std::snprintf(line, sizeof line, "  %-28s %-12s step %llu  %.1f us\n", c.track.c_str(), c.name.c_str(),
@@ -58,6 +61,7 @@ std::string summary_json(const TraceSummary& s) {
   nlohmann::json j;
   j["span_us"] = s.span_us;
   j["messages"] = s.messages;
+  j["idle_fraction"] = s.idle_fraction;
   j["actors"] = nlohmann::json::array();
   for (const ActorSummary& a : s.actors)
     j["actors"].push_back({{"name", a.name}, {"busy_us", a.busy_us}, {"compute_us", a.compute_us},

@@ -269,6 +269,14 @@ TraceSummary summarize_trace(const std::string& json, const std::string& source)
   }
   for (const auto& [step, ids] : by_step)
     out.steps.push_back(summarize_step(p, step, ids, helpers, messaging[step], t0));
+  double idle = 0, wall = 0;
+  for (std::size_t k = out.steps.size() > 1 ? 1 : 0; k < out.steps.size(); ++k) {
+    const StepSummary& st = out.steps[k];
+    if (st.at_once.empty()) continue;
+    idle += st.at_once[0] * st.wall_us;
+    wall += st.wall_us;
+  }
+  out.idle_fraction = wall > 0 ? idle / wall : 0;
   return out;
 }
 

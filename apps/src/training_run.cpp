@@ -37,6 +37,15 @@ struct Session {
   }
 };
 
+// `path` of rank `rank`'s own file: "trace.json" -> "trace.rank1.json" (empty stays empty).
+std::string rank_file(const std::string& path, int rank) {
+  if (path.empty()) return path;
+  const std::size_t dot = path.rfind('.'), slash = path.rfind('/');
+  const bool extension = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+  const std::string tag = ".rank" + std::to_string(rank);
+  return extension ? path.substr(0, dot) + tag + path.substr(dot) : path + tag;
+}
+
 // The loss forward only: on a forward-only program when there is one, otherwise eagerly.
 ForwardLoss forward_loss(const Session& s, actors::Program* program) {
   return [&s, program](const std::vector<Tensor>& inputs) {
@@ -167,7 +176,10 @@ int run_loop(Session& s, const actors::ParallelConfig& config, std::int64_t star
   const LoopHooks hooks = loop_hooks(s, forward, step_number);
   LoopOptions lo = loop_options(s.flags);
   lo.start_step = start_step;
-  if (s.training.rank() > 0) lo.metrics_path = lo.trace_path = lo.report_path = "";  // rank 0 writes the run's files
+  if (s.training.rank() > 0) {  // rank 0 writes the run's files; a pipeline's stages each their trace
+    lo.metrics_path = lo.report_path = "";
+    lo.trace_path = s.training.pp() > 1 ? rank_file(lo.trace_path, s.training.rank()) : "";
+  }
   lo.items_per_step = s.setup.items_per_step * static_cast<double>(s.training.replica_batch()) /
                       static_cast<double>(s.setup.batch);  // (a searched mesh splits the global batch; accumulation multiplies it)
   lo.unit = s.setup.unit;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "apps/app_runner.hpp"
 #include "troupe/apps/corpus.hpp"
@@ -818,14 +819,48 @@ TEST(GptApp, TensorParallelEqualsOneProcessAndResumesUnderAnyLayout) {
       << standard.output;
 }
 
+// The most micro-batches a rank's --trace (its last step) has alive at once: each from its first
+// op's kernels ("compute", a forward op's) to the end of its last op's (its backward's); the
+// gradient stages adding it to the step's sums ("grad:" tracks) hold none of its activations.
+int micro_batches_in_flight(const std::string& file) {
+  std::ifstream in(file);
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  const nlohmann::json& events = trace.is_object() ? trace.at("traceEvents") : trace;
+  std::set<int> sums;  // the gradient stages' tracks
+  for (const auto& e : events)
+    if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name" &&
+        e["args"].value("name", "").rfind("grad:", 0) == 0)
+      sums.insert(e["tid"].get<int>());
+  std::map<int, std::pair<double, double>> spans;
+  for (const auto& e : events) {
+    if (e.value("ph", "") != "X" || e.value("name", "") != "compute" || !e.contains("args") ||
+        !e["args"].contains("micro_batch") || sums.count(e["tid"].get<int>()))
+      continue;
+    const int mb = e["args"]["micro_batch"].get<int>();
+    const double begin = e["ts"].get<double>(), end = begin + e["dur"].get<double>();
+    const auto [it, fresh] = spans.emplace(mb, std::pair{begin, end});
+    if (!fresh) it->second = {std::min(it->second.first, begin), std::max(it->second.second, end)};
+  }
+  std::vector<std::pair<double, int>> edges;  // (time, +1 begins / -1 ends), ends first at a tie
+  for (const auto& [mb, span] : spans) {
+    edges.emplace_back(span.first, 1);
+    edges.emplace_back(span.second, -1);
+  }
+  std::sort(edges.begin(), edges.end());
+  int alive = 0, most = 0;
+  for (const auto& [time, change] : edges) most = std::max(most, alive += change);
+  return most;
+}
+
 // Pipeline stages as processes (troupe-launch, UCX): two stages of one block each train like one
 // process at the same global batch, metrics and held-out loss included; each rank holds its
 // stage's parameters alone; a checkpoint saved by the stages resumes in one process and in
 // dp 2 x pp 2 on four ranks, and one process's resumes on the stages.
 TEST(GptApp, PipelineStagesEqualOneProcessAndResumeUnderAnyLayout) {
   const std::string dir = test::fresh_dir("gpt_pp"), data = corpus_file(dir);
-  const std::string common = " --d-model 32 --layers 2 --heads 2 --d-ff 64 --seq 16 --threads 1 --lr 3e-3 --eval-every 5"
-                             " --val-batches 2 --amp O0 --clip 1 --micro-batches 4 --data " + data;
+  const std::string base = " --d-model 32 --layers 2 --heads 2 --d-ff 64 --seq 16 --threads 1 --lr 3e-3 --eval-every 5"
+                           " --val-batches 2 --amp O0 --clip 1 --data " + data;
+  const std::string common = base + " --micro-batches 4";
   const std::string launch = std::string(TROUPE_LAUNCH_BIN) + " --timeout 30 -n ";
   const auto single = run_app(kGpt + common + " --batch 4 --steps 10 --metrics " + dir + "/single.csv");
   ASSERT_EQ(single.exit_code, 0) << single.output;
@@ -864,6 +899,25 @@ TEST(GptApp, PipelineStagesEqualOneProcessAndResumeUnderAnyLayout) {
                             "/back.csv");
   ASSERT_EQ(back.exit_code, 0) << back.output;
   expect_column(dir + "/back.csv", "loss", 5);
+
+  // The schedules from the registers, with 8 micro-batches: under 1F1B stage i has at most 2 - i
+  // in flight, and one more by this count, which sees the ops that read no micro-batch input (the
+  // position embedding's lookup) run ahead, and a micro-batch's last weight gradients beside the
+  // next one's forward; under GPipe all 8 may be in flight, and are here.
+  const auto in_flight = [&](const std::string& schedule) {
+    const auto r = run_app(launch + "2 -- " + kGpt + base + " --batch 8 --micro-batches 8 --pp 2 --steps 2 --pp-schedule " +
+                           schedule + " --trace " + dir + "/" + schedule + ".json");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return std::pair{micro_batches_in_flight(dir + "/" + schedule + ".json"),
+                     micro_batches_in_flight(dir + "/" + schedule + ".rank1.json")};
+  };
+  const auto [first, last] = in_flight("1f1b");
+  EXPECT_LE(first, 2 + 1);
+  EXPECT_LE(last, 1 + 1);
+  EXPECT_GT(in_flight("gpipe").first, 2 + 1);
+  const auto summary = run_app(std::string(TROUPE_TRACE_BIN) + " summary " + dir + "/1f1b.json " + dir + "/1f1b.rank1.json");
+  ASSERT_EQ(summary.exit_code, 0) << summary.output;
+  EXPECT_NE(summary.output.find("idle fraction of each trace (a pipeline stage's bubble):"), std::string::npos) << summary.output;
 
   test::expect_clear_failures({
       {kGpt + common + " --steps 1 --pp 2", "start it with troupe-launch -n 2"},

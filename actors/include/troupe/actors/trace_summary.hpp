@@ -55,6 +55,9 @@ struct TraceSummary {
   std::vector<ActorSummary> actors;  // busiest first
   std::vector<StepSummary> steps;
   std::vector<CollectiveSummary> hottest_collectives;  // longest first, at most 5
+  /// The part of the steps' wall (after the first, which plans; all when there is one) with no
+  /// kernel running: a pipeline stage's bubble, when the trace is one stage's.
+  double idle_fraction = 0;
 };
 
 /// Parses `json` (Chrome trace format as written by Tracer); throws troupe::Error naming `source` if malformed.
