@@ -34,7 +34,7 @@ struct Rank {
 };
 
 // Starts rank `rank` of a 2-rank job with the environment a launcher-less user sets by hand;
-// `parallel` is "--dp" (data parallel) or "--tp" (tensor parallel).
+// `parallel` is "--dp" (data parallel), "--tp" (tensor parallel) or "--pp" (pipeline stages).
 Rank start_rank(int rank, int port, const std::string& dir, const std::string& data, const char* parallel) {
   Rank r;
   r.log = dir + "/rank" + std::to_string(rank) + ".log";
@@ -123,6 +123,14 @@ TEST(PeerDeath, ATensorParallelPeerThatDiesOrStallsIsNamed) {
   kill_at_random_moments(1, SIGKILL, 4, 505, "--tp");
   kill_at_random_moments(0, SIGKILL, 3, 606, "--tp");
   kill_at_random_moments(1, SIGSTOP, 2, 707, "--tp");
+}
+
+// A pipeline stage that dies or stalls: its neighbour waits on an activation or gradient channel
+// (or in the sum of the clipping norm, or for the loss) and exits naming it.
+TEST(PeerDeath, APipelineStageThatDiesOrStallsIsNamed) {
+  kill_at_random_moments(1, SIGKILL, 4, 808, "--pp");
+  kill_at_random_moments(0, SIGKILL, 3, 909, "--pp");
+  kill_at_random_moments(1, SIGSTOP, 2, 1010, "--pp");
 }
 
 // A stalled peer (SIGSTOP) answers nothing but keeps its connections open: only the timeout can
