@@ -1,6 +1,7 @@
 #include "actor_graph.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "troupe/graph/op_def.hpp"
 
@@ -44,6 +45,12 @@ int add_actor(ActorGraph& plan, ActorSpec spec) {
   for (int p : spec.producers) add_unique(plan.actors[static_cast<std::size_t>(p)].consumers, a);
   plan.actors.push_back(std::move(spec));
   return a;
+}
+
+// Makes actor `from` a producer of actor `to` that `to` reads nothing of (a trigger).
+void add_trigger(ActorGraph& plan, int from, int to) {
+  add_unique(plan.actors[static_cast<std::size_t>(to)].producers, from);
+  add_unique(plan.actors[static_cast<std::size_t>(from)].consumers, to);
 }
 
 // The sink of graph output `k`: a gradient stage for a parameter's gradient, else an output sink.
@@ -217,6 +224,88 @@ ActorGraph lower_to_actors(const graph::TracedFunction& fn, const Grouping& grou
     plan.sink_param.push_back(param);
   }
   return plan;
+}
+
+namespace {
+
+// Numbers the actors again so that every producer comes before its consumers, keeping the
+// order they had wherever the edges allow (the input actor stays 0), and every index that names
+// an actor follows.
+void number_topologically(ActorGraph& plan) {
+  const std::size_t n = plan.actors.size();
+  std::vector<int> waiting(n, 0), order;
+  for (const ActorSpec& spec : plan.actors)
+    for (int c : spec.consumers) ++waiting[static_cast<std::size_t>(c)];
+  std::set<int> ready;
+  for (std::size_t a = 0; a < n; ++a)
+    if (waiting[a] == 0) ready.insert(static_cast<int>(a));
+  while (!ready.empty()) {
+    const int a = *ready.begin();
+    ready.erase(ready.begin());
+    order.push_back(a);
+    for (int c : plan.actors[static_cast<std::size_t>(a)].consumers)
+      if (--waiting[static_cast<std::size_t>(c)] == 0) ready.insert(c);
+  }
+  TROUPE_CHECK(order.size() == n, runtime, "actor plan: its edges make a cycle");
+  std::vector<int> index(n);
+  for (std::size_t k = 0; k < n; ++k) index[static_cast<std::size_t>(order[k])] = static_cast<int>(k);
+  const auto renumber = [&](std::vector<int>& actors) {
+    for (int& a : actors) a = index[static_cast<std::size_t>(a)];
+  };
+  std::vector<ActorSpec> actors(n);
+  for (std::size_t a = 0; a < n; ++a) {
+    ActorSpec& spec = actors[static_cast<std::size_t>(index[a])] = std::move(plan.actors[a]);
+    renumber(spec.producers);
+    renumber(spec.consumers);
+    for (InputRef& r : spec.inputs)
+      if (r.from == InputRef::From::producer) r.producer = index[static_cast<std::size_t>(r.producer)];
+  }
+  plan.actors = std::move(actors);
+  renumber(plan.sinks);
+  renumber(plan.collectives);
+}
+
+}  // namespace
+
+void defer_weight_gradients(ActorGraph& plan, const graph::Graph& g) {
+  graph::NodeId send = -1;
+  for (const graph::Node& n : g.nodes())
+    if (n.backward && n.op == "pipe_send") send = n.id;
+  if (send < 0) return;
+  // The nodes the gradient's send needs, walking its inputs back.
+  std::vector<bool> needed(g.nodes().size(), false);
+  std::vector<graph::NodeId> todo{send};
+  while (!todo.empty()) {
+    const graph::NodeId n = todo.back();
+    todo.pop_back();
+    if (needed[static_cast<std::size_t>(n)]) continue;
+    needed[static_cast<std::size_t>(n)] = true;
+    for (graph::ValueId v : g.node(n).inputs)
+      if (g.value(v).kind == graph::ValueKind::op_output) todo.push_back(g.value(v).producer);
+  }
+  // The op actors of the weight gradients: backward nodes alone, none of which the send needs.
+  int sender = -1;
+  std::vector<bool> deferred(plan.actors.size(), false);
+  for (std::size_t a = 0; a < plan.actors.size(); ++a) {
+    const ActorSpec& spec = plan.actors[a];
+    if (spec.kind != ActorSpec::Kind::op) continue;
+    bool weights = true;
+    for (const Member& m : spec.members) {
+      if (m.node == send) sender = static_cast<int>(a);
+      weights = weights && g.node(m.node).backward && !needed[static_cast<std::size_t>(m.node)];
+    }
+    deferred[a] = weights;
+  }
+  TROUPE_CHECK(sender >= 0, runtime, "defer_weight_gradients: the gradient's send has no actor");
+  for (std::size_t a = 0; a < plan.actors.size(); ++a) {
+    if (!deferred[a]) continue;
+    const std::vector<int>& producers = plan.actors[a].producers;
+    if (std::none_of(producers.begin(), producers.end(), [&](int p) { return deferred[static_cast<std::size_t>(p)]; }))
+      add_trigger(plan, sender, static_cast<int>(a));
+  }
+  // The send comes last in node order (autodiff made it last), and the actors it now triggers
+  // before it: numbered again, producers first (what ActOrder and the memory plan rely on).
+  number_topologically(plan);
 }
 
 void assign_streams(ActorGraph& plan, const graph::Graph& g, int streams) {

@@ -86,6 +86,15 @@ struct Grouping {
 /// Lowers `fn`'s graph. Inference-only graphs work too (no gradient sinks).
 ActorGraph lower_to_actors(const graph::TracedFunction& fn, const Grouping& grouping = {});
 
+/// A pipeline stage's zero-bubble order (ZB-H1; ProgramOptions::defer_weight_gradients): the op
+/// actors of the backward that the gradient of the stage's received input does not need (the
+/// weight gradients) wait for the act sending that gradient (the backward's pipe_send), so the
+/// previous stage gets it first and they fill the wait for the next one. Each such actor none of
+/// whose producers is one takes the send's actor as a producer (its token a trigger, as the input
+/// actor is for actors that read no producer). A graph without that send (the first stage) is
+/// left as it is.
+void defer_weight_gradients(ActorGraph& plan, const graph::Graph& g);
+
 /// Stream-ordered execution on `streams` streams (ProgramOptions::streams): the op actors take
 /// them in turn, in node order, except collectives and actors running an op that reads values
 /// on the host (OpDef::host_reads), which act on their own thread once their inputs are complete.

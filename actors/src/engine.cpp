@@ -140,6 +140,7 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
                "compile: streams must be between 0 (kernels run in the op actors) and ", kMaxStreams, ", got ",
                options.streams);
   ActorGraph lowered = lower_to_actors(*traced, grouping(*traced, options));
+  if (options.defer_weight_gradients) defer_weight_gradients(lowered, traced->graph());
   assign_streams(lowered, traced->graph(), options.streams);
   auto plan = std::make_shared<const ActorGraph>(std::move(lowered));
   auto graph = std::shared_ptr<const graph::Graph>(traced, &traced->graph());

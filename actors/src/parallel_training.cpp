@@ -78,11 +78,17 @@ std::optional<Error> pipeline_refusal(const ParallelConfig& config, const Traini
 PipelineSchedule parse_pipeline_schedule(const std::string& text) {
   if (text == "gpipe") return PipelineSchedule::gpipe;
   if (text == "1f1b") return PipelineSchedule::one_f_one_b;
-  fail(ErrorKind::invalid_argument, "pipeline schedule '", text, "' is not one of gpipe, 1f1b");
+  if (text == "zb-h1") return PipelineSchedule::zb_h1;
+  fail(ErrorKind::invalid_argument, "pipeline schedule '", text, "' is not one of gpipe, 1f1b, zb-h1");
 }
 
 std::string schedule_name(PipelineSchedule schedule) {
-  return schedule == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
+  switch (schedule) {
+    case PipelineSchedule::gpipe: return "gpipe";
+    case PipelineSchedule::one_f_one_b: return "1f1b";
+    case PipelineSchedule::zb_h1: return "zb-h1";
+  }
+  return "?";
 }
 
 ParallelTraining::ParallelTraining(TrainingProblem problem, ParallelConfig config, std::shared_ptr<Job> job)
@@ -329,6 +335,7 @@ void ParallelTraining::compile() {
     // The schedule is the registers: an actor of stage i runs at most that many micro-batches
     // ahead of the ones whose backward has let their activations go.
     po.registers = config_.schedule == PipelineSchedule::gpipe ? std::max(2, po.micro_batches) : pp_ - pp_rank();
+    po.defer_weight_gradients = config_.schedule == PipelineSchedule::zb_h1;
     po.pipeline_norms = pipeline_->group();
     if (pipeline_->parameters().empty()) {  // a stage of no layers: nothing to update (its norm: step())
       po.optimizers.clear();

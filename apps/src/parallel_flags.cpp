@@ -26,8 +26,9 @@ void add_hybrid_parallel_flags(CLI::App& app, ParallelFlags& f) {
   app.add_option("--pp-layers", f.pp_layers, "the layers of each pipeline stage, e.g. 3,3,2 (default: as even as they split)")
       ->delimiter(',')->check(in_range(0, 1 << 20));
   app.add_option("--pp-schedule", f.pp_schedule, "how the stages take the micro-batches: 1f1b (stage i holds at most pp - i "
-                 "micro-batches' activations) or gpipe (all of them)")
-      ->capture_default_str()->check(CLI::IsMember({"1f1b", "gpipe"}));
+                 "micro-batches' activations), zb-h1 (1f1b with each backward's weight gradients after its input "
+                 "gradient is sent) or gpipe (all of them in flight)")
+      ->capture_default_str()->check(CLI::IsMember({"1f1b", "zb-h1", "gpipe"}));
   app.add_flag("--plan-only", f.plan_only,
                "print the hybrid-parallel plan (placements, collectives, memory per rank, predicted step time) as JSON, "
                "and do not train");

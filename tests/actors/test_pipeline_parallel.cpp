@@ -3,7 +3,9 @@
 // parallelism beside, with fewer micro-batches than stages, with uneven splits and stages that
 // hold no parameters; a checkpoint saved under one layout resumes under another; settings it
 // cannot run are refused on every device alike.
+#include "actor_graph.hpp"
 #include "actors/parallel_runs.hpp"
+#include "troupe/graph/pipeline_stage.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
@@ -11,7 +13,8 @@ using namespace troupe::test;
 namespace {
 
 constexpr int kLongRun = 20;
-const actors::PipelineSchedule kSchedules[] = {actors::PipelineSchedule::gpipe, actors::PipelineSchedule::one_f_one_b};
+const actors::PipelineSchedule kSchedules[] = {actors::PipelineSchedule::gpipe, actors::PipelineSchedule::one_f_one_b,
+                                               actors::PipelineSchedule::zb_h1};
 
 actors::ParallelConfig pipeline(int pp, actors::PipelineSchedule schedule, int micro_batches, int dp = 1, int zero = 0) {
   actors::ParallelConfig c = settings(dp, 1, zero);
@@ -123,7 +126,8 @@ TEST(PipelineParallel, SettingsItCannotRunAreRefusedOnEveryDevice) {
   expect_refused(eager, 2, {"--pp 2", "JIT_LEVEL=0 runs eagerly"});
   EXPECT_EQ(actors::parse_pipeline_schedule("gpipe"), actors::PipelineSchedule::gpipe);
   EXPECT_EQ(actors::parse_pipeline_schedule(actors::schedule_name(f)), f);
-  expect_error_mentions([] { actors::parse_pipeline_schedule("zb"); }, {"'zb'", "gpipe, 1f1b"});
+  EXPECT_EQ(actors::parse_pipeline_schedule("zb-h1"), actors::PipelineSchedule::zb_h1);
+  expect_error_mentions([] { actors::parse_pipeline_schedule("zb"); }, {"'zb'", "gpipe, 1f1b, zb-h1"});
 }
 
 // The stages' steps go through the passes of every JIT level (level 3: fusions and planned
@@ -144,6 +148,54 @@ TEST(PipelineParallel, EveryJitLevelAndMixedPrecisionTrackOneProcess) {
       piped.jit_level = level;
       piped.amp = one.amp;
       const bool rounds_apart = level == 3 && amp == graph::AmpLevel::O3;
-      expect_same_run(train(piped, 2, 0, kSteps), train(one, 1, 0, kSteps), rounds_apart ? 2e-3 : 1e-5, rounds_apart ? 0.1 : 1e-5);
+      const Training single = train(one, 1, 0, kSteps);
+      expect_same_run(train(piped, 2, 0, kSteps), single, rounds_apart ? 2e-3 : 1e-5, rounds_apart ? 0.1 : 1e-5);
+      if (level < 3 || amp != graph::AmpLevel::O0) continue;
+      piped.schedule = actors::PipelineSchedule::zb_h1;  // its triggers under the memory plan's edges
+      expect_same_run(train(piped, 2, 0, kSteps), single);
     }
+}
+
+// ZB-H1's order on the last of two stages: the weight gradients' actors wait for the act sending
+// the received input's gradient (which needs none of them), so most parameters' gradient stages
+// come after it; what the send needs (a LayerNorm's backward makes its weights' gradients with
+// the input's) stays before it.
+TEST(PipelineParallel, ZeroBubbleDefersTheWeightGradientsAfterTheInputGradientsSend) {
+  Generator gen(7);
+  TinyGpt model(gen);
+  graph::StageChannels channels;
+  channels.activation_in = 1001;  // ids a job's channels would have; lowering only reads them
+  channels.gradient_out = 1002;
+  const plan::StagePolicy policy = model.stages();
+  const graph::SymDim b = graph::SymDim::symbol("batch");
+  const graph::TracedFunction step =
+      graph::trace(graph::stage_forward([&](const std::vector<graph::Var>& in) { return policy.forward({1, 2, false, true}, in); },
+                                        channels),
+                   {{"activation", {b, 8, 16}, DType::f32}, {"ids", {b, 8}, DType::i64}, {"targets", {b, 8}, DType::i64}})
+          .with_stage_gradients(channels);
+  actors::ActorGraph plan = actors::lower_to_actors(step, {false, false});
+  const actors::ActorGraph before = plan;
+  actors::defer_weight_gradients(plan, step.graph());
+  int sender = -1;
+  for (std::size_t a = 0; a < plan.actors.size(); ++a)
+    for (const actors::Member& m : plan.actors[a].members)
+      if (step.graph().node(m.node).op == "pipe_send" && step.graph().node(m.node).backward) sender = static_cast<int>(a);
+  ASSERT_GE(sender, 0);
+  // after[a]: actor a waits for the sender, directly or through others.
+  std::vector<bool> after(plan.actors.size(), false);
+  for (std::size_t a = 0; a < plan.actors.size(); ++a)  // producers come first (checked below)
+    for (int p : plan.actors[a].producers) after[a] = after[a] || p == sender || after[static_cast<std::size_t>(p)];
+  EXPECT_FALSE(after[static_cast<std::size_t>(sender)]);
+  int deferred = 0, gradients = 0;
+  for (std::size_t k = 0; k < plan.sinks.size(); ++k) {
+    if (plan.sink_param[k] < 0) continue;
+    ++gradients;
+    deferred += after[static_cast<std::size_t>(plan.sinks[k])];
+  }
+  EXPECT_GT(deferred, gradients / 2) << deferred << " of " << gradients;
+  EXPECT_LT(deferred, gradients);
+  // The same actors, numbered again with every producer before its consumers.
+  ASSERT_EQ(plan.actors.size(), before.actors.size());
+  for (std::size_t a = 0; a < plan.actors.size(); ++a)
+    for (int p : plan.actors[a].producers) EXPECT_LT(p, static_cast<int>(a)) << plan.actors[a].name;
 }

@@ -45,8 +45,9 @@ class PipelineRank;
 enum class PipelineSchedule {
   gpipe,        // every micro-batch may be in flight: a stage holds up to all m micro-batches' activations
   one_f_one_b,  // stage i holds at most pp - i: after its warm-up each forward waits for a backward (1F1B)
+  zb_h1,        // 1F1B's registers, each backward's weight gradients after its input gradient is sent (ZB-H1)
 };
-/// Parses "gpipe" or "1f1b"; throws naming the text and what is accepted.
+/// Parses "gpipe", "1f1b" or "zb-h1"; throws naming the text and what is accepted.
 PipelineSchedule parse_pipeline_schedule(const std::string& text);
 /// The name parse_pipeline_schedule() reads back.
 std::string schedule_name(PipelineSchedule schedule);

@@ -144,6 +144,11 @@ struct ProgramOptions {
   DataParallel data_parallel;
   /// Tensor parallelism's share of clipping (off unless a communicator is set).
   TensorParallel tensor_parallel;
+  /// A pipeline stage's zero-bubble schedule (ZB-H1): the backward's weight gradients (the ops the
+  /// gradient of the stage's received input does not need) wait until that gradient has been sent,
+  /// so the previous stage gets it as early as the input-gradient chain allows, and the weight
+  /// gradients fill this stage's wait for the next micro-batch. Without such a send, no change.
+  bool defer_weight_gradients = false;
   /// Pipeline parallelism's share of clipping: the group of the pipeline's stages, each holding
   /// its own layers' gradients, whose squared norms add up to the model's (null: no pipeline).
   std::shared_ptr<transport::Communicator> pipeline_norms;

@@ -21,7 +21,7 @@ struct ParallelFlags {
   int zero = 0;                // ZeRO stage (0 or 1)
   int pp = 1;                  // pipeline stages per replica
   std::vector<int> pp_layers;  // the layers of each stage (empty: as even as they split)
-  std::string pp_schedule = "1f1b";  // gpipe or 1f1b (actors::PipelineSchedule)
+  std::string pp_schedule = "1f1b";  // gpipe, 1f1b or zb-h1 (actors::PipelineSchedule)
   int devices = 0;             // --plan-only: 0: dp x tp (or dp when searching)
   double mem_per_rank = 0;     // bytes; 0: no budget
   double link_gbps = 10, link_latency_us = 20;      // --plan-only: the devices' links, for the cost model

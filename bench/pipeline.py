@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""bench/run pipeline: pipeline parallelism (troupe-gpt --pp) on the ranks of this machine
+(troupe-launch, UCX over shared memory), by schedule (gpipe, 1f1b) and micro-batch count (4, 8).
+
+Per row: the measured step (the slowest rank's ms_per_step over the steps after the first) next to
+a prediction from one process's measured step at the same global batch and micro-batches (its
+compute split evenly among the dp x p ranks, each micro-batch passing the p stages, so a step takes
+(m + p - 1) / (m p dp) of it, times the ranks per core beyond one: the bubble's share is
+(p - 1) / (m + p - 1)); each stage's idle fraction
+of its last step from its trace (troupe-trace summary: no kernel running), against that theoretical
+bubble; each stage's most micro-batches in flight, counted from its trace, against the schedule's
+bound (1F1B: p - i; GPipe: m); each stage's measured step memory (JIT level 3's step memory
+report: what the step's acts held at once). One JSON line per row.
+
+usage: pipeline.py BUILD [MESHES [MODEL]]
+  MESHES: comma-separated of pp2, pp4, dp2xpp2 (default pp2: this machine has 2 cores; 4 ranks share them)
+  MODEL: d_model,layers,heads,d_ff,seq,batch (default 512,8,8,2048,128,8: a GPT of 25M parameters)"""
+import collections, json, os, re, subprocess, sys, tempfile
+
+from jit import machine  # the CPU and its instruction set, as every benchmark line names them
+
+STEPS = 4
+MESHES = {"pp2": (1, 2), "pp4": (1, 4), "dp2xpp2": (2, 2)}
+
+
+def log(msg):
+    print(f"pipeline: {msg}", file=sys.stderr, flush=True)
+
+
+def in_flight(trace):
+    """The most micro-batches alive at once in a rank's trace of its last step: each from its first
+    op's kernels to the end of its last op's, leaving out the gradient stages' sums ("grad:" tracks)."""
+    events = json.load(open(trace))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    sums = {e["tid"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"
+            and e["args"].get("name", "").startswith("grad:")}
+    spans = {}
+    for e in events:
+        mb = e.get("args", {}).get("micro_batch")
+        if e.get("ph") != "X" or e.get("name") != "compute" or mb is None or e["tid"] in sums:
+            continue
+        a, b = spans.get(mb, (e["ts"], e["ts"] + e["dur"]))
+        spans[mb] = (min(a, e["ts"]), max(b, e["ts"] + e["dur"]))
+    edges = sorted([(a, 1) for a, _ in spans.values()] + [(b, -1) for _, b in spans.values()])
+    alive = most = 0
+    for _, change in edges:
+        alive += change
+        most = max(most, alive)
+    return most
+
+
+def train(build, model, ranks, args, trace=None):
+    d, layers, heads, ff, seq, batch = model
+    cmd = [os.path.join(build, "apps", "troupe-gpt"), "--d-model", str(d), "--layers", str(layers), "--heads", str(heads),
+           "--d-ff", str(ff), "--seq", str(seq), "--steps", str(STEPS), "--eval-every", "0", "--val-batches", "1",
+           "--threads", "1", "--amp", "O0", *args]
+    if trace:
+        cmd += ["--trace", trace]
+    if ranks > 1:
+        cmd = [os.path.join(build, "apps", "troupe-launch"), "-n", str(ranks), "--timeout", "600", "--", *cmd]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    rows = [json.loads(l[l.index("{"):]) for l in out.stdout.splitlines() if '"app":"troupe-gpt"' in l]
+    # Each rank's "memory:" line, by rank (a launched rank's lines start "[rank r] ").
+    peaks = [0.0] * ranks
+    for r, mib in re.findall(r"^(?:\[rank (\d+)\] )?troupe-gpt: memory: ([0-9.]+) MiB peak measured", out.stdout, re.M):
+        peaks[int(r or 0)] = float(mib) * 2**20
+    return rows, peaks
+
+
+def main():
+    build = sys.argv[1]
+    meshes = sys.argv[2].split(",") if len(sys.argv) > 2 and sys.argv[2] else ["pp2"]
+    model = [int(x) for x in (sys.argv[3] if len(sys.argv) > 3 else "512,8,8,2048,128,8").split(",")]
+    batch = model[5]
+    trace_bin = os.path.join(build, "apps", "troupe-trace")
+    base = {"bench": "pipeline", "link": "shm", **machine(),
+            "model": "gpt d%d x%d heads %d ff %d seq %d" % tuple(model[:5]), "global_batch": batch}
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = os.path.join(tmp, "corpus.txt")
+        with open(corpus, "w") as f:
+            f.write(("the quick brown fox jumps over the lazy dog. " * 4000))
+        for m in (4, 8):
+            log(f"one process, {m} micro-batches")
+            rows, peaks = train(build, model, 1, ["--batch", str(batch), "--micro-batches", str(m), "--data", corpus])
+            single = rows[0]["ms_per_step"]
+            print(json.dumps({**base, "mesh": "single", "micro_batches": m, "step_ms": single, "peak_bytes_max": max(peaks)}), flush=True)
+            for mesh in meshes:
+                dp, pp = MESHES[mesh]
+                for schedule in ("gpipe", "1f1b"):
+                    log(f"{mesh} {schedule}, {m} micro-batches")
+                    trace = os.path.join(tmp, f"{mesh}-{schedule}-{m}.json")
+                    rows, peaks = train(build, model, dp * pp,
+                                             ["--batch", str(batch // dp), "--dp", str(dp), "--pp", str(pp), "--pp-schedule",
+                                              schedule, "--micro-batches", str(m), "--data", corpus], trace)
+                    ranks = [trace] + [trace.replace(".json", f".rank{r}.json") for r in range(1, dp * pp)]
+                    summaries = json.loads(subprocess.run([trace_bin, "summary", *ranks, "--json"], check=True,
+                                                          capture_output=True, text=True).stdout)
+                    # Stage s's ranks are s*dp .. s*dp + dp - 1: each stage's figures from its first replica.
+                    stage_ranks = [s * dp for s in range(pp)]
+                    idle = [summaries[r]["idle_fraction"] for r in stage_ranks]
+                    flight = [in_flight(ranks[r]) for r in stage_ranks]
+                    bound = [pp - s if schedule == "1f1b" else m for s in range(pp)]
+                    step = max(r["ms_per_step"] for r in rows)
+                    # A replica's stage does 1 / (dp pp) of one process's work, in m micro-batches, each
+                    # passing the pp stages; ranks beyond the cores share them.
+                    predicted = single * (m + pp - 1) / (m * pp * dp) * max(1.0, dp * pp / os.cpu_count())
+                    print(json.dumps({**base, "mesh": f"dp{dp}xtp1xpp{pp}", "schedule": schedule, "micro_batches": m,
+                                      "step_ms": step, "predicted_ms": round(predicted, 2),
+                                      "measured_over_predicted": round(step / predicted, 3),
+                                      "speedup_vs_single": round(single / step, 3),
+                                      "bubble": round(sum(idle) / len(idle), 3), "bubble_per_stage": [round(x, 3) for x in idle],
+                                      "bubble_theory": round((pp - 1) / (m + pp - 1), 3),
+                                      "in_flight_per_stage": flight, "in_flight_bound": bound,
+                                      "peak_bytes_per_stage": [peaks[r] for r in stage_ranks],
+                                      "peak_bytes_max": max(peaks),
+                                      "oversubscribed": dp * pp > os.cpu_count()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
