@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """bench/run pipeline: pipeline parallelism (troupe-gpt --pp) on the ranks of this machine
-(troupe-launch, UCX over shared memory), by schedule (gpipe, 1f1b) and micro-batch count (4, 8).
+(troupe-launch, UCX over shared memory), by schedule (gpipe, 1f1b, zb-h1) and micro-batch count (4, 8; a replica runs at most one
+micro-batch per row of its share of the global batch).
 
 Per row: the measured step (the slowest rank's ms_per_step over the steps after the first) next to
 a prediction from one process's measured step at the same global batch and micro-batches (its
@@ -86,7 +87,7 @@ def main():
             print(json.dumps({**base, "mesh": "single", "micro_batches": m, "step_ms": single, "peak_bytes_max": max(peaks)}), flush=True)
             for mesh in meshes:
                 dp, pp = MESHES[mesh]
-                for schedule in ("gpipe", "1f1b"):
+                for schedule in ("gpipe", "1f1b", "zb-h1"):
                     log(f"{mesh} {schedule}, {m} micro-batches")
                     trace = os.path.join(tmp, f"{mesh}-{schedule}-{m}.json")
                     rows, peaks = train(build, model, dp * pp,
@@ -99,17 +100,18 @@ def main():
                     stage_ranks = [s * dp for s in range(pp)]
                     idle = [summaries[r]["idle_fraction"] for r in stage_ranks]
                     flight = [in_flight(ranks[r]) for r in stage_ranks]
-                    bound = [pp - s if schedule == "1f1b" else m for s in range(pp)]
+                    runs = min(m, batch // dp)  # micro-batches a replica runs
+                    bound = [runs if schedule == "gpipe" else pp - s for s in range(pp)]
                     step = max(r["ms_per_step"] for r in rows)
                     # A replica's stage does 1 / (dp pp) of one process's work, in m micro-batches, each
                     # passing the pp stages; ranks beyond the cores share them.
-                    predicted = single * (m + pp - 1) / (m * pp * dp) * max(1.0, dp * pp / os.cpu_count())
-                    print(json.dumps({**base, "mesh": f"dp{dp}xtp1xpp{pp}", "schedule": schedule, "micro_batches": m,
+                    predicted = single * (runs + pp - 1) / (runs * pp * dp) * max(1.0, dp * pp / os.cpu_count())
+                    print(json.dumps({**base, "mesh": f"dp{dp}xtp1xpp{pp}", "schedule": schedule, "micro_batches": runs,
                                       "step_ms": step, "predicted_ms": round(predicted, 2),
                                       "measured_over_predicted": round(step / predicted, 3),
                                       "speedup_vs_single": round(single / step, 3),
                                       "bubble": round(sum(idle) / len(idle), 3), "bubble_per_stage": [round(x, 3) for x in idle],
-                                      "bubble_theory": round((pp - 1) / (m + pp - 1), 3),
+                                      "bubble_theory": round((pp - 1) / (runs + pp - 1), 3),
                                       "in_flight_per_stage": flight, "in_flight_bound": bound,
                                       "peak_bytes_per_stage": [peaks[r] for r in stage_ranks],
                                       "peak_bytes_max": max(peaks),

@@ -138,7 +138,9 @@ TEST(OpGrouping, GroupedProgramsGiveTheUngroupedBits) {
         auto program = engine.compile(fn, options);
         const Tensor x = test::random_tensor({4, 8, 16}, 7);
         for (int step = 0; step < 3; ++step) results[grouping] = wait(program->run_async({x}));
-        if (grouping == OpGrouping::all) EXPECT_LT(program->actor_counts().at("op"), static_cast<int>(fn.graph().nodes().size()));
+        if (grouping == OpGrouping::all) {
+          EXPECT_LT(program->actor_counts().at("op"), static_cast<int>(fn.graph().nodes().size()));
+        }
       }
       const StepResult& a = results[OpGrouping::none];
       const StepResult& b = results[OpGrouping::all];
