@@ -63,7 +63,6 @@ std::optional<Error> pipeline_refusal(const ParallelConfig& config, const Traini
     return Error(ErrorKind::invalid_argument,
                  str_cat("--pp ", pp, " runs the traced step's stages, and JIT_LEVEL=0 runs eagerly; use JIT_LEVEL=1 or more"));
   if (config.search) return Error(ErrorKind::unsupported, str_cat("--pp ", pp, " with the planner's search is not built yet; give --dp and --tp"));
-  if (config.tp > 1) return Error(ErrorKind::unsupported, str_cat("--pp ", pp, " with --tp ", config.tp, " is not built yet; use --tp 1"));
   if (config.loss_scaling)
     return Error(ErrorKind::unsupported, str_cat("--pp ", pp, " trains without loss scaling so far; use --loss-scale off"));
   if (!config.strategy_load.empty() || !config.strategy_save.empty())
@@ -285,9 +284,12 @@ void ParallelTraining::adopt_compression(const std::string& text) {
 
 void ParallelTraining::shard_step() {
   // Mixed precision's casts are ops like the others: they follow their input's placement, and the
-  // collectives sum low-precision values in f32.
+  // collectives sum low-precision values in f32. A pipeline stage's step is placed likewise: its
+  // sends and receives have no sharding rule and move replicated values (a block's output, the
+  // received input's gradient, which Megatron's placement all-reduces).
   const graph::TracedFunction traced =
-      graph::trace(problem_.loss, problem_.signature).with_amp(config_.amp).with_gradients();
+      pipeline_ ? pipeline_->forward().with_stage_gradients(pipeline_->channels())
+                : graph::trace(problem_.loss, problem_.signature).with_amp(config_.amp).with_gradients();
   const graph::Mesh mesh = plan::job_mesh(dp_, tp_, dp_ * tp_);
   std::optional<plan::Strategy> loaded;
   if (!config_.strategy_load.empty()) {
@@ -311,7 +313,7 @@ void ParallelTraining::shard_step() {
   sharded_ = std::make_shared<TensorParallelStep>(
       traced,
       plan::propagate_sharding(traced.graph(), tp_mesh, along_tp.given, along_tp.required,
-                               batch_bindings(problem_.signature, replica_batch())),
+                               batch_bindings(traced.signature(), replica_batch())),
       tp_group_);
   stepped_ = problem_.optimizer(sharded_->trained());
 }
@@ -342,8 +344,12 @@ void ParallelTraining::compile() {
       po.clip_grad_norm = 0;
       po.pipeline_norms = nullptr;
     }
-    program_ = engine_->compile(pipeline_->step(level), po);
-    return;
+    if (!sharded_) {
+      // Optimized before the gradients (fusion) and after (forward and backward together).
+      program_ = engine_->compile(
+          pipeline_->forward().optimized(level).with_stage_gradients(pipeline_->channels()).optimized(level), po);
+      return;
+    }
   }
   // A sharded step runs the passes on the device's graph (its collectives stay where they are): the
   // fusions before the gradients would need sharding rules for the fused ops.
@@ -524,19 +530,16 @@ std::optional<graph::MemoryPlanReport> ParallelTraining::memory_report() const {
 
 void ParallelTraining::gather_parameters() {
   if (program_) program_->settle();
-  if (pipeline_) {
-    // Each stage's own parameters, to every stage.
-    std::map<std::string, Tensor> mine;
-    for (const auto& [name, p] : problem_.model->named_parameters())
-      if (pipeline_->parameters().count(name)) mine[name] = p.tensor();
-    const std::map<std::string, Tensor> whole = pipeline_->gather(mine);
-    for (const auto& [name, p] : problem_.model->named_parameters())
-      if (!pipeline_->parameters().count(name) && whole.count(name)) p.set_value(whole.at(name));
-  }
-  if (!sharded_) return;
   std::map<std::string, graph::Var> params;
   for (const auto& [name, p] : problem_.model->named_parameters()) params[name] = p;
-  for (const auto& [name, whole] : sharded_->gather(sharded_->parameter_shards())) params.at(name).set_value(whole);
+  // This stage's parameters whole from the tp group's shards, then every stage's to every stage.
+  if (sharded_)
+    for (const auto& [name, whole] : sharded_->gather(sharded_->parameter_shards())) params.at(name).set_value(whole);
+  if (!pipeline_) return;
+  std::map<std::string, Tensor> mine;
+  for (const std::string& name : pipeline_->parameters()) mine[name] = params.at(name).tensor();
+  for (const auto& [name, whole] : pipeline_->gather(mine))
+    if (!pipeline_->parameters().count(name)) params.at(name).set_value(whole);
 }
 
 void ParallelTraining::release_parameters() {

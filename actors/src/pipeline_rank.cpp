@@ -87,12 +87,8 @@ PipelineRank::PipelineRank(Job& job, std::vector<int> members, const plan::Stage
 
 PipelineRank::~PipelineRank() = default;
 
-graph::TracedFunction PipelineRank::step(int level) const {
-  return graph::trace(graph::stage_forward(stage_function(policy_, layers_, stage_), channels_), signature_)
-      .with_amp(amp_)
-      .optimized(level)
-      .with_stage_gradients(channels_)
-      .optimized(level);
+graph::TracedFunction PipelineRank::forward() const {
+  return graph::trace(graph::stage_forward(stage_function(policy_, layers_, stage_), channels_), signature_).with_amp(amp_);
 }
 
 std::vector<Tensor> PipelineRank::inputs(const std::vector<Tensor>& batch) const {

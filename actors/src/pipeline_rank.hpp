@@ -40,8 +40,11 @@ class PipelineRank {
   bool last() const { return stage_ + 1 == stages(); }
   /// Each stage's layer count.
   const std::vector<int>& layers() const { return layers_; }
-  /// This stage's training step, through the passes of JIT level `level` before and after its gradients.
-  graph::TracedFunction step(int level) const;
+  /// This stage's forward, traced with its receives (graph::stage_forward) and autocast: what
+  /// TracedFunction::with_stage_gradients(channels()) makes the stage's step of.
+  graph::TracedFunction forward() const;
+  /// The channels this stage meets its neighbours on.
+  const graph::StageChannels& channels() const { return channels_; }
   /// The parameters this stage trains (those its layers read), by name.
   const std::set<std::string>& parameters() const { return owned_[static_cast<std::size_t>(stage_)]; }
   /// The step's inputs from the batch's: after the first stage, a stand-in of the received

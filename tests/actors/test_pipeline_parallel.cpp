@@ -118,9 +118,6 @@ TEST(PipelineParallel, SettingsItCannotRunAreRefusedOnEveryDevice) {
   expect_refused(counts, 2, {"--pp-layers 1,1,0", "3 stages", "--pp is 2"});
   counts.pp_layers = {1, 2};
   expect_refused(counts, 2, {"--pp-layers 1,2", "adds up to 3", "the model has 2"});
-  actors::ParallelConfig with_tp = pipeline(2, f, 2);
-  with_tp.tp = 2;
-  expect_refused(with_tp, 4, {"--pp 2 with --tp 2", "not built yet"});
   actors::ParallelConfig eager = pipeline(2, f, 2);
   eager.jit_level = 0;
   expect_refused(eager, 2, {"--pp 2", "JIT_LEVEL=0 runs eagerly"});
@@ -198,4 +195,22 @@ TEST(PipelineParallel, ZeroBubbleDefersTheWeightGradientsAfterTheInputGradientsS
   ASSERT_EQ(plan.actors.size(), before.actors.size());
   for (std::size_t a = 0; a < plan.actors.size(); ++a)
     for (int p : plan.actors[a].producers) EXPECT_LT(p, static_cast<int>(a)) << plan.actors[a].name;
+}
+
+// tp 2 x pp 2 on four devices: each stage's step placed by Megatron's policy and split between
+// its two shards (the sends and receives move the replicated block outputs and input gradients),
+// the clipping norm summed over the tp group, then over the stages; and a checkpoint of it
+// resumes in one process.
+TEST(PipelineParallel, TensorParallelStagesTrainLikeOneProcess) {
+  const Training single = one_process(kSteps);
+  actors::ParallelConfig c = pipeline(2, actors::PipelineSchedule::one_f_one_b, 4);
+  c.tp = 2;
+  const Training hybrid = train(c, 4, 0, kSteps);
+  expect_same_run(hybrid, single);
+  const Training half = train(c, 4, 0, 2);
+  Training want = single;
+  want.losses.erase(want.losses.begin(), want.losses.begin() + 2);
+  actors::ParallelConfig one = settings(1, 1, 0);
+  one.micro_batches = 4;
+  expect_same_run(train(one, 1, 2, kSteps, half.end), want);
 }

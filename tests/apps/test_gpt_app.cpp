@@ -853,9 +853,9 @@ int micro_batches_in_flight(const std::string& file) {
 }
 
 // Pipeline stages as processes (troupe-launch, UCX): two stages of one block each train like one
-// process at the same global batch, metrics and held-out loss included; each rank holds its
-// stage's parameters alone; a checkpoint saved by the stages resumes in one process and in
-// dp 2 x pp 2 on four ranks, and one process's resumes on the stages.
+// process at the same global batch, metrics and held-out loss included, and so do tp 2 x pp 2;
+// each rank holds its stage's parameters alone; a checkpoint saved by the stages resumes in one
+// process and in dp 2 x pp 2 on four ranks, and one process's resumes on the stages.
 TEST(GptApp, PipelineStagesEqualOneProcessAndResumeUnderAnyLayout) {
   const std::string dir = test::fresh_dir("gpt_pp"), data = corpus_file(dir);
   const std::string base = " --d-model 32 --layers 2 --heads 2 --d-ff 64 --seq 16 --threads 1 --lr 3e-3 --eval-every 5"
@@ -883,6 +883,16 @@ TEST(GptApp, PipelineStagesEqualOneProcessAndResumeUnderAnyLayout) {
   EXPECT_EQ(line.at("pp").get<int>(), 2);
   // The last stage: block 1 (8544 parameters with its LayerNorms), the final LayerNorm and the head (256 x 32).
   EXPECT_EQ(line.at("held_parameter_bytes").get<double>(), 4 * (8544 + 64 + 8192));
+
+  // Four ranks, tp 2 x pp 2: each stage's block split between two shards, the stages' sends and
+  // receives between the shards of one index.
+  const auto hybrid = run_app(launch + "4 -- " + kGpt + common + " --batch 4 --steps 10 --tp 2 --pp 2 --metrics " + dir +
+                              "/hybrid.csv");
+  ASSERT_EQ(hybrid.exit_code, 0) << hybrid.output;
+  EXPECT_NE(hybrid.output.find("[rank 3] troupe-gpt: pipeline: stage 1 of 2 (rank 3 of 4)"), std::string::npos) << hybrid.output;
+  EXPECT_NE(hybrid.output.find("[rank 3] troupe-gpt: tensor parallel: shard 1 of 2 (rank 3 of 4)"), std::string::npos)
+      << hybrid.output;
+  expect_column(dir + "/hybrid.csv", "loss", 0);
 
   const auto saved = run_app(launch + "2 -- " + kGpt + common + " --batch 4 --steps 5 --pp 2 --save " + dir + "/ck");
   ASSERT_EQ(saved.exit_code, 0) << saved.output;
