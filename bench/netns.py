@@ -6,9 +6,10 @@ import os, subprocess
 HOST_A, HOST_B = ("troupe0", "troupe-a"), ("troupe1", "troupe-b")
 
 
-def on_hosts(cmd, hosts, port, env_extra):
+def on_hosts(cmd, hosts, port, env_extra, per_rank=False):
     """Runs `cmd` as one rank per entry of `hosts` (HOST_A or HOST_B), rank 0's host holding the
-    rendezvous on `port`, with `env_extra` added to each rank's environment; returns their stdout."""
+    rendezvous on `port`, with `env_extra` added to each rank's environment; returns their stdout
+    joined, or with `per_rank` a list of each rank's."""
     master = "10.77.0.1" if hosts[0] == HOST_A else "10.77.0.2"
     procs = []
     for rank, (ns, dev) in enumerate(hosts):
@@ -16,4 +17,5 @@ def on_hosts(cmd, hosts, port, env_extra):
                    TROUPE_MASTER_PORT=str(port), TROUPE_JOB_TOKEN="netns-bench", UCX_TLS="tcp,self", UCX_NET_DEVICES=dev)
         procs.append(subprocess.Popen(["ip", "netns", "exec", ns, *cmd], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, text=True))
-    return "".join(p.communicate()[0] for p in procs)
+    outs = [p.communicate()[0] for p in procs]
+    return outs if per_rank else "".join(outs)

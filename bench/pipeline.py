@@ -13,12 +13,16 @@ bubble; each stage's most micro-batches in flight, counted from its trace, again
 bound (1F1B: p - i; GPipe: m); each stage's measured step memory (JIT level 3's step memory
 report: what the step's acts held at once). One JSON line per row.
 
-usage: pipeline.py BUILD [MESHES [MODEL]]
+usage: pipeline.py BUILD [MESHES [MODEL [LINKS]]]
   MESHES: comma-separated of pp2, pp4, dp2xpp2 (default pp2: this machine has 2 cores; 4 ranks share them)
-  MODEL: d_model,layers,heads,d_ff,seq,batch (default 512,8,8,2048,128,8: a GPT of 25M parameters)"""
+  MODEL: d_model,layers,heads,d_ff,seq,batch (default 512,8,8,2048,128,8: a GPT of 25M parameters)
+  LINKS: comma-separated of shm (troupe-launch on this machine) and netns (the two network-namespace
+    hosts of bench/netns.sh at 1 Gbit/s, the first half of the ranks on one: a pipeline's middle
+    boundary crosses the link, dp stays within a host; needs root); default shm"""
 import collections, json, os, re, subprocess, sys, tempfile
 
 from jit import machine  # the CPU and its instruction set, as every benchmark line names them
+from netns import HOST_A, HOST_B, on_hosts
 
 STEPS = 4
 MESHES = {"pp2": (1, 2), "pp4": (1, 4), "dp2xpp2": (2, 2)}
@@ -50,72 +54,88 @@ def in_flight(trace):
     return most
 
 
-def train(build, model, ranks, args, trace=None):
+def train(build, model, ranks, args, trace=None, netns=False):
     d, layers, heads, ff, seq, batch = model
     cmd = [os.path.join(build, "apps", "troupe-gpt"), "--d-model", str(d), "--layers", str(layers), "--heads", str(heads),
            "--d-ff", str(ff), "--seq", str(seq), "--steps", str(STEPS), "--eval-every", "0", "--val-batches", "1",
            "--threads", "1", "--amp", "O0", *args]
     if trace:
         cmd += ["--trace", trace]
-    if ranks > 1:
-        cmd = [os.path.join(build, "apps", "troupe-launch"), "-n", str(ranks), "--timeout", "600", "--", *cmd]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    rows = [json.loads(l[l.index("{"):]) for l in out.stdout.splitlines() if '"app":"troupe-gpt"' in l]
-    # Each rank's "memory:" line, by rank (a launched rank's lines start "[rank r] ").
-    peaks = [0.0] * ranks
-    for r, mib in re.findall(r"^(?:\[rank (\d+)\] )?troupe-gpt: memory: ([0-9.]+) MiB peak measured", out.stdout, re.M):
-        peaks[int(r or 0)] = float(mib) * 2**20
+    if netns:
+        outs = on_hosts(cmd, [HOST_A] * (ranks // 2) + [HOST_B] * (ranks - ranks // 2), 29660,
+                        {"TROUPE_TIMEOUT": "600"}, per_rank=True)
+    elif ranks > 1:
+        launched = [os.path.join(build, "apps", "troupe-launch"), "-n", str(ranks), "--timeout", "600", "--", *cmd]
+        stdout = subprocess.run(launched, check=True, capture_output=True, text=True).stdout
+        # Each rank's lines start "[rank r] ".
+        outs = ["\n".join(l.split("] ", 1)[1] for l in stdout.splitlines() if l.startswith(f"[rank {r}] ")) for r in range(ranks)]
+    else:
+        outs = [subprocess.run(cmd, check=True, capture_output=True, text=True).stdout]
+    rows = [json.loads(l[l.index("{"):]) for out in outs for l in out.splitlines() if '"app":"troupe-gpt"' in l]
+    # Each rank's step memory report.
+    peaks = [float(m.group(1)) * 2**20 if m else 0.0
+             for m in (re.search(r"troupe-gpt: memory: ([0-9.]+) MiB peak measured", out) for out in outs)]
     return rows, peaks
 
 
 def main():
     build = sys.argv[1]
     meshes = sys.argv[2].split(",") if len(sys.argv) > 2 and sys.argv[2] else ["pp2"]
-    model = [int(x) for x in (sys.argv[3] if len(sys.argv) > 3 else "512,8,8,2048,128,8").split(",")]
+    model = [int(x) for x in (sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else "512,8,8,2048,128,8").split(",")]
+    links = sys.argv[4].split(",") if len(sys.argv) > 4 else ["shm"]
+    if "netns" in links and subprocess.run([os.path.join(os.path.dirname(os.path.abspath(__file__)), "netns.sh"), "up"],
+                                           capture_output=True).returncode != 0:
+        print(json.dumps({"bench": "pipeline", "link": "netns-1gbit", "skipped": "needs root for ip netns and tc"}))
+        links.remove("netns")
     batch = model[5]
     trace_bin = os.path.join(build, "apps", "troupe-trace")
-    base = {"bench": "pipeline", "link": "shm", **machine(),
-            "model": "gpt d%d x%d heads %d ff %d seq %d" % tuple(model[:5]), "global_batch": batch}
+    base = {"bench": "pipeline", **machine(), "model": "gpt d%d x%d heads %d ff %d seq %d" % tuple(model[:5]),
+            "global_batch": batch}
     with tempfile.TemporaryDirectory() as tmp:
         corpus = os.path.join(tmp, "corpus.txt")
         with open(corpus, "w") as f:
             f.write(("the quick brown fox jumps over the lazy dog. " * 4000))
-        for m in (4, 8):
-            log(f"one process, {m} micro-batches")
-            rows, peaks = train(build, model, 1, ["--batch", str(batch), "--micro-batches", str(m), "--data", corpus])
-            single = rows[0]["ms_per_step"]
-            print(json.dumps({**base, "mesh": "single", "micro_batches": m, "step_ms": single, "peak_bytes_max": max(peaks)}), flush=True)
-            for mesh in meshes:
-                dp, pp = MESHES[mesh]
-                for schedule in ("gpipe", "1f1b", "zb-h1"):
-                    log(f"{mesh} {schedule}, {m} micro-batches")
-                    trace = os.path.join(tmp, f"{mesh}-{schedule}-{m}.json")
-                    rows, peaks = train(build, model, dp * pp,
-                                             ["--batch", str(batch // dp), "--dp", str(dp), "--pp", str(pp), "--pp-schedule",
-                                              schedule, "--micro-batches", str(m), "--data", corpus], trace)
-                    ranks = [trace] + [trace.replace(".json", f".rank{r}.json") for r in range(1, dp * pp)]
-                    summaries = json.loads(subprocess.run([trace_bin, "summary", *ranks, "--json"], check=True,
-                                                          capture_output=True, text=True).stdout)
-                    # Stage s's ranks are s*dp .. s*dp + dp - 1: each stage's figures from its first replica.
-                    stage_ranks = [s * dp for s in range(pp)]
-                    idle = [summaries[r]["idle_fraction"] for r in stage_ranks]
-                    flight = [in_flight(ranks[r]) for r in stage_ranks]
-                    runs = min(m, batch // dp)  # micro-batches a replica runs
-                    bound = [runs if schedule == "gpipe" else pp - s for s in range(pp)]
-                    step = max(r["ms_per_step"] for r in rows)
-                    # A replica's stage does 1 / (dp pp) of one process's work, in m micro-batches, each
-                    # passing the pp stages; ranks beyond the cores share them.
-                    predicted = single * (runs + pp - 1) / (runs * pp * dp) * max(1.0, dp * pp / os.cpu_count())
-                    print(json.dumps({**base, "mesh": f"dp{dp}xtp1xpp{pp}", "schedule": schedule, "micro_batches": runs,
-                                      "step_ms": step, "predicted_ms": round(predicted, 2),
-                                      "measured_over_predicted": round(step / predicted, 3),
-                                      "speedup_vs_single": round(single / step, 3),
-                                      "bubble": round(sum(idle) / len(idle), 3), "bubble_per_stage": [round(x, 3) for x in idle],
-                                      "bubble_theory": round((pp - 1) / (runs + pp - 1), 3),
-                                      "in_flight_per_stage": flight, "in_flight_bound": bound,
-                                      "peak_bytes_per_stage": [peaks[r] for r in stage_ranks],
-                                      "peak_bytes_max": max(peaks),
-                                      "oversubscribed": dp * pp > os.cpu_count()}), flush=True)
+        for link in links:
+            for m in (4, 8):
+                log(f"one process, {m} micro-batches")
+                rows, peaks = train(build, model, 1, ["--batch", str(batch), "--micro-batches", str(m), "--data", corpus])
+                single = rows[0]["ms_per_step"]
+                print(json.dumps({**base, "link": "shm", "mesh": "single", "micro_batches": m, "step_ms": single,
+                                  "peak_bytes_max": max(peaks)}), flush=True)
+                for mesh in meshes:
+                    dp, pp = MESHES[mesh]
+                    for schedule in ("gpipe", "1f1b", "zb-h1"):
+                        log(f"{link} {mesh} {schedule}, {m} micro-batches")
+                        trace = os.path.join(tmp, f"{mesh}-{schedule}-{m}.json")
+                        rows, peaks = train(build, model, dp * pp,
+                                            ["--batch", str(batch // dp), "--dp", str(dp), "--pp", str(pp), "--pp-schedule",
+                                             schedule, "--micro-batches", str(m), "--data", corpus], trace, link == "netns")
+                        ranks = [trace] + [trace.replace(".json", f".rank{r}.json") for r in range(1, dp * pp)]
+                        summaries = json.loads(subprocess.run([trace_bin, "summary", *ranks, "--json"], check=True,
+                                                              capture_output=True, text=True).stdout)
+                        # Stage s's ranks are s*dp .. s*dp + dp - 1: each stage's figures from its first replica.
+                        stage_ranks = [s * dp for s in range(pp)]
+                        idle = [summaries[r]["idle_fraction"] for r in stage_ranks]
+                        flight = [in_flight(ranks[r]) for r in stage_ranks]
+                        runs = min(m, batch // dp)  # micro-batches a replica runs
+                        bound = [runs if schedule == "gpipe" else pp - s for s in range(pp)]
+                        step = max(r["ms_per_step"] for r in rows)
+                        # A replica's stage does 1 / (dp pp) of one process's work, in m micro-batches, each
+                        # passing the pp stages; ranks beyond the cores share them.
+                        predicted = single * (runs + pp - 1) / (runs * pp * dp) * max(1.0, dp * pp / os.cpu_count())
+                        print(json.dumps({**base, "link": "shm" if link == "shm" else "netns-1gbit",
+                                          "mesh": f"dp{dp}xtp1xpp{pp}", "schedule": schedule, "micro_batches": runs,
+                                          "step_ms": step, "predicted_ms": round(predicted, 2),
+                                          "measured_over_predicted": round(step / predicted, 3),
+                                          "speedup_vs_single": round(single / step, 3),
+                                          "bubble": round(sum(idle) / len(idle), 3), "bubble_per_stage": [round(x, 3) for x in idle],
+                                          "bubble_theory": round((pp - 1) / (runs + pp - 1), 3),
+                                          "in_flight_per_stage": flight, "in_flight_bound": bound,
+                                          "peak_bytes_per_stage": [peaks[r] for r in stage_ranks],
+                                          "peak_bytes_max": max(peaks),
+                                          "oversubscribed": dp * pp > os.cpu_count()}), flush=True)
+
+
 
 
 if __name__ == "__main__":
