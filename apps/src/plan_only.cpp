@@ -54,6 +54,8 @@ std::string describe_candidate(const plan::MeshCandidate& c) {
 }
 
 int plan_only(const ParallelFlags& f, const models::GptConfig& config, std::int64_t batch, std::uint64_t seed) {
+  TROUPE_CHECK(f.pp == 1, unsupported, "--plan-only plans dp x tp meshes, and pipeline stages (--pp ", f.pp,
+               ") are not planned yet; drop --pp to see the plan of a stage-less mesh");
   const int dp = f.dp;
   config.validate();
   Generator gen(seed);

@@ -932,6 +932,7 @@ TEST(GptApp, PipelineStagesEqualOneProcessAndResumeUnderAnyLayout) {
   test::expect_clear_failures({
       {kGpt + common + " --steps 1 --pp 2", "start it with troupe-launch -n 2"},
       {kGpt + common + " --steps 1 --pp-layers 1,1", "--pp-layers 1,1 gives 2 stages and --pp is 1"},
+      {kGpt + common + " --plan-only --pp 2", "--plan-only plans dp x tp meshes, and pipeline stages (--pp 2) are not planned yet"},
   });
   const auto uneven = run_app(launch + "2 -- " + kGpt + common + " --steps 1 --pp 2 --pp-layers 2,1");
   EXPECT_EQ(uneven.exit_code, 1) << uneven.output;
