@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <numeric>
 
-#include "troupe/actors/gradient_stats.hpp"
 #include "pipeline_rank.hpp"
+#include "troupe/actors/gradient_stats.hpp"
 #include "troupe/actors/planner.hpp"
 #include "troupe/graph/autodiff.hpp"
 #include "troupe/graph/dropout.hpp"
