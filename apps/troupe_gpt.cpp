@@ -338,7 +338,7 @@ int main(int argc, char** argv) {
   apps::add_amp_flags(*gen, gf.amp);
   return apps::run_cli(app, argc, argv, "troupe-gpt", [&] {
     if (gen->parsed()) return generate(gf, *gen);
-    if (tf.parallel.plan_only) return apps::plan_only(tf.parallel, tf.model, tf.batch, tf.seed);
+    if (tf.parallel.plan_only) return apps::plan_only(tf.parallel, tf.model, tf.batch, tf.seed, std::max(1, tf.run.micro_batches));
     tf.mesh_given = app.count("--dp") > 0 || tf.parallel.tp > 0 || tf.parallel.pp > 1;
     TROUPE_CHECK(tf.parallel.tp > 1 || (tf.parallel.strategy_load.empty() && tf.parallel.strategy_save.empty()), invalid_argument,
                  "--strategy-save and --strategy-load place a tensor-parallel run; give --tp too (or use them with --plan-only)");

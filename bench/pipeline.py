@@ -4,14 +4,16 @@
 micro-batch per row of its share of the global batch).
 
 Per row: the measured step (the slowest rank's ms_per_step over the steps after the first) next to
-a prediction from one process's measured step at the same global batch and micro-batches (its
-compute split evenly among the dp x p ranks, each micro-batch passing the p stages, so a step takes
-(m + p - 1) / (m p dp) of it, times the ranks per core beyond one: the bubble's share is
-(p - 1) / (m + p - 1)); each stage's idle fraction
+troupe-gpt --plan-only's prediction (plan/pipeline_cost.hpp: each stage's micro-batch from its ops'
+costs, its sends, update and dp all-reduce; (m + p - 1) micro-batch times of the slowest stage,
+then its update), its GFLOP/s calibrated on one process's measured step at the same global batch
+and micro-batches (and shared among the ranks beyond one per core), the links assumed (shared
+memory 5 GB/s, 20 us; the namespaces' 1 Gbit/s, 100 us); each stage's idle fraction
 of its last step from its trace (troupe-trace summary: no kernel running), against that theoretical
 bubble; each stage's most micro-batches in flight, counted from its trace, against the schedule's
 bound (1F1B: p - i; GPipe: m); each stage's measured step memory (JIT level 3's step memory
-report: what the step's acts held at once). One JSON line per row.
+report: what the step's acts held at once) against the plan's (its gradients and the micro-batches
+in flight's activations). One JSON line per row.
 
 usage: pipeline.py BUILD [MESHES [MODEL [LINKS]]]
   MESHES: comma-separated of pp2, pp4, dp2xpp2 (default pp2: this machine has 2 cores; 4 ranks share them)
@@ -26,6 +28,7 @@ from netns import HOST_A, HOST_B, on_hosts
 
 STEPS = 4
 MESHES = {"pp2": (1, 2), "pp4": (1, 4), "dp2xpp2": (2, 2)}
+LINKS = {"shm": ("5", "20"), "netns": ("0.125", "100")}  # GB/s and us the plans assume
 
 
 def log(msg):
@@ -54,11 +57,21 @@ def in_flight(trace):
     return most
 
 
+def model_flags(model):
+    d, layers, heads, ff, seq, _ = model
+    return ["--d-model", str(d), "--layers", str(layers), "--heads", str(heads), "--d-ff", str(ff), "--seq", str(seq)]
+
+
+def plan(build, model, args):
+    """troupe-gpt --plan-only's JSON line for `args`."""
+    out = subprocess.run([os.path.join(build, "apps", "troupe-gpt"), *model_flags(model), "--plan-only", *args], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def train(build, model, ranks, args, trace=None, netns=False):
-    d, layers, heads, ff, seq, batch = model
-    cmd = [os.path.join(build, "apps", "troupe-gpt"), "--d-model", str(d), "--layers", str(layers), "--heads", str(heads),
-           "--d-ff", str(ff), "--seq", str(seq), "--steps", str(STEPS), "--eval-every", "0", "--val-batches", "1",
-           "--threads", "1", "--amp", "O0", *args]
+    cmd = [os.path.join(build, "apps", "troupe-gpt"), *model_flags(model), "--steps", str(STEPS), "--eval-every", "0",
+           "--val-batches", "1", "--threads", "1", "--amp", "O0", *args]
     if trace:
         cmd += ["--trace", trace]
     if netns:
@@ -100,7 +113,12 @@ def main():
                 log(f"one process, {m} micro-batches")
                 rows, peaks = train(build, model, 1, ["--batch", str(batch), "--micro-batches", str(m), "--data", corpus])
                 single = rows[0]["ms_per_step"]
+                # The cost model's GFLOP/s: one process's measured step, less its predicted update, against its FLOPs.
+                one = plan(build, model, ["--batch", str(batch), "--dp", "1", "--tp", "1", "--gflops", "50"])
+                gflops = 50 * one["predicted_compute_ms"] / (single - one["predicted_optimizer_ms"])
+                update_gbps = one["update_gbps"]
                 print(json.dumps({**base, "link": "shm", "mesh": "single", "micro_batches": m, "step_ms": single,
+                                  "calibrated_gflops": round(gflops, 2),
                                   "peak_bytes_max": max(peaks)}), flush=True)
                 for mesh in meshes:
                     dp, pp = MESHES[mesh]
@@ -120,9 +138,12 @@ def main():
                         runs = min(m, batch // dp)  # micro-batches a replica runs
                         bound = [runs if schedule == "gpipe" else pp - s for s in range(pp)]
                         step = max(r["ms_per_step"] for r in rows)
-                        # A replica's stage does 1 / (dp pp) of one process's work, in m micro-batches, each
-                        # passing the pp stages; ranks beyond the cores share them.
-                        predicted = single * (runs + pp - 1) / (runs * pp * dp) * max(1.0, dp * pp / os.cpu_count())
+                        share = min(1.0, os.cpu_count() / (dp * pp))  # of a core, per rank
+                        planned = plan(build, model, ["--batch", str(batch // dp), "--dp", str(dp), "--tp", "1", "--pp", str(pp),
+                                                      "--pp-schedule", schedule, "--micro-batches", str(m),
+                                                      "--gflops", str(gflops * share), "--update-gbps", str(update_gbps * share),
+                                                      "--link-gbps", LINKS[link][0], "--link-latency-us", LINKS[link][1]])
+                        predicted = planned["predicted_ms"]
                         print(json.dumps({**base, "link": "shm" if link == "shm" else "netns-1gbit",
                                           "mesh": f"dp{dp}xtp1xpp{pp}", "schedule": schedule, "micro_batches": runs,
                                           "step_ms": step, "predicted_ms": round(predicted, 2),
@@ -130,8 +151,10 @@ def main():
                                           "speedup_vs_single": round(single / step, 3),
                                           "bubble": round(sum(idle) / len(idle), 3), "bubble_per_stage": [round(x, 3) for x in idle],
                                           "bubble_theory": round((pp - 1) / (runs + pp - 1), 3),
+                                          "bubble_predicted": round(planned["bubble"], 3),
                                           "in_flight_per_stage": flight, "in_flight_bound": bound,
                                           "peak_bytes_per_stage": [peaks[r] for r in stage_ranks],
+                                          "predicted_peak_bytes_per_stage": [round(st["step_bytes"]) for st in planned["stages"]],
                                           "peak_bytes_max": max(peaks),
                                           "oversubscribed": dp * pp > os.cpu_count()}), flush=True)
 

@@ -52,7 +52,7 @@ set(troupe_public_headers
   transport/include/troupe/transport/process_group.hpp transport/include/troupe/transport/transport.hpp
   transport/include/troupe/transport/ucx.hpp
   plan/include/troupe/plan/cost_model.hpp plan/include/troupe/plan/mesh_search.hpp
-  plan/include/troupe/plan/placement.hpp plan/include/troupe/plan/stages.hpp
+  plan/include/troupe/plan/placement.hpp plan/include/troupe/plan/stages.hpp plan/include/troupe/plan/pipeline_cost.hpp
   actors/include/troupe/actors/engine.hpp actors/include/troupe/actors/program.hpp
   actors/include/troupe/actors/job.hpp actors/include/troupe/actors/parallel_training.hpp
   actors/include/troupe/actors/step_report.hpp actors/include/troupe/actors/tensor_parallel.hpp

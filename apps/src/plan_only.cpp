@@ -6,6 +6,8 @@
 
 #include "troupe/actors/planner.hpp"
 #include "troupe/models/gpt_placement.hpp"
+#include "troupe/graph/pipeline_stage.hpp"
+#include "troupe/plan/pipeline_cost.hpp"
 #include "troupe/plan/propagation.hpp"
 #include "troupe/plan/strategy.hpp"
 #include "troupe/graph/ops.hpp"
@@ -53,9 +55,79 @@ std::string describe_candidate(const plan::MeshCandidate& c) {
   return line;
 }
 
-int plan_only(const ParallelFlags& f, const models::GptConfig& config, std::int64_t batch, std::uint64_t seed) {
-  TROUPE_CHECK(f.pp == 1, unsupported, "--plan-only plans dp x tp meshes, and pipeline stages (--pp ", f.pp,
-               ") are not planned yet; drop --pp to see the plan of a stage-less mesh");
+namespace {
+
+// --plan-only --pp: each stage's step placed on its tp devices (Megatron's placement), its cost at
+// one micro-batch of the replica's rows, and the pipelined step they make under --pp-schedule.
+int plan_pipeline(const ParallelFlags& f, const models::GptConfig& config, std::int64_t batch, std::uint64_t seed,
+                  int micro_batches) {
+  const int dp = f.dp, tp = std::max(1, f.tp), pp = f.pp;
+  TROUPE_CHECK(f.strategy_load.empty() && f.strategy_save.empty(), unsupported,
+               "--plan-only --pp: strategy files hold dp x tp placements so far; drop --strategy-load/--strategy-save");
+  config.validate();
+  Generator gen(seed);
+  models::Gpt model(config, gen);
+  const std::vector<int> layers = plan::stage_layers(static_cast<int>(config.layers), pp, f.pp_layers);
+  const int m = static_cast<int>(std::min<std::int64_t>(micro_batches, batch));  // a replica's --batch rows at most
+  const graph::SymBindings bindings{{"batch", (batch + m - 1) / m}};  // one micro-batch (the largest)
+  const plan::CostModel cost = flag_cost_model(f);
+  const graph::SymDim b = graph::SymDim::symbol("batch");
+  const std::vector<graph::InputSpec> signature{{"ids", {b, config.seq}, DType::i64}, {"targets", {b, config.seq}, DType::i64}};
+  const plan::StagePolicy policy = model.stages();
+  const graph::Mesh mesh = plan::job_mesh(dp, tp, dp * tp);
+  std::vector<plan::StageCost> stages;
+  graph::InputSpec activation;
+  int begin = 0;
+  for (int s = 0; s < pp; ++s) {
+    const plan::StageSpan span{begin, begin + layers[static_cast<std::size_t>(s)], s == 0, s + 1 == pp};
+    begin = span.end;
+    // Channel ids only name the sends and receives here: nothing runs.
+    graph::StageChannels channels;
+    if (!span.first) channels = {1, -1, -1, 2};
+    if (!span.last) channels.activation_out = 3, channels.gradient_in = 4;
+    std::vector<graph::InputSpec> sig = signature;
+    if (!span.first) sig.insert(sig.begin(), activation);
+    const graph::TracedFunction forward =
+        graph::trace(graph::stage_forward([&](const std::vector<graph::Var>& in) { return policy.forward(span, in); }, channels), sig);
+    const graph::ValueInfo& out = forward.graph().value(forward.graph().outputs()[0]).info;
+    activation = {"activation", out.shape, out.dtype};
+    const graph::TracedFunction step = forward.with_stage_gradients(channels);
+    const auto [tp_mesh, along_tp] =
+        plan::project_request(models::megatron_gpt_placement(step, mesh, config.heads, f.zero == 1), mesh, "tp");
+    const graph::GraphPlacement placed = plan::propagate_sharding(step.graph(), tp_mesh, along_tp.given, along_tp.required, bindings);
+    const int in_flight = f.pp_schedule == "gpipe" ? m : std::min(m, pp - s);
+    stages.push_back(plan::stage_cost(step, placed, bindings, cost, dp, in_flight, 8));
+  }
+  const plan::PipelineCost p = plan::pipeline_cost(stages, m);
+  std::printf("troupe-gpt: pipeline dp=%d x tp=%d x pp=%d (%s, %d micro-batches of %lld rows): predicted step %.3f ms, "
+              "bubble %.3f (balanced: %.3f)\n",
+              dp, tp, pp, f.pp_schedule.c_str(), m, static_cast<long long>(bindings.at("batch")), p.step * 1e3, p.bubble,
+              static_cast<double>(pp - 1) / (m + pp - 1));
+  nlohmann::json out{{"app", "troupe-gpt"}, {"plan_only", true}, {"devices", dp * tp * pp}, {"global_batch", batch * dp},
+                     {"mesh", "dp=" + std::to_string(dp) + " x tp=" + std::to_string(tp) + " x pp=" + std::to_string(pp)},
+                     {"schedule", f.pp_schedule}, {"micro_batches", m}, {"gflops", cost.gflops}, {"update_gbps", cost.update_gbps},
+                     {"predicted_ms", p.step * 1e3}, {"bubble", p.bubble}, {"stages", nlohmann::json::array()}};
+  for (int s = 0; s < pp; ++s) {
+    const plan::StageCost& c = p.stages[static_cast<std::size_t>(s)];
+    std::printf("troupe-gpt: stage %d: %d layers, a micro-batch %.3f ms (compute %.3f, tp %.3f, sends %.3f), update %.3f ms, "
+                "dp all-reduce %.3f ms; memory %.2f MiB with %d micro-batches in flight (activations %.2f MiB each)\n",
+                s, layers[static_cast<std::size_t>(s)], (c.micro_batch.total() + c.transfer) * 1e3, c.micro_batch.compute * 1e3,
+                c.micro_batch.communication * 1e3, c.transfer * 1e3, c.optimizer * 1e3, c.gradient_sync * 1e3,
+                mib(c.peak_bytes()), c.in_flight, mib(c.memory.activations));
+    out["stages"].push_back({{"layers", layers[static_cast<std::size_t>(s)]}, {"micro_batch_ms", c.micro_batch.total() * 1e3},
+                             {"transfer_ms", c.transfer * 1e3}, {"optimizer_ms", c.optimizer * 1e3},
+                             {"gradient_sync_ms", c.gradient_sync * 1e3}, {"in_flight", c.in_flight},
+                             {"activation_bytes", c.memory.activations}, {"peak_bytes", c.peak_bytes()},
+                             {"step_bytes", c.step_bytes()}});
+  }
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int plan_only(const ParallelFlags& f, const models::GptConfig& config, std::int64_t batch, std::uint64_t seed, int micro_batches) {
+  if (f.pp > 1) return plan_pipeline(f, config, batch, seed, micro_batches);
   const int dp = f.dp;
   config.validate();
   Generator gen(seed);

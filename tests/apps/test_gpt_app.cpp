@@ -929,10 +929,22 @@ TEST(GptApp, PipelineStagesEqualOneProcessAndResumeUnderAnyLayout) {
   ASSERT_EQ(summary.exit_code, 0) << summary.output;
   EXPECT_NE(summary.output.find("idle fraction of each trace (a pipeline stage's bubble):"), std::string::npos) << summary.output;
 
+  // The plan of the stages (no training): each stage's share, the step they make, its bubble at
+  // least the balanced (p - 1) / (m + p - 1), 1F1B's micro-batches in flight.
+  const auto planned = run_app(kGpt + base + " --batch 4 --plan-only --pp 2 --micro-batches 4 --gflops 10 --update-gbps 10");
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  EXPECT_NE(planned.output.find("troupe-gpt: pipeline dp=1 x tp=1 x pp=2 (1f1b, 4 micro-batches of 1 rows): predicted step"),
+            std::string::npos) << planned.output;
+  const nlohmann::json plan = planned.last_json();
+  ASSERT_EQ(plan.at("stages").size(), 2u);
+  EXPECT_GT(plan.at("predicted_ms").get<double>(), 0);
+  EXPECT_GE(plan.at("bubble").get<double>(), 1.0 / 5 - 1e-9);
+  EXPECT_EQ(plan.at("stages")[0].at("in_flight").get<int>(), 2);
+  EXPECT_EQ(plan.at("stages")[1].at("in_flight").get<int>(), 1);
+
   test::expect_clear_failures({
       {kGpt + common + " --steps 1 --pp 2", "start it with troupe-launch -n 2"},
       {kGpt + common + " --steps 1 --pp-layers 1,1", "--pp-layers 1,1 gives 2 stages and --pp is 1"},
-      {kGpt + common + " --plan-only --pp 2", "--plan-only plans dp x tp meshes, and pipeline stages (--pp 2) are not planned yet"},
   });
   const auto uneven = run_app(launch + "2 -- " + kGpt + common + " --steps 1 --pp 2 --pp-layers 2,1");
   EXPECT_EQ(uneven.exit_code, 1) << uneven.output;
