@@ -6,7 +6,6 @@
 
 #include "troupe/actors/planner.hpp"
 #include "troupe/models/gpt_placement.hpp"
-#include "troupe/graph/pipeline_stage.hpp"
 #include "troupe/plan/pipeline_cost.hpp"
 #include "troupe/plan/propagation.hpp"
 #include "troupe/plan/strategy.hpp"
@@ -73,25 +72,11 @@ int plan_pipeline(const ParallelFlags& f, const models::GptConfig& config, std::
   const plan::CostModel cost = flag_cost_model(f);
   const graph::SymDim b = graph::SymDim::symbol("batch");
   const std::vector<graph::InputSpec> signature{{"ids", {b, config.seq}, DType::i64}, {"targets", {b, config.seq}, DType::i64}};
-  const plan::StagePolicy policy = model.stages();
   const graph::Mesh mesh = plan::job_mesh(dp, tp, dp * tp);
   std::vector<plan::StageCost> stages;
-  graph::InputSpec activation;
-  int begin = 0;
+  const std::vector<graph::TracedFunction> steps = plan::trace_stage_steps(model.stages(), layers, signature);
   for (int s = 0; s < pp; ++s) {
-    const plan::StageSpan span{begin, begin + layers[static_cast<std::size_t>(s)], s == 0, s + 1 == pp};
-    begin = span.end;
-    // Channel ids only name the sends and receives here: nothing runs.
-    graph::StageChannels channels;
-    if (!span.first) channels = {1, -1, -1, 2};
-    if (!span.last) channels.activation_out = 3, channels.gradient_in = 4;
-    std::vector<graph::InputSpec> sig = signature;
-    if (!span.first) sig.insert(sig.begin(), activation);
-    const graph::TracedFunction forward =
-        graph::trace(graph::stage_forward([&](const std::vector<graph::Var>& in) { return policy.forward(span, in); }, channels), sig);
-    const graph::ValueInfo& out = forward.graph().value(forward.graph().outputs()[0]).info;
-    activation = {"activation", out.shape, out.dtype};
-    const graph::TracedFunction step = forward.with_stage_gradients(channels);
+    const graph::TracedFunction& step = steps[static_cast<std::size_t>(s)];
     const auto [tp_mesh, along_tp] =
         plan::project_request(models::megatron_gpt_placement(step, mesh, config.heads, f.zero == 1), mesh, "tp");
     const graph::GraphPlacement placed = plan::propagate_sharding(step.graph(), tp_mesh, along_tp.given, along_tp.required, bindings);

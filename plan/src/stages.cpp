@@ -3,6 +3,7 @@
 
 #include <numeric>
 
+#include "troupe/graph/pipeline_stage.hpp"
 #include "troupe/kernels/error.hpp"
 
 namespace troupe::plan {
@@ -27,6 +28,29 @@ std::vector<int> stage_layers(int layers, int stages, const std::vector<int>& gi
   TROUPE_CHECK(total == layers, invalid_argument, "--pp-layers ", listed(), " adds up to ", total,
                " layers and the model has ", layers, "; give counts that add up to ", layers);
   return given;
+}
+
+std::vector<graph::TracedFunction> trace_stage_steps(const StagePolicy& policy, const std::vector<int>& layers,
+                                                     const std::vector<graph::InputSpec>& signature) {
+  std::vector<graph::TracedFunction> steps;
+  graph::InputSpec activation;
+  int begin = 0;
+  const int count = static_cast<int>(layers.size());
+  for (int s = 0; s < count; ++s) {
+    const StageSpan span{begin, begin + layers[static_cast<std::size_t>(s)], s == 0, s + 1 == count};
+    begin = span.end;
+    graph::StageChannels channels;
+    if (!span.first) channels.activation_in = 1, channels.gradient_out = 2;
+    if (!span.last) channels.activation_out = 3, channels.gradient_in = 4;
+    std::vector<graph::InputSpec> sig = signature;
+    if (!span.first) sig.insert(sig.begin(), activation);
+    const graph::TracedFunction forward = graph::trace(
+        graph::stage_forward([&](const std::vector<graph::Var>& in) { return policy.forward(span, in); }, channels), sig);
+    const graph::ValueInfo& out = forward.graph().value(forward.graph().outputs()[0]).info;
+    activation = {"activation", out.shape, out.dtype};
+    steps.push_back(forward.with_stage_gradients(channels));
+  }
+  return steps;
 }
 
 }  // namespace troupe::plan

@@ -5,7 +5,6 @@
 // cannot run are refused on every device alike.
 #include "actor_graph.hpp"
 #include "actors/parallel_runs.hpp"
-#include "troupe/graph/pipeline_stage.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
@@ -160,16 +159,9 @@ TEST(PipelineParallel, EveryJitLevelAndMixedPrecisionTrackOneProcess) {
 TEST(PipelineParallel, ZeroBubbleDefersTheWeightGradientsAfterTheInputGradientsSend) {
   Generator gen(7);
   TinyGpt model(gen);
-  graph::StageChannels channels;
-  channels.activation_in = 1001;  // ids a job's channels would have; lowering only reads them
-  channels.gradient_out = 1002;
-  const plan::StagePolicy policy = model.stages();
   const graph::SymDim b = graph::SymDim::symbol("batch");
   const graph::TracedFunction step =
-      graph::trace(graph::stage_forward([&](const std::vector<graph::Var>& in) { return policy.forward({1, 2, false, true}, in); },
-                                        channels),
-                   {{"activation", {b, 8, 16}, DType::f32}, {"ids", {b, 8}, DType::i64}, {"targets", {b, 8}, DType::i64}})
-          .with_stage_gradients(channels);
+      plan::trace_stage_steps(model.stages(), {1, 1}, {{"ids", {b, 8}, DType::i64}, {"targets", {b, 8}, DType::i64}})[1];
   actors::ActorGraph plan = actors::lower_to_actors(step, {false, false});
   const actors::ActorGraph before = plan;
   actors::defer_weight_gradients(plan, step.graph());

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "troupe/graph/trace.hpp"
 #include "troupe/graph/var.hpp"
 
 namespace troupe::plan {
@@ -35,5 +36,12 @@ struct StagePolicy {
 /// one more; with `given` (non-empty) that split, checked: one count per stage, none negative,
 /// adding up to the layers. Throws naming what is wrong.
 std::vector<int> stage_layers(int layers, int stages, const std::vector<int>& given = {});
+
+/// For planning (nothing runs): each stage's step of `policy` split by `layers`, as a pipeline
+/// runs it (graph::stage_forward, TracedFunction::with_stage_gradients), the step taking
+/// `signature` (the batch's inputs; a later stage the previous one's output before them), its
+/// sends and receives named by channel ids no group is registered under.
+std::vector<graph::TracedFunction> trace_stage_steps(const StagePolicy& policy, const std::vector<int>& layers,
+                                                     const std::vector<graph::InputSpec>& signature);
 
 }  // namespace troupe::plan
