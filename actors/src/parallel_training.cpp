@@ -54,15 +54,13 @@ std::size_t bytes_of(const std::map<std::string, Tensor>& tensors) {
 }
 
 // Why `pp` pipeline stages cannot run `config`, or nothing.
-std::optional<Error> pipeline_refusal(const ParallelConfig& config, const TrainingProblem& problem) {
-  const int pp = config.pp;
+std::optional<Error> pipeline_refusal(const ParallelConfig& config, const TrainingProblem& problem, int pp) {
   if (!problem.stages.forward)
     return Error(ErrorKind::invalid_argument, str_cat("--pp ", pp, ": the model brings no split into stages "
                                                       "(TrainingProblem::stages) to place on them"));
   if (config.jit_level <= 0)
     return Error(ErrorKind::invalid_argument,
                  str_cat("--pp ", pp, " runs the traced step's stages, and JIT_LEVEL=0 runs eagerly; use JIT_LEVEL=1 or more"));
-  if (config.search) return Error(ErrorKind::unsupported, str_cat("--pp ", pp, " with the planner's search is not built yet; give --dp and --tp"));
   if (config.loss_scaling)
     return Error(ErrorKind::unsupported, str_cat("--pp ", pp, " trains without loss scaling so far; use --loss-scale off"));
   if (!config.strategy_load.empty() || !config.strategy_save.empty())
@@ -97,16 +95,17 @@ ParallelTraining::ParallelTraining(TrainingProblem problem, ParallelConfig confi
   TROUPE_CHECK(problem_.global_batch >= 1, invalid_argument, "parallel training: the global batch is ",
                problem_.global_batch, "; give the rows of one step (TrainingProblem::global_batch)");
   check_stage();  // before a searched mesh's ranks meet
-  pp_ = config_.pp;
-  if (config_.search && pp_ == 1) {
+  if (config_.search) {
     choose_mesh();
   } else {
     dp_ = config_.dp;
     tp_ = config_.tp;
+    pp_ = config_.pp;
   }
   check_settings();
   config_.dp = dp_;
   config_.tp = tp_;
+  config_.pp = pp_;
   config_.micro_batches =
       static_cast<int>(std::clamp<std::int64_t>(config_.micro_batches, 1, replica_batch() / config_.accumulation));
   make_groups();
@@ -169,6 +168,7 @@ void ParallelTraining::choose_mesh() {
     return probes_.emplace_back(job_->communicator(members, name, 6));
   };
   const bool tensor_parallel = !tensor_parallel_refusal(config_, problem_, 2).has_value();
+  const bool pipelines = !pipeline_refusal(config_, problem_, 2).has_value();
   const graph::TracedFunction step = graph::trace(problem_.loss, problem_.signature).with_gradients();
   MeshChoice choice;
   choice.cost.gflops = config_.gflops > 0 ? config_.gflops : plan::measure_gflops();
@@ -187,10 +187,12 @@ void ParallelTraining::choose_mesh() {
   Planner planner(engine);
   choice.candidates = planner
                           .ask({step, world, problem_.placement, batch_bindings(problem_.signature, problem_.global_batch),
-                                choice.cost, config_.memory_budget, 8, config_.zero == 1})
+                                choice.cost, config_.memory_budget, 8, config_.zero == 1,
+                                pipelines ? problem_.stages : plan::StagePolicy{}, problem_.signature,
+                                config_.micro_batches * config_.accumulation})
                           .get();
   const auto chosen = std::find_if(choice.candidates.begin(), choice.candidates.end(), [&](const plan::MeshCandidate& c) {
-    return c.fits && (c.tp == 1 || tensor_parallel) && (config_.zero != 1 || c.dp > 1);
+    return c.fits && (c.tp == 1 || tensor_parallel) && (c.pp == 1 || pipelines) && (config_.zero != 1 || c.dp > 1);
   });
   if (chosen == choice.candidates.end())
     fail(ErrorKind::invalid_argument, "planner: no mesh of ", world, " ranks splits the global batch of ",
@@ -200,6 +202,7 @@ void ParallelTraining::choose_mesh() {
          " and fits the memory; give --dp and --tp, or another --batch");
   dp_ = chosen->dp;
   tp_ = chosen->tp;
+  pp_ = chosen->pp;
   choice_ = std::move(choice);
 }
 
@@ -223,7 +226,7 @@ void ParallelTraining::check_settings() const {
   if (tp_ > 1)
     if (const std::optional<Error> e = tensor_parallel_refusal(config_, problem_, tp_)) throw *e;
   if (pp_ > 1)
-    if (const std::optional<Error> e = pipeline_refusal(config_, problem_)) throw *e;
+    if (const std::optional<Error> e = pipeline_refusal(config_, problem_, pp_)) throw *e;
   if (pp_ > 1 || !config_.pp_layers.empty())
     plan::stage_layers(problem_.stages.layers, pp_, config_.pp_layers);  // its errors, before any rank waits
   const int ranks = dp_ * tp_ * pp_;

@@ -49,7 +49,8 @@ std::vector<plan::MeshCandidate> ask_planner(const ParallelFlags& f, const graph
 
 std::string describe_candidate(const plan::MeshCandidate& c) {
   char line[160];
-  std::snprintf(line, sizeof line, "candidate dp=%d x tp=%d: predicted %.3f ms, %.2f MiB per rank%s", c.dp, c.tp,
+  const std::string pp = c.pp > 1 ? " x pp=" + std::to_string(c.pp) : "";
+  std::snprintf(line, sizeof line, "candidate dp=%d x tp=%d%s: predicted %.3f ms, %.2f MiB per rank%s", c.dp, c.tp, pp.c_str(),
                 c.time.total() * 1e3, mib(c.memory.total()), c.fits ? "" : " (over the budget)");
   return line;
 }

@@ -357,7 +357,8 @@ void TrainingRun::announce(const TrainingSetup& setup, const TrainingParts& part
         std::printf(" %s %s %.3f GB/s %.0f us;", mesh.c_str(), axis.c_str(), link.gbytes_per_s, link.latency_us);
     std::printf("\n");
     for (const plan::MeshCandidate& c : choice->candidates) std::printf("%s: %s\n", name, describe_candidate(c).c_str());
-    std::printf("%s: planner chose dp=%d x tp=%d\n", name, training.dp(), training.tp());
+    std::printf("%s: planner chose dp=%d x tp=%d%s\n", name, training.dp(), training.tp(),
+                training.pp() > 1 ? (" x pp=" + std::to_string(training.pp())).c_str() : "");
   }
   for (const std::string& line : parts.describe()) std::printf("%s: %s\n", name, line.c_str());
   const std::string resuming = resumed_ ? ", resuming at step " + std::to_string(start_step) : "";

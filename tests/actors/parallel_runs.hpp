@@ -31,6 +31,7 @@ struct Training {
   std::vector<double> losses, lrs;
   State end;
   std::vector<std::string> choices;  // gradient compression auto's report, per step
+  int dp = 1, tp = 1, pp = 1;        // the mesh it ran (a searched one's choice)
 };
 
 // Plain SGD (lr 0.1) instead of the tiny model's AdamW, whose update does not see a gradient's scale.
@@ -63,6 +64,9 @@ inline Training train(const actors::ParallelConfig& config, int devices, int fro
       if (!start.optimizer.empty()) training.load_optimizer_state(start.optimizer);
       training.set_steps(from);
       Training& run = runs[static_cast<std::size_t>(d)];
+      run.dp = training.dp();
+      run.tp = training.tp();
+      run.pp = training.pp();
       for (int s = from; s < to; ++s) {
         const actors::StepReport r = training.step({test::tiny_gpt_tokens(kBatch, 100 + s), test::tiny_gpt_tokens(kBatch, 200 + s)});
         run.losses.push_back(r.loss);

@@ -5,6 +5,7 @@
 // cannot run are refused on every device alike.
 #include "actor_graph.hpp"
 #include "actors/parallel_runs.hpp"
+#include "troupe/plan/mesh_search.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
@@ -205,4 +206,28 @@ TEST(PipelineParallel, TensorParallelStagesTrainLikeOneProcess) {
   actors::ParallelConfig one = settings(1, 1, 0);
   one.micro_batches = 4;
   expect_same_run(train(one, 1, 2, kSteps, half.end), want);
+}
+
+// A searched mesh (ParallelConfig::search) may be a pipeline: on two devices with a memory budget
+// only the pipeline fits (the planner's own figure for it), the job runs pp 2 and trains like one
+// process.
+TEST(PipelineParallel, TheSearchChoosesAPipelineWhenOnlyItFits) {
+  Generator gen(7);
+  TinyGpt model(gen);
+  const graph::SymDim b = graph::SymDim::symbol("batch");
+  plan::MeshSearch q{model.step(), 2, models::megatron_gpt_policy(4), {{"batch", kBatch}}, plan::CostModel{}, 0, 8};
+  q.stages = model.stages();
+  q.signature = {{"ids", {b, 8}, DType::i64}, {"targets", {b, 8}, DType::i64}};
+  q.micro_batches = 4;
+  const std::vector<plan::MeshCandidate> candidates = plan::search_meshes(q);
+  const auto piped = std::find_if(candidates.begin(), candidates.end(), [](const plan::MeshCandidate& c) { return c.pp == 2; });
+  ASSERT_NE(piped, candidates.end());
+  actors::ParallelConfig c = settings(1, 1, 0);
+  c.search = true;
+  c.memory_budget = piped->memory.total();  // memory does not depend on the speeds the job measures
+  c.micro_batches = 4;
+  const Training searched = train(c, 2, 0, kSteps);
+  EXPECT_EQ(searched.pp, 2);
+  EXPECT_EQ(searched.dp * searched.tp, 1);
+  expect_same_run(searched, one_process(kSteps));
 }

@@ -28,6 +28,7 @@
 #include "troupe/plan/strategy.hpp"
 #include "troupe/graph/nn.hpp"
 #include "troupe/graph/op_def.hpp"
+#include "troupe/plan/pipeline_cost.hpp"
 #include "troupe/graph/ops.hpp"
 #include "troupe/kernels/error.hpp"
 #include "troupe/transport/inprocess.hpp"
@@ -325,6 +326,48 @@ TEST(CostModel, TheSearchPicksTheFastestMeshThatFits) {
     EXPECT_NE(std::string(e.what()).find("no mesh of 4 devices fits"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("(dp=1 x tp=4)"), std::string::npos) << e.what();
   }
+}
+
+// With the model's split into stages the search tries pipelines too: on 2 devices dp2, tp2 and
+// pp2 (the tiny GPT's two blocks one a stage), pp2 predicted as plan::pipeline_cost makes it of
+// its stages' costs; a budget only the pipeline fits (each stage holds half the weights and one or
+// two micro-batches' activations) puts it first.
+TEST(CostModel, TheSearchTriesPipelinesWithTheModelsStages) {
+  Generator gen(8);
+  test::TinyGpt model(gen);
+  const SymDim b = SymDim::symbol("batch");
+  const std::vector<InputSpec> signature{{"ids", {b, 8}, DType::i64}, {"targets", {b, 8}, DType::i64}};
+  plan::CostModel cost;
+  cost.gflops = 0.001;
+  plan::MeshSearch q{model.step(), 2, models::megatron_gpt_policy(4), {{"batch", 8}}, cost, 0, 8};
+  q.stages = model.stages();
+  q.signature = signature;
+  q.micro_batches = 4;
+  std::vector<plan::MeshCandidate> c = plan::search_meshes(q);
+  ASSERT_EQ(c.size(), 3u);  // dp2, tp2, pp2
+  const auto piped = std::find_if(c.begin(), c.end(), [](const plan::MeshCandidate& m) { return m.pp == 2; });
+  ASSERT_NE(piped, c.end());
+  EXPECT_EQ(piped->dp, 1);
+  EXPECT_EQ(piped->tp, 1);
+  // The same figures from the stages' costs: micro-batches of 2 rows, 1F1B's 2 and 1 in flight.
+  const std::vector<TracedFunction> steps = plan::trace_stage_steps(model.stages(), {1, 1}, signature);
+  std::vector<plan::StageCost> stages;
+  for (int s = 0; s < 2; ++s) {
+    const Mesh one{{{"tp", 1}}};
+    stages.push_back(plan::stage_cost(steps[static_cast<std::size_t>(s)],
+                                      propagate_sharding(steps[static_cast<std::size_t>(s)].graph(), one, {}, {}, {{"batch", 2}}),
+                                      {{"batch", 2}}, cost, 1, 2 - s, 8));
+  }
+  const plan::PipelineCost expected = plan::pipeline_cost(stages, 4);
+  EXPECT_NEAR(piped->time.total(), expected.step, 1e-9 * expected.step);
+  EXPECT_DOUBLE_EQ(piped->bubble, expected.bubble);
+  const auto dp2 = std::find_if(c.begin(), c.end(), [](const plan::MeshCandidate& m) { return m.dp == 2; });
+  ASSERT_NE(dp2, c.end());
+  EXPECT_LT(piped->memory.total(), dp2->memory.total());
+  q.memory_budget = piped->memory.total();
+  c = plan::search_meshes(q);
+  EXPECT_EQ(c[0].pp, 2);
+  EXPECT_TRUE(c[0].fits);
 }
 
 // The search knows no model: a policy brings the placement and the tp it splits among. One that

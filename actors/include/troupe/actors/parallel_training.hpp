@@ -60,8 +60,9 @@ struct ParallelConfig {
   int pp = 1;  // pipeline stages of each replica, each a contiguous run of layers (needs the model's stage policy)
   std::vector<int> pp_layers;  // the layers of each stage (empty: as even as they split, earlier stages one more)
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;  // with pp > 1
-  /// Instead of dp and tp: the planner chooses the mesh for the job's ranks, the fastest it predicts
-  /// among those that fit `memory_budget` (on links and speeds measured at start, agreed by all ranks).
+  /// Instead of dp, tp and pp: the planner chooses the mesh for the job's ranks, the fastest it
+  /// predicts among those that fit `memory_budget` (on links and speeds measured at start, agreed
+  /// by all ranks); pipelines too when the model brings its split into stages (at `micro_batches`).
   bool search = false;
   double memory_budget = 0;  // bytes per device, for the search (0: none)
   double gflops = 0;         // each device's speed for the search's cost model (0: measured here)
@@ -109,7 +110,7 @@ struct TrainingProblem {
 /// The planner's choice of a searched mesh, for the caller to report.
 struct MeshChoice {
   plan::CostModel cost;                      // the speeds the ranks agreed on and the links measured
-  std::vector<plan::MeshCandidate> candidates;  // fastest first among those that fit (the choice: dp(), tp())
+  std::vector<plan::MeshCandidate> candidates;  // fastest first among those that fit (the choice: dp(), tp(), pp())
 };
 
 /// One rank's part of a parallel training.
