@@ -13,7 +13,9 @@ of its last step from its trace (troupe-trace summary: no kernel running), again
 bubble; each stage's most micro-batches in flight, counted from its trace, against the schedule's
 bound (1F1B: p - i; GPipe: m); each stage's measured step memory (JIT level 3's step memory
 report: what the step's acts held at once) against the plan's (its gradients and the micro-batches
-in flight's activations). One JSON line per row.
+in flight's activations). One JSON line per row. Then, on the shared-memory link, the planner's
+own choice for 2 ranks (troupe-gpt launched without --dp, --tp or --pp searches dp x tp x pp at
+the micro-batches given) against every 2-rank mesh measured (dp2, tp2, pp2 with 1f1b).
 
 usage: pipeline.py BUILD [MESHES [MODEL [LINKS]]]
   MESHES: comma-separated of pp2, pp4, dp2xpp2 (default pp2: this machine has 2 cores; 4 ranks share them)
@@ -110,6 +112,7 @@ def main():
             f.write(("the quick brown fox jumps over the lazy dog. " * 4000))
         for link in links:
             for m in (4, 8):
+                searched = {}  # the 2-rank rows' step, for the search's comparison
                 log(f"one process, {m} micro-batches")
                 rows, peaks = train(build, model, 1, ["--batch", str(batch), "--micro-batches", str(m), "--data", corpus])
                 single = rows[0]["ms_per_step"]
@@ -144,6 +147,8 @@ def main():
                                                       "--gflops", str(gflops * share), "--update-gbps", str(update_gbps * share),
                                                       "--link-gbps", LINKS[link][0], "--link-latency-us", LINKS[link][1]])
                         predicted = planned["predicted_ms"]
+                        if dp * pp == 2 and schedule == "1f1b":
+                            searched[f"dp{dp}xtp1xpp{pp}"] = step
                         print(json.dumps({**base, "link": "shm" if link == "shm" else "netns-1gbit",
                                           "mesh": f"dp{dp}xtp1xpp{pp}", "schedule": schedule, "micro_batches": runs,
                                           "step_ms": step, "predicted_ms": round(predicted, 2),
@@ -157,8 +162,31 @@ def main():
                                           "predicted_peak_bytes_per_stage": [round(st["step_bytes"]) for st in planned["stages"]],
                                           "peak_bytes_max": max(peaks),
                                           "oversubscribed": dp * pp > os.cpu_count()}), flush=True)
+                if link == "shm" and "pp2" in meshes:
+                    search(build, model, corpus, m, searched)
 
 
+def search(build, model, corpus, m, measured):
+    """The planner's choice for 2 ranks against every 2-rank mesh measured (`measured`: pp2's step
+    with 1f1b; dp2 and tp2 measured here)."""
+    batch = model[5]
+    for name, flags in (("dp2xtp1xpp1", ["--dp", "2", "--tp", "1"]), ("dp1xtp2xpp1", ["--dp", "1", "--tp", "2"])):
+        log(f"{name}, {m} micro-batches")
+        rows, _ = train(build, model, 2, ["--batch", str(batch // int(flags[1])), *flags, "--micro-batches", str(m),
+                                           "--data", corpus])
+        measured[name] = max(r["ms_per_step"] for r in rows)
+    log(f"the planner's choice, {m} micro-batches")
+    cmd = [os.path.join(build, "apps", "troupe-launch"), "-n", "2", "--timeout", "600", "--", os.path.join(build, "apps", "troupe-gpt"),
+           *model_flags(model), "--steps", str(STEPS), "--eval-every", "0", "--val-batches", "1", "--threads", "1", "--amp", "O0",
+           "--batch", str(batch), "--micro-batches", str(m), "--data", corpus]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    chose = re.search(r"planner chose dp=(\d+) x tp=(\d+)(?: x pp=(\d+))?", out)
+    chosen = "dp%sxtp%sxpp%s" % (chose.group(1), chose.group(2), chose.group(3) or "1")
+    step = max(json.loads(l[l.index("{"):])["ms_per_step"] for l in out.splitlines() if '"app":"troupe-gpt"' in l)
+    fastest = min(measured, key=measured.get)
+    print(json.dumps({"bench": "pipeline-search", **machine(), "link": "shm", "ranks": 2, "micro_batches": m,
+                      "chosen": chosen, "chosen_step_ms": step, "measured_ms": measured, "fastest": fastest,
+                      "chosen_over_fastest": round(step / measured[fastest], 3)}), flush=True)
 
 
 if __name__ == "__main__":
