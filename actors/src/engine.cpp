@@ -129,8 +129,10 @@ std::unique_ptr<Program> Engine::compile(const graph::TracedFunction& fn, Progra
   TROUPE_CHECK(options.clip_grad_norm == 0 || fn.output_count() < fn.graph().outputs().size(), invalid_argument,
                "compile: clip_grad_norm needs gradients; trace the function with_gradients()");
   const int scale_at = fn.loss_scale_parameter();
-  TROUPE_CHECK(!options.loss_scaler || (scale_at >= 0 && fn.parameters()[static_cast<std::size_t>(scale_at)].key() ==
-                                                            options.loss_scaler->scale_var().key()),
+  // (A pipeline stage before the last gets the scale in the gradient it receives.)
+  TROUPE_CHECK(!options.loss_scaler || fn.backward_received() ||
+                   (scale_at >= 0 && fn.parameters()[static_cast<std::size_t>(scale_at)].key() ==
+                                         options.loss_scaler->scale_var().key()),
                invalid_argument, "compile: loss_scaler needs a function whose backward it seeds; trace it ",
                "with_gradients(params, scaler->scale_var())");
   TROUPE_CHECK(options.loss_scaler || scale_at < 0, invalid_argument, "compile: the function's gradients are ",

@@ -61,8 +61,6 @@ std::optional<Error> pipeline_refusal(const ParallelConfig& config, const Traini
   if (config.jit_level <= 0)
     return Error(ErrorKind::invalid_argument,
                  str_cat("--pp ", pp, " runs the traced step's stages, and JIT_LEVEL=0 runs eagerly; use JIT_LEVEL=1 or more"));
-  if (config.loss_scaling)
-    return Error(ErrorKind::unsupported, str_cat("--pp ", pp, " trains without loss scaling so far; use --loss-scale off"));
   if (!config.strategy_load.empty() || !config.strategy_save.empty())
     return Error(ErrorKind::unsupported, str_cat("--pp ", pp, ": strategy files hold dp x tp placements so far; drop --strategy-load/--strategy-save"));
   if (!config.overlap)
@@ -342,15 +340,18 @@ void ParallelTraining::compile() {
     po.registers = config_.schedule == PipelineSchedule::gpipe ? std::max(2, po.micro_batches) : pp_ - pp_rank();
     po.defer_weight_gradients = config_.schedule == PipelineSchedule::zb_h1;
     po.pipeline_norms = pipeline_->group();
-    if (pipeline_->parameters().empty()) {  // a stage of no layers: nothing to update (its norm: step())
+    if (pipeline_->parameters().empty()) {  // a stage of no layers: nothing to update (its norm and scale: step())
       po.optimizers.clear();
       po.clip_grad_norm = 0;
       po.pipeline_norms = nullptr;
+      po.loss_scaler = nullptr;
     }
     if (!sharded_) {
-      // Optimized before the gradients (fusion) and after (forward and backward together).
+      // Optimized before the gradients (fusion) and after (forward and backward together); the
+      // last stage's backward starts from the loss scale, the others' gradients arrive scaled.
+      const graph::Var seed = scaler_ && pipeline_->last() ? scaler_->scale_var() : graph::Var();
       program_ = engine_->compile(
-          pipeline_->forward().optimized(level).with_stage_gradients(pipeline_->channels()).optimized(level), po);
+          pipeline_->forward().optimized(level).with_stage_gradients(pipeline_->channels(), seed).optimized(level), po);
       return;
     }
   }
@@ -391,16 +392,26 @@ StepReport ParallelTraining::step(const std::vector<Tensor>& batch) {
   ++steps_;
   out.lr = stepped_->lr(0);
   // A stage that trains nothing adds its zero to the clipping norm's sum over the pipeline, in
-  // the same order as the others' clip actors (before the loss).
-  if (pipeline_ && pipeline_->parameters().empty() && config_.clip > 0) pipeline_->add_to_sum(0);
+  // the same order as the others' clip actors (before the loss), and with loss scaling updates
+  // its scale as they do theirs, from that sum.
+  if (pipeline_ && pipeline_->parameters().empty() && (config_.clip > 0 || scaler_)) {
+    const double squared = pipeline_->add_to_sum(0);
+    if (scaler_) {
+      out.loss_scale = scaler_->scale();
+      out.skipped = !std::isfinite(squared);
+      scaler_->update(out.skipped);
+    }
+  }
   // A stage before the last has the token of its send where the loss would be.
   out.loss = pipeline_ ? pipeline_->from_last(r.outputs[0].item()) : r.outputs[0].item();
   out.bucket_squared_norms = r.bucket_squared_norms;
   out.comm_ms = r.comm_ms;
   out.exposed_comm_ms = r.exposed_comm_ms;
   out.comm_bytes = r.comm_bytes;
-  out.loss_scale = scaler_ ? r.loss_scale : 0;
-  out.skipped = r.skipped;
+  if (!pipeline_ || !pipeline_->parameters().empty()) {
+    out.loss_scale = scaler_ ? r.loss_scale : 0;
+    out.skipped = r.skipped;
+  }
   if (const CompressionState* c = program_->compression_state(); c && !compression_chosen_) {
     out.compression_choice = c->choice();
     compression_chosen_ = !out.compression_choice.empty();

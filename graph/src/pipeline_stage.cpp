@@ -78,6 +78,7 @@ TracedFunction TracedFunction::with_stage_gradients(const StageChannels& channel
     for (NodeId n = first_added; n < static_cast<NodeId>(g->nodes().size()); ++n) g->mutable_node(n).backward = true;
   }
   f.outputs_ = outputs.size();
+  f.backward_received_ = !channels.last();
   outputs.insert(outputs.end(), gradients.begin(), gradients.end());
   g->set_outputs(std::move(outputs));
   f.graph_ = std::move(g);

@@ -231,3 +231,20 @@ TEST(PipelineParallel, TheSearchChoosesAPipelineWhenOnlyItFits) {
   EXPECT_EQ(searched.dp * searched.tp, 1);
   expect_same_run(searched, one_process(kSteps));
 }
+
+// Dynamic loss scaling: the last stage's backward starts from the scale, the others' gradients
+// arrive scaled, every stage divides it out of the norm summed over the pipeline and updates its
+// scaler alike (a stage of no parameters from that sum); pp 2 and pp 4 (layers 1,1,0,0) equal one
+// process with the same scaling.
+TEST(PipelineParallel, LossScalingTrainsLikeOneProcess) {
+  actors::ParallelConfig one = settings(1, 1, 0);
+  one.micro_batches = 4;
+  one.loss_scaling = true;
+  const Training single = train(one, 1, 0, kSteps);
+  for (const int pp : {2, 4}) {
+    SCOPED_TRACE("pp " + std::to_string(pp));
+    actors::ParallelConfig c = pipeline(pp, actors::PipelineSchedule::one_f_one_b, 4);
+    c.loss_scaling = true;
+    expect_same_run(train(c, pp, 0, kSteps), single);
+  }
+}

@@ -80,6 +80,10 @@ class TracedFunction {
   const std::vector<Var>& parameters() const { return parameters_; }
   /// How many graph outputs are the function's own; the rest are gradients.
   std::size_t output_count() const { return outputs_; }
+  /// True when the backward starts from a gradient received from the next pipeline stage
+  /// (with_stage_gradients, a stage before the last): a loss scale the last stage seeds with
+  /// reaches it in that gradient.
+  bool backward_received() const { return backward_received_; }
   /// The index among parameters() of the loss scale with_gradients() seeded the backward with, or -1.
   int loss_scale_parameter() const { return loss_scale_; }
   /// For each gradient output (graph output output_count() + k), the index of its parameter.
@@ -101,6 +105,7 @@ class TracedFunction {
   std::size_t outputs_ = 0;                   // the function's own outputs; gradients follow them
   std::vector<std::size_t> grad_parameters_;  // parameter index of each gradient output
   int loss_scale_ = -1;                        // parameter index of the backward's seed, or -1
+  bool backward_received_ = false;             // with_stage_gradients before the last stage
   std::shared_ptr<ArenaLayoutCache> memory_;    // level 3: the arenas, one per input shape
   bool inference_ = false;                     // for_inference(): no gradients may be added
 };
