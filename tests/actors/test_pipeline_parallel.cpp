@@ -40,8 +40,9 @@ void expect_same_run(const Training& got, const Training& want, double loss = 1e
     EXPECT_NEAR(got.losses[s], want.losses[s], loss * std::abs(want.losses[s])) << "step " << s;
   for (const auto& [name, t] : want.end.weights) EXPECT_LE(scaled_max_error(got.end.weights.at(name), t), weights) << name;
   ASSERT_EQ(got.end.optimizer.size(), want.end.optimizer.size());
-  if (weights <= 1e-5)
+  if (weights <= 1e-5) {
     for (const auto& [key, t] : want.end.optimizer) EXPECT_LE(scaled_max_error(got.end.optimizer.at(key), t), 1e-3) << key;
+  }
 }
 
 }  // namespace
