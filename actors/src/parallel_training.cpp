@@ -53,6 +53,15 @@ std::size_t bytes_of(const std::map<std::string, Tensor>& tensors) {
   return n;
 }
 
+// `mine` added over `group`'s ranks. On the caller's thread, after the program answered
+// (step()'s contract): no handler waits here.
+GradientSums summed_over(transport::Communicator& group, const GradientSums& mine) {
+  const Tensor added = Tensor::from_vector(std::vector<double>{mine.squares, mine.sum, mine.count}, {3});
+  group.submit([&](transport::ProcessGroup& g) { g.all_reduce(added); }).get();
+  const std::vector<double> v = added.to_vector<double>();
+  return {v[0], v[1], v[2]};
+}
+
 // Why `pp` pipeline stages cannot run `config`, or nothing.
 std::optional<Error> pipeline_refusal(const ParallelConfig& config, const TrainingProblem& problem, int pp) {
   if (!problem.stages.forward)
@@ -426,21 +435,11 @@ StepReport ParallelTraining::step(const std::vector<Tensor>& batch) {
     const GradientSums mine = gradient_sums(r.gradients, [&](const std::string& name) {
       return std::find(whole.begin(), whole.end(), name) != whole.end() ? 1.0 / n : 1.0;
     });
-    const Tensor added = Tensor::from_vector(std::vector<double>{mine.squares, mine.sum, mine.count}, {3});
-    // On the caller's thread, after the program answered (step()'s contract): no handler waits here.
-    tp_norms_->submit([&](transport::ProcessGroup& g) { g.all_reduce(added); }).get();
-    const std::vector<double> v = added.to_vector<double>();
-    sums = {v[0], v[1], v[2]};
+    sums = summed_over(*tp_norms_, mine);
   } else {
     sums = gradient_sums(r.gradients);
   }
-  if (pipeline_) {
-    // Each stage's gradients are its own layers': the pipeline adds the sums.
-    const Tensor added = Tensor::from_vector(std::vector<double>{sums.squares, sums.sum, sums.count}, {3});
-    pipeline_->group()->submit([&](transport::ProcessGroup& g) { g.all_reduce(added); }).get();
-    const std::vector<double> v = added.to_vector<double>();
-    sums = {v[0], v[1], v[2]};
-  }
+  if (pipeline_) sums = summed_over(*pipeline_->group(), sums);  // each stage's gradients are its own layers'
   auto [norm, variance] = gradient_stats(sums);
   // The returned gradients are clipped; report the norm and variance from before clipping.
   const double scale = config_.clip > 0 ? kernels::clip_coefficient(r.grad_norm, config_.clip) : 1.0;
